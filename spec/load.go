@@ -1,0 +1,658 @@
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Version is the spec version this package reads.
+const Version = 1
+
+// The keys each mapping of the spec accepts, in documentation order.
+var (
+	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
+	modelKeys    = []string{"role", "path", "copy_of"}
+	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu"}
+	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "max_tokens_per_gpu", "max_seq_len", "temperature", "steps_per_rollout"}
+	trainKeys    = []string{"steps", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
+	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
+	stagesKeys   = []string{"setup", "step"}
+	stageKeys    = []string{"id", "uses", "needs", "with", "when"}
+)
+
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	stageIDRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+)
+
+// Precisions are the values the precision policy may return.
+var Precisions = []string{"bf16", "fp32"}
+
+// Decays are the learning-rate decay schedules of train.decay.
+var Decays = []string{"constant", "linear", "cosine"}
+
+// Load reads and parses the spec file at path. See Parse.
+func Load(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error()
+		}
+		return nil, Errors{Errorf(Pos{File: path}, "cannot read spec: %s", msg)}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates a spec read from file. Relative paths in the
+// spec are resolved against the directory of file. On failure the error is
+// an Errors holding every problem found, sorted by position; the file's text
+// is registered with RegisterSource so that the errors can show their lines.
+// Parse does not check that files exist, that stage kinds are known, or that
+// `needs` name existing stages.
+func Parse(file string, data []byte) (*Spec, error) {
+	RegisterSource(file, data)
+	d := &decoder{file: file}
+	root := d.parseYAML(data)
+	if root == nil {
+		return nil, d.errs.Err()
+	}
+	s := d.spec(root)
+	if len(d.errs) > 0 {
+		return nil, d.errs.Err()
+	}
+	return s, nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError records a syntax error from the YAML parser.
+func (d *decoder) yamlError(err error) {
+	msg := err.Error()
+	pos := Pos{File: d.file, Line: 1, Col: 1}
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		if l, err := strconv.Atoi(m[1]); err == nil && l > 0 {
+			pos.Line = l
+			if text, ok := SourceLine(d.file, l); ok {
+				lead := []rune(text[:len(text)-len(strings.TrimLeft(text, " \t"))])
+				pos.Col = len(lead) + 1
+				if i := strings.IndexRune(string(lead), '\t'); i >= 0 {
+					pos.Col = len([]rune(string(lead)[:i])) + 1
+					m[2] += " (tabs are not allowed for indentation)"
+				}
+			}
+		}
+		msg = m[2]
+		if strings.HasPrefix(msg, "mapping values are not allowed") {
+			msg += " (quote values that contain \": \", such as a ? b : c expressions)"
+		}
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	d.errs = append(d.errs, &Error{Pos: pos, Msg: "invalid YAML: " + msg})
+}
+
+// decodeYAML decodes the next document, turning a panic of the YAML library
+// into an error.
+func decodeYAML(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: internal error: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+// parseYAML parses data as a single YAML document and returns its root node.
+func (d *decoder) parseYAML(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	err := decodeYAML(dec, &doc)
+	if err == io.EOF || err == nil && len(doc.Content) == 0 {
+		d.errs.Addf(Pos{File: d.file, Line: 1, Col: 1}, "empty spec")
+		return nil
+	}
+	if err != nil {
+		d.yamlError(err)
+		return nil
+	}
+	var extra yaml.Node
+	switch err := decodeYAML(dec, &extra); {
+	case err == io.EOF:
+	case err != nil:
+		d.yamlError(err)
+		return nil
+	default:
+		at := &extra
+		if len(extra.Content) > 0 {
+			at = extra.Content[0]
+		}
+		d.errorf(at, "a spec file holds one YAML document; found a second one")
+	}
+	return doc.Content[0]
+}
+
+// spec decodes and validates the whole spec.
+func (d *decoder) spec(root *yaml.Node) *Spec {
+	s := &Spec{File: d.file, Dir: filepath.Dir(d.file)}
+	root = resolve(root)
+	if root == nil || root.Kind != yaml.MappingNode {
+		d.errorf(root, "the spec must be a mapping of keys (version, name, ...), got %s", describe(root))
+		return s
+	}
+	top := d.mapping(root, root, "", topKeys)
+	d.require(top, "version", "name")
+	for _, k := range []string{"models", "data", "train"} {
+		if top.get(k) == nil && !top.bad {
+			d.errorf(root, "missing required key %q", k) // a null section is reported inside it
+		}
+	}
+	if n := top.get("version"); !isNull(n) {
+		if v, ok := d.intValue(n, "version", 64); ok {
+			if v != Version {
+				d.errorf(n, "unsupported spec version %d (this rlpipe reads version %d)", v, Version)
+			}
+			s.Version = int(v)
+		}
+	}
+	if n := top.get("name"); !isNull(n) {
+		if v, ok := d.stringValue(n, "name"); ok {
+			if !nameRE.MatchString(v) {
+				d.errorf(n, "name: invalid name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", v)
+			}
+			s.Name = v
+		}
+	}
+	d.models(s, top)
+	d.mesh(s, top)
+	d.data(s, top)
+	d.train(s, top)
+	d.policies(s, top)
+	d.stages(s, top)
+	return s
+}
+
+// section returns the pairs of the top-level mapping under key and the
+// position of that key.
+func (d *decoder) section(top *fields, key string, known []string) (*fields, Pos) {
+	k := top.keyNode(key)
+	f := d.mapping(top.get(key), k, key, known)
+	if k == nil {
+		return f, Pos{}
+	}
+	return f, d.pos(k)
+}
+
+// intField decodes the integer under key into out. It returns the value node
+// when the key is present and valid, and ok=false when it is present but
+// invalid (an error has been recorded).
+func (d *decoder) intField(f *fields, key string, out *int) (n *yaml.Node, ok bool) {
+	n = f.get(key)
+	if n == nil {
+		return nil, true
+	}
+	v, ok := d.intValue(n, join(f.path, key), strconv.IntSize)
+	if !ok {
+		return nil, false
+	}
+	*out = int(v)
+	return n, true
+}
+
+// floatField decodes the number under key into out, like intField.
+func (d *decoder) floatField(f *fields, key string, out *float64) (n *yaml.Node, ok bool) {
+	n = f.get(key)
+	if n == nil {
+		return nil, true
+	}
+	v, ok := d.floatValue(n, join(f.path, key))
+	if !ok {
+		return nil, false
+	}
+	*out = v
+	return n, true
+}
+
+// atLeast reports an integer field below lo.
+func (d *decoder) atLeast(n *yaml.Node, path string, v, lo int) {
+	if n != nil && v < lo {
+		d.errorf(n, "%s: must be at least %d, got %d", path, lo, v)
+	}
+}
+
+// positive reports a number field that is not > 0.
+func (d *decoder) positive(n *yaml.Node, path string, v float64) {
+	if n != nil && !(v > 0) {
+		d.errorf(n, "%s: must be greater than 0, got %s", path, n.Value)
+	}
+}
+
+// nonNegative reports a number field below 0.
+func (d *decoder) nonNegative(n *yaml.Node, path string, v float64) {
+	if n != nil && v < 0 {
+		d.errorf(n, "%s: must not be negative, got %s", path, n.Value)
+	}
+}
+
+// resolvePath resolves a path of the spec against the spec's directory.
+func resolvePath(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}
+
+// models decodes `models:`.
+func (d *decoder) models(s *Spec, top *fields) {
+	f, _ := d.section(top, "models", nil)
+	if f.bad || top.get("models") == nil {
+		return
+	}
+	type copyRef struct {
+		m *Model
+		n *yaml.Node
+	}
+	var copies []copyRef
+	byName := map[string]*Model{}
+	var actor *Model
+	for _, name := range f.order {
+		kv := f.m[name]
+		path := "models." + name
+		if !nameRE.MatchString(name) {
+			d.errorf(kv.key, "models: invalid model name %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", name)
+		}
+		mf := d.mapping(kv.val, kv.key, path, modelKeys)
+		m := &Model{Name: name, Pos: d.pos(kv.key)}
+		s.Models = append(s.Models, m)
+		byName[name] = m
+		if mf.bad {
+			continue
+		}
+		switch n := mf.get("role"); {
+		case !isNull(n):
+			if v, ok := d.stringValue(n, path+".role"); ok {
+				if v != "actor" && v != "ref" {
+					d.errorf(n, "%s.role: want \"actor\" or \"ref\", got %q", path, v)
+				} else {
+					m.Role = v
+				}
+			}
+		case name == "actor" || name == "ref":
+			m.Role = name
+		default:
+			d.errorf(kv.key, "%s: missing required key \"role\" (only models named actor or ref have a default role)", path)
+		}
+		if m.Role == "actor" {
+			if actor != nil {
+				d.errorf(kv.key, "%s: a second actor (model %q is already the actor; exactly one model has role \"actor\")", path, actor.Name)
+			} else {
+				actor = m
+			}
+		}
+		hasPath, hasCopy := mf.has("path"), mf.has("copy_of")
+		switch {
+		case hasPath && hasCopy:
+			d.errorf(mf.keyNode("copy_of"), "%s: set either path or copy_of, not both", path)
+		case !hasPath && !hasCopy:
+			d.errorf(kv.key, "%s: missing required key \"path\" (or \"copy_of\")", path)
+		case hasPath:
+			n := mf.get("path")
+			if v, ok := d.stringValue(n, path+".path"); ok {
+				if strings.TrimSpace(v) == "" {
+					d.errorf(n, "%s.path: must not be empty", path)
+				} else {
+					m.Path = resolvePath(s.Dir, v)
+				}
+			}
+		default:
+			n := mf.get("copy_of")
+			if v, ok := d.stringValue(n, path+".copy_of"); ok {
+				m.CopyOf = v
+				copies = append(copies, copyRef{m, n})
+			}
+		}
+	}
+	for _, c := range copies {
+		src, ok := byName[c.m.CopyOf]
+		path := "models." + c.m.Name + ".copy_of"
+		switch {
+		case c.m.CopyOf == c.m.Name:
+			d.errorf(c.n, "%s: a model cannot be a copy of itself", path)
+		case !ok:
+			names := make([]string, 0, len(s.Models))
+			for _, m := range s.Models {
+				if m != c.m {
+					names = append(names, m.Name)
+				}
+			}
+			d.errorf(c.n, "%s: unknown model %q %s", path, c.m.CopyOf, suggest(c.m.CopyOf, names))
+		case src.CopyOf != "":
+			d.errorf(c.n, "%s: model %q is itself a copy; copy_of must name a model with a path", path, c.m.CopyOf)
+		}
+	}
+	if actor == nil {
+		at := top.keyNode("models")
+		d.errorf(at, "models: exactly one model must have role \"actor\", found none")
+	}
+}
+
+// mesh decodes `mesh:`.
+func (d *decoder) mesh(s *Spec, top *fields) {
+	f, pos := d.section(top, "mesh", meshKeys)
+	m := &s.Mesh
+	m.Nodes, m.GPUsPerNode, m.Pos = 1, 1, pos
+	nodesN, okN := d.intField(f, "nodes", &m.Nodes)
+	gpusN, okG := d.intField(f, "gpus_per_node", &m.GPUsPerNode)
+	d.atLeast(nodesN, "mesh.nodes", m.Nodes, 1)
+	d.atLeast(gpusN, "mesh.gpus_per_node", m.GPUsPerNode, 1)
+	worldOK := okN && okG && m.Nodes >= 1 && m.GPUsPerNode >= 1 && m.Nodes <= math.MaxInt32 && m.GPUsPerNode <= math.MaxInt32
+	m.DP = 0
+	dpN, _ := d.intField(f, "dp", &m.DP)
+	if dpN == nil {
+		if worldOK {
+			m.DP = m.WorldSize()
+		}
+	} else {
+		d.atLeast(dpN, "mesh.dp", m.DP, 1)
+		if worldOK && m.DP >= 1 && m.DP != m.WorldSize() {
+			d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node = %d (only FSDP data parallelism is supported), got %d", m.WorldSize(), m.DP)
+		}
+	}
+	if n := f.get("gpu"); n != nil {
+		switch {
+		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int":
+			if v, ok := d.intValue(n, "mesh.gpu", 64); ok {
+				if v <= 0 {
+					d.errorf(n, "mesh.gpu: a memory size must be a positive byte count, got %d", v)
+				} else {
+					m.GPU = strconv.FormatInt(v, 10)
+				}
+			}
+		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
+			if strings.TrimSpace(n.Value) == "" {
+				d.errorf(n, "mesh.gpu: must not be empty")
+			} else {
+				m.GPU = n.Value
+			}
+		default:
+			d.errorf(n, "mesh.gpu: want a memory preset name or a byte count, got %s", describe(n))
+		}
+	}
+}
+
+// data decodes `data:`.
+func (d *decoder) data(s *Spec, top *fields) {
+	f, pos := d.section(top, "data", dataKeys)
+	if top.get("data") != nil {
+		d.require(f, "rollouts", "global_batch_size", "max_tokens_per_gpu")
+	}
+	x := &s.Data
+	x.Pos, x.SamplesPerPrompt, x.Temperature, x.StepsPerRollout = pos, 1, 1, 1
+	if n := f.get("rollouts"); !isNull(n) {
+		if v, ok := d.stringValue(n, "data.rollouts"); ok {
+			if strings.TrimSpace(v) == "" {
+				d.errorf(n, "data.rollouts: must not be empty")
+			} else {
+				x.Rollouts = resolvePath(s.Dir, v)
+			}
+		}
+	}
+	gbsN, _ := d.intField(f, "global_batch_size", &x.GlobalBatchSize)
+	d.atLeast(gbsN, "data.global_batch_size", x.GlobalBatchSize, 1)
+	sppN, sppOK := d.intField(f, "samples_per_prompt", &x.SamplesPerPrompt)
+	d.atLeast(sppN, "data.samples_per_prompt", x.SamplesPerPrompt, 1)
+	if gbsN != nil && x.GlobalBatchSize >= 1 && sppOK && x.SamplesPerPrompt >= 1 && x.GlobalBatchSize%x.SamplesPerPrompt != 0 {
+		at := sppN
+		if at == nil {
+			at = gbsN
+		}
+		d.errorf(at, "data.global_batch_size (%d) must be a multiple of samples_per_prompt (%d)", x.GlobalBatchSize, x.SamplesPerPrompt)
+	}
+	if gbsN != nil && x.GlobalBatchSize >= 1 && s.Mesh.DP >= 1 && x.GlobalBatchSize%s.Mesh.DP != 0 {
+		d.errorf(gbsN, "data.global_batch_size (%d) must be a multiple of mesh.dp (%d)", x.GlobalBatchSize, s.Mesh.DP)
+	}
+	mtN, mtOK := d.intField(f, "max_tokens_per_gpu", &x.MaxTokensPerGPU)
+	d.atLeast(mtN, "data.max_tokens_per_gpu", x.MaxTokensPerGPU, 1)
+	x.MaxSeqLen = 0
+	msN, _ := d.intField(f, "max_seq_len", &x.MaxSeqLen)
+	if msN == nil {
+		x.MaxSeqLen = x.MaxTokensPerGPU
+	} else {
+		d.atLeast(msN, "data.max_seq_len", x.MaxSeqLen, 1)
+		if mtN != nil && mtOK && x.MaxSeqLen > x.MaxTokensPerGPU {
+			d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
+		}
+	}
+	tN, _ := d.floatField(f, "temperature", &x.Temperature)
+	d.positive(tN, "data.temperature", x.Temperature)
+	spN, _ := d.intField(f, "steps_per_rollout", &x.StepsPerRollout)
+	d.atLeast(spN, "data.steps_per_rollout", x.StepsPerRollout, 1)
+}
+
+// train decodes `train:`.
+func (d *decoder) train(s *Spec, top *fields) {
+	f, pos := d.section(top, "train", trainKeys)
+	if top.get("train") != nil {
+		d.require(f, "steps")
+	}
+	t := &s.Train
+	t.Pos, t.Seed, t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = pos, 1, 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
+	stepsN, _ := d.intField(f, "steps", &t.Steps)
+	d.atLeast(stepsN, "train.steps", t.Steps, 1)
+	if n := f.get("seed"); n != nil {
+		if v, ok := d.intValue(n, "train.seed", 64); ok {
+			t.Seed = v
+		}
+	}
+	lrN, lrOK := d.floatField(f, "lr", &t.LR)
+	d.positive(lrN, "train.lr", t.LR)
+	minN, _ := d.floatField(f, "min_lr", &t.MinLR)
+	d.nonNegative(minN, "train.min_lr", t.MinLR)
+	if minN != nil && lrOK && t.MinLR > t.LR {
+		d.errorf(minN, "train.min_lr (%g) must not exceed lr (%g)", t.MinLR, t.LR)
+	}
+	if n := f.get("betas"); n != nil {
+		if n.Kind != yaml.SequenceNode || len(n.Content) != 2 {
+			got := describe(n)
+			if n.Kind == yaml.SequenceNode {
+				got = fmt.Sprintf("a list of %d", len(n.Content))
+			}
+			d.errorf(n, "train.betas: want a list of 2 numbers [beta1, beta2], got %s", got)
+		} else {
+			for i, c := range n.Content {
+				path := fmt.Sprintf("train.betas[%d]", i)
+				if v, ok := d.floatValue(c, path); ok {
+					if v < 0 || v >= 1 {
+						d.errorf(resolve(c), "%s: must be in [0, 1), got %s", path, resolve(c).Value)
+					}
+					t.Betas[i] = v
+				}
+			}
+		}
+	}
+	epsN, _ := d.floatField(f, "eps", &t.Eps)
+	d.positive(epsN, "train.eps", t.Eps)
+	wdN, _ := d.floatField(f, "weight_decay", &t.WeightDecay)
+	d.nonNegative(wdN, "train.weight_decay", t.WeightDecay)
+	gcN, _ := d.floatField(f, "grad_clip", &t.GradClip)
+	d.nonNegative(gcN, "train.grad_clip", t.GradClip)
+	wsN, _ := d.intField(f, "warmup_steps", &t.WarmupSteps)
+	d.atLeast(wsN, "train.warmup_steps", t.WarmupSteps, 0)
+	wiN, _ := d.floatField(f, "warmup_init_lr", &t.WarmupInitLR)
+	d.nonNegative(wiN, "train.warmup_init_lr", t.WarmupInitLR)
+	if n := f.get("decay"); n != nil {
+		if v, ok := d.stringValue(n, "train.decay"); ok {
+			if !contains(Decays, v) {
+				d.errorf(n, "train.decay: want one of %s, got %q", quoteList(Decays), v)
+			} else {
+				t.Decay = v
+			}
+		}
+	}
+	dsN, _ := d.intField(f, "decay_steps", &t.DecaySteps)
+	d.atLeast(dsN, "train.decay_steps", t.DecaySteps, 0)
+	if t.DecaySteps == 0 {
+		t.DecaySteps = t.Steps
+	}
+	ceN, _ := d.intField(f, "checkpoint_every", &t.CheckpointEvery)
+	d.atLeast(ceN, "train.checkpoint_every", t.CheckpointEvery, 0)
+}
+
+// quoteList formats list as "a", "b" or "c".
+func quoteList(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
+	}
+	if len(q) <= 1 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+// expr compiles the expression under key, recording any error.
+func (d *decoder) expr(f *fields, key string, kind reflect.Kind) *Expr {
+	n := f.get(key)
+	if n == nil {
+		return nil
+	}
+	e, err := CompileNode(d.file, n, kind, join(f.path, key))
+	if err != nil {
+		d.errs.Append(err)
+		return nil
+	}
+	return e
+}
+
+// policies decodes `policies:`.
+func (d *decoder) policies(s *Spec, top *fields) {
+	f, _ := d.section(top, "policies", policiesKeys)
+	p := &s.Policies
+	p.Offload = d.expr(f, "offload", reflect.Bool)
+	p.OffloadOptimizer = d.expr(f, "offload_optimizer", reflect.Bool)
+	p.Recompute = d.expr(f, "recompute", reflect.Bool)
+	p.Precision = d.expr(f, "precision", reflect.String)
+	if p.Precision != nil {
+		n := f.get("precision")
+		values, offsets := p.Precision.StringResults()
+		for i, v := range values {
+			if !contains(Precisions, v) {
+				d.errs.Addf(ValuePos(d.file, n, offsets[i]), "policies.precision: unknown precision %q (want %s)", v, quoteList(Precisions))
+			}
+		}
+	}
+}
+
+// stages decodes `stages:`.
+func (d *decoder) stages(s *Spec, top *fields) {
+	f, _ := d.section(top, "stages", stagesKeys)
+	ids := map[string]*yaml.Node{}
+	for _, phase := range []Phase{Setup, Step} {
+		n := f.get(string(phase))
+		if isNull(n) {
+			continue
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, "stages.%s: want a list of stages, got %s", phase, describe(n))
+			continue
+		}
+		for i, e := range n.Content {
+			if st := d.stage(e, phase, fmt.Sprintf("stages.%s[%d]", phase, i), ids); st != nil {
+				if phase == Setup {
+					s.Setup = append(s.Setup, st)
+				} else {
+					s.Step = append(s.Step, st)
+				}
+			}
+		}
+	}
+}
+
+// stage decodes one entry of stages.setup or stages.step.
+func (d *decoder) stage(e *yaml.Node, phase Phase, path string, ids map[string]*yaml.Node) *Stage {
+	e = resolve(e)
+	if e == nil || e.Kind != yaml.MappingNode {
+		d.errorf(e, "%s: want a stage (a mapping with id and uses), got %s", path, describe(e))
+		return nil
+	}
+	f := d.mapping(e, e, path, stageKeys)
+	d.require(f, "id", "uses")
+	st := &Stage{Phase: phase, Pos: d.pos(e)}
+	if n := f.get("id"); !isNull(n) {
+		if v, ok := d.stringValue(n, path+".id"); ok {
+			switch prev, dup := ids[v]; {
+			case !stageIDRE.MatchString(v):
+				d.errorf(n, "%s.id: invalid id %q: use lower-case letters, digits and '_', starting with a letter", path, v)
+			case dup:
+				d.errorf(n, "%s.id: duplicate stage id %q (first at line %d)", path, v, prev.Line)
+			default:
+				ids[v] = n
+			}
+			st.ID = v
+		}
+	}
+	if n := f.get("uses"); !isNull(n) {
+		if v, ok := d.stringValue(n, path+".uses"); ok {
+			if strings.TrimSpace(v) == "" {
+				d.errorf(n, "%s.uses: must not be empty", path)
+			}
+			st.Uses = v
+		}
+		st.UsesPos = d.pos(n)
+	}
+	if n := f.get("needs"); !isNull(n) {
+		items := []*yaml.Node{n}
+		if n.Kind == yaml.SequenceNode {
+			items = n.Content
+		}
+		for i, c := range items {
+			c = resolve(c)
+			p := path + ".needs"
+			if n.Kind == yaml.SequenceNode {
+				p = fmt.Sprintf("%s[%d]", p, i)
+			}
+			if c == nil || c.Kind != yaml.ScalarNode || c.ShortTag() != "!!str" {
+				d.errorf(c, "%s: want a stage id or a list of stage ids, got %s", p, describe(c))
+				continue
+			}
+			if c.Value == "" {
+				d.errorf(c, "%s: must not be empty", p)
+				continue
+			}
+			st.Needs = append(st.Needs, Ref{Name: c.Value, Pos: d.pos(c)})
+		}
+	}
+	if n := f.get("with"); !isNull(n) {
+		if n.Kind != yaml.MappingNode {
+			d.errorf(n, "%s.with: want a mapping of parameters, got %s", path, describe(n))
+		} else {
+			st.With = n
+		}
+	}
+	st.When = d.expr(f, "when", reflect.Bool)
+	return st
+}
+
+// DecodeWith decodes the stage's `with:` block into the struct out points to
+// with DecodeStrict. A required key missing from an absent `with:` block is
+// reported at the stage entry.
+func (s *Stage) DecodeWith(out any) Errors {
+	if s.With != nil {
+		return DecodeStrictIn(s.Pos.File, s.With, out, "with")
+	}
+	at := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: s.Pos.Line, Column: s.Pos.Col}
+	return DecodeStrictIn(s.Pos.File, at, out, "with")
+}

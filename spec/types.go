@@ -1,0 +1,184 @@
+// Package spec holds the rlpipe job spec (version 1): its typed form, the YAML
+// loader that keeps the position of every value, and the policy expressions.
+package spec
+
+import (
+	"fmt"
+
+	"github.com/expr-lang/expr/vm"
+	"go.yaml.in/yaml/v3"
+)
+
+// Pos is a position in a spec file. Line and Col are 1-based.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+// String formats the position as file:line:col.
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// Phase says when a stage runs: setup stages run once before the first step,
+// step stages run on every training step.
+type Phase string
+
+// The two phases of a pipeline.
+const (
+	Setup Phase = "setup"
+	Step  Phase = "step"
+)
+
+// Spec is a validated job spec.
+type Spec struct {
+	Version  int
+	Name     string
+	File     string // path the spec was read from
+	Dir      string // directory of File; relative paths in the spec resolve against it
+	Models   []*Model
+	Mesh     Mesh
+	Data     Data
+	Train    Train
+	Policies Policies
+	Setup    []*Stage // stages.setup, in file order
+	Step     []*Stage // stages.step, in file order
+}
+
+// Model is one entry of `models:`.
+type Model struct {
+	Name   string // key under models:
+	Role   string // "actor" or "ref"
+	Path   string // HF checkpoint directory, resolved against Spec.Dir; empty when CopyOf is set
+	CopyOf string // name of the model this one starts as a copy of
+	Pos    Pos
+}
+
+// Mesh is the device mesh.
+type Mesh struct {
+	Nodes       int    // default 1
+	GPUsPerNode int    // default 1
+	DP          int    // data-parallel (FSDP) size; default Nodes*GPUsPerNode, must equal it
+	GPU         string // memory preset name or byte count; empty means "ask NVML or --gpu"
+	Pos         Pos
+}
+
+// WorldSize is the number of ranks in the mesh.
+func (m Mesh) WorldSize() int { return m.Nodes * m.GPUsPerNode }
+
+// Data describes the rollout data and how it is batched.
+type Data struct {
+	Rollouts         string  // JSONL path, resolved against Spec.Dir
+	GlobalBatchSize  int     // samples per optimizer step over all dp ranks
+	SamplesPerPrompt int     // n, the GRPO group size
+	MaxTokensPerGPU  int     // upper bound of one packed micro-batch
+	MaxSeqLen        int     // longest sample (prompt + response) accepted
+	Temperature      float64 // rollout temperature; default 1
+	StepsPerRollout  int     // optimizer steps taken on one rollout batch; default 1
+	Pos              Pos
+}
+
+// Train holds the training loop and optimizer hyper-parameters.
+type Train struct {
+	Steps           int
+	Seed            int64
+	LR              float64 // default 1e-6
+	MinLR           float64 // default 0
+	Betas           [2]float64
+	Eps             float64 // default 1e-8
+	WeightDecay     float64 // default 0
+	GradClip        float64 // global L2 norm; default 1.0; 0 disables
+	WarmupSteps     int     // default 0
+	WarmupInitLR    float64 // default 0
+	Decay           string  // "constant" (default), "linear", "cosine"
+	DecaySteps      int     // default Steps
+	CheckpointEvery int     // steps between checkpoints; 0 = only at the end
+	Pos             Pos
+}
+
+// Policies are per-model / per-layer decisions written as expressions.
+// A nil expression means the default.
+type Policies struct {
+	Offload          *Expr // bool, per model: sharded params in pinned host memory. default false
+	OffloadOptimizer *Expr // bool, per model: grads and AdamW state in pinned host memory. default false
+	Precision        *Expr // string "bf16"|"fp32", per layer: compute dtype of the unit. default "bf16"
+	Recompute        *Expr // bool, per layer: activation checkpointing of the unit. default true
+}
+
+// Stage is one entry of stages.setup or stages.step.
+type Stage struct {
+	ID      string
+	Uses    string     // stage kind, e.g. "load_hf"
+	Needs   []Ref      // ids this stage runs after
+	With    *yaml.Node // kind-specific parameters, decoded by the stage registry; nil when absent
+	When    *Expr      // bool; nil means always
+	Phase   Phase
+	Pos     Pos // position of the entry
+	UsesPos Pos
+}
+
+// Ref is a reference to another entry by name, with the position of the reference.
+type Ref struct {
+	Name string
+	Pos  Pos
+}
+
+// Expr is a compiled policy or `when` expression.
+type Expr struct {
+	Src     string
+	Pos     Pos // position of the first character of the expression source
+	Program *vm.Program
+}
+
+// Env is the environment every expression is compiled and evaluated against.
+// Fields a context does not define hold their zero values.
+type Env struct {
+	Model ModelEnv `expr:"model"`
+	Layer LayerEnv `expr:"layer"`
+	Mesh  MeshEnv  `expr:"mesh"`
+	GPU   GPUEnv   `expr:"gpu"`
+	Stage StageEnv `expr:"stage"`
+	Step  int      `expr:"step"`
+}
+
+// ModelEnv describes a model to an expression.
+type ModelEnv struct {
+	Name       string `expr:"name"`
+	Role       string `expr:"role"`   // "actor" | "ref"
+	Family     string `expr:"family"` // "llama" | "qwen2" | "qwen3" | "mistral"
+	Params     int64  `expr:"params"`
+	ParamBytes int64  `expr:"param_bytes"` // fp32 master bytes of the whole model
+	NumLayers  int    `expr:"num_layers"`
+	HiddenSize int    `expr:"hidden_size"`
+	VocabSize  int    `expr:"vocab_size"`
+	Trainable  bool   `expr:"trainable"`
+}
+
+// LayerEnv describes one FSDP unit to an expression.
+type LayerEnv struct {
+	Index      int    `expr:"index"` // decoder layer index; -1 for embed, NumLayers for head
+	Kind       string `expr:"kind"`  // "embed" | "decoder" | "head"
+	IsFirst    bool   `expr:"is_first"`
+	IsLast     bool   `expr:"is_last"`
+	Params     int64  `expr:"params"`
+	ParamBytes int64  `expr:"param_bytes"`
+}
+
+// MeshEnv describes the mesh to an expression.
+type MeshEnv struct {
+	Nodes       int `expr:"nodes"`
+	GPUsPerNode int `expr:"gpus_per_node"`
+	WorldSize   int `expr:"world_size"`
+	DP          int `expr:"dp"`
+}
+
+// GPUEnv describes the GPU to an expression.
+type GPUEnv struct {
+	Name        string `expr:"name"`
+	MemoryBytes int64  `expr:"memory_bytes"`
+}
+
+// StageEnv describes the current stage to an expression.
+type StageEnv struct {
+	ID   string `expr:"id"`
+	Kind string `expr:"kind"`
+}
