@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/nvml"
+	"github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages"
+)
+
+// loaded is a spec taken through every validation step.
+type loaded struct {
+	spec  *spec.Spec
+	graph *runtime.Graph
+	job   *stages.Job
+}
+
+// gpuFlag registers the --gpu flag on fs.
+func gpuFlag(fs *flag.FlagSet) *string {
+	return fs.String("gpu", "", "GPU memory: a preset ("+strings.Join(gpu.PresetNames(), ", ")+") or a byte count; default: the spec's mesh.gpu, then NVML")
+}
+
+// resolveGPU picks the GPU memory figure: --gpu, then mesh.gpu, then NVML.
+func resolveGPU(flagValue string, s *spec.Spec) (stages.GPU, error) {
+	if flagValue != "" {
+		name, bytes, err := gpu.ParseGPU(flagValue)
+		if err != nil {
+			return stages.GPU{}, fmt.Errorf("--gpu: %w", err)
+		}
+		return stages.GPU{Name: name, Bytes: bytes, Source: "--gpu"}, nil
+	}
+	if s.Mesh.GPU != "" {
+		name, bytes, err := gpu.ParseGPU(s.Mesh.GPU)
+		if err != nil {
+			return stages.GPU{}, spec.Errors{spec.Errorf(s.Mesh.Pos, "mesh.gpu: %v", err)}
+		}
+		return stages.GPU{Name: name, Bytes: bytes, Source: "spec mesh.gpu"}, nil
+	}
+	devs, err := nvml.Devices()
+	if err != nil || len(devs) == 0 {
+		if err == nil {
+			err = errors.New("nvml: no GPUs")
+		}
+		return stages.GPU{}, fmt.Errorf("no GPU memory figure: pass --gpu (one of %s, or bytes) or set mesh.gpu (%v)", strings.Join(gpu.PresetNames(), ", "), err)
+	}
+	return stages.GPU{Name: devs[0].Name, Bytes: devs[0].MemoryBytes, Source: "NVML"}, nil
+}
+
+// load reads, validates and resolves the spec at path.
+func load(path, gpuValue string) (*loaded, error) {
+	s, err := spec.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	g, err := runtime.NewGraph(s)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := resolveGPU(gpuValue, s)
+	if err != nil {
+		return nil, err
+	}
+	var order []*spec.Stage
+	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
+		for _, n := range g.Order(ph) {
+			order = append(order, n.Stage)
+		}
+	}
+	j, err := stages.Resolve(s, order, dev)
+	if err != nil {
+		return nil, err
+	}
+	return &loaded{spec: s, graph: g, job: j}, nil
+}
+
+// report prints a load error and returns the exit code for it.
+func (env *cli) report(err error) int {
+	var se spec.Errors
+	if errors.As(err, &se) {
+		fmt.Fprintln(env.stderr, se.Error())
+		fmt.Fprintf(env.stderr, "%d problem(s)\n", len(se))
+		return exitInvalid
+	}
+	var e *spec.Error
+	if errors.As(err, &e) {
+		fmt.Fprintln(env.stderr, e.Error())
+		if s := e.Snippet(); s != "" {
+			fmt.Fprintln(env.stderr, s)
+		}
+		return exitInvalid
+	}
+	fmt.Fprintf(env.stderr, "rlpipe: %v\n", err)
+	return exitFailed
+}
+
+// loadGraph reads the spec and builds its DAG without resolving models.
+func loadGraph(path string) (*runtime.Graph, error) {
+	s, err := spec.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.NewGraph(s)
+}

@@ -1,0 +1,35 @@
+package stages
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// writeTemp writes a spec next to a copy of testdata/tiny so relative model
+// paths still resolve.
+func writeTemp(t *testing.T, name, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tiny"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := readFile(t, filepath.Join("testdata", "tiny", "config.json"))
+	if err := os.WriteFile(filepath.Join(dir, "tiny", "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,221 @@
+package stages
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// resolveFile loads, graphs and resolves a spec file for tests.
+func resolveFile(t *testing.T, path string) *Job {
+	t.Helper()
+	s, err := spec.Load(path)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	g, err := runtime.NewGraph(s)
+	if err != nil {
+		t.Fatalf("graph: %v", err)
+	}
+	var order []*spec.Stage
+	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
+		for _, n := range g.Order(ph) {
+			order = append(order, n.Stage)
+		}
+	}
+	j, err := Resolve(s, order, GPU{Name: "test", Bytes: 1 << 30, Source: "test"})
+	if err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	return j
+}
+
+func opIndex(t *testing.T, p *plan.Plan, stage, name string) int {
+	t.Helper()
+	for _, o := range p.Ops {
+		if o.Stage == stage && o.Name == name {
+			return o.Index
+		}
+	}
+	t.Fatalf("no op %q in stage %q", name, stage)
+	return -1
+}
+
+// The tiny Qwen2 config: H=8, I=16, L=2, Hq=2, Hkv=1, D=4, V=32, q/k/v bias,
+// untied. Parameter elements, counted by hand:
+//
+//	embed  32*8                                   = 256
+//	layer  8 (norm1) + 64+8 (q) + 32+4 (k) + 32+4 (v) + 64 (o)
+//	       + 8 (norm2) + 128+128+128 (gate, up, down) = 608
+//	head   8 (norm) + 32*8 (lm_head)              = 264
+//	total  256 + 2*608 + 264                      = 1736
+const tinyParams = 1736
+
+func TestPlanTinyByHand(t *testing.T) {
+	j := resolveFile(t, filepath.Join("testdata", "tiny.yaml"))
+	p, err := Plan(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	al := plan.AlignUp
+	want := map[string]int64{
+		// trainable actor: fp32 master, grads, m, v
+		"actor.params": al(4 * tinyParams), "actor.grads": al(4 * tinyParams),
+		"actor.adam_m": al(4 * tinyParams), "actor.adam_v": al(4 * tinyParams),
+		// frozen ref keeps its shards in the compute dtype (bf16 by default)
+		"ref.params": al(2 * tinyParams),
+		// bf16 gathered units
+		"ref.gathered.embed": al(2 * 256), "ref.gathered.layer0": al(2 * 608), "ref.gathered.head": al(2 * 264),
+		// one logits chunk: 4 tokens x 32 vocab x fp32
+		"ref.head.logits": 4 * 4 * 32, "train.head.logits": 4 * 4 * 32,
+		// fp32 residual stream of 16 tokens x 8
+		"ref.resid.embed": 4 * 16 * 8,
+		// packed step data on the host: 4 samples x 8 tokens x 5 int32/fp32 arrays
+		"pack.packed": al(4 * 8 * 5 * 4),
+		// cu_seqlens for up to 16 sequences
+		"ref.io.cu_seqlens": al(4 * 17),
+		// the unsharded bf16 grad of a decoder unit
+		"train.grad.layer1": al(2 * 608),
+	}
+	for name, bytes := range want {
+		b := p.Buffer(name)
+		if b == nil {
+			t.Errorf("no buffer %q", name)
+			continue
+		}
+		if b.Bytes != bytes {
+			t.Errorf("%s = %d bytes, want %d", name, b.Bytes, bytes)
+		}
+	}
+
+	// Everything live during ref's "layer0 qkv" op, by hand:
+	//   cuBLAS workspace                        32 MiB
+	//   actor params, grads, m, v               4 x 7168
+	//   ref params                              3584
+	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
+	//   gathered layer0 and prefetched layer1   2 x 1280
+	//   fp32 residual                           512
+	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
+	op := opIndex(t, p, "ref", "layer0 qkv")
+	wantLive := int64(32<<20) + 4*7168 + 3584 + 6*256 + 2*1280 + 512 + 4*256
+	if got, _ := p.LiveBytes(op, false); got != wantLive {
+		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
+	}
+
+	// Activation checkpointing (recompute defaults to true): the train
+	// forward keeps only each decoder layer's fp32 input until its backward.
+	for _, n := range []string{"train.resid.embed", "train.resid.layer0"} {
+		b := p.Buffer(n)
+		if b == nil || b.Bytes != 4*16*8 {
+			t.Fatalf("%s = %+v, want a 512-byte saved input", n, b)
+		}
+	}
+	if b := p.Buffer("train.saved.layer0.xn"); b != nil {
+		t.Errorf("recomputed layer keeps %s", b.Name)
+	}
+	if b := p.Buffer("train.rc.layer0.gate"); b == nil || b.Bytes != al(2*16*16) {
+		t.Errorf("recompute buffer train.rc.layer0.gate = %+v, want %d bytes", b, al(2*16*16))
+	}
+	saved := p.Buffer("train.resid.embed")
+	if bwd := opIndex(t, p, "train", "layer0 norm1 backward"); saved.End < bwd {
+		t.Errorf("layer0's input dies at op %d, before its backward at %d", saved.End, bwd)
+	}
+	checkInvariants(t, p)
+}
+
+// checkInvariants checks what every plan must satisfy: live buffers never
+// share bytes, the arena holds the peak, and the peak is the max live bytes.
+func checkInvariants(t *testing.T, p *plan.Plan) {
+	t.Helper()
+	var peak int64
+	for i := range p.Ops {
+		if n, _ := p.LiveBytes(i, false); n > peak {
+			peak = n
+		}
+	}
+	if peak != p.PeakBytes {
+		t.Errorf("PeakBytes = %d, max live = %d", p.PeakBytes, peak)
+	}
+	if p.DeviceArena < p.PeakBytes {
+		t.Errorf("arena %d smaller than peak %d", p.DeviceArena, p.PeakBytes)
+	}
+	for i, a := range p.Buffers {
+		if a.Bytes == 0 {
+			continue
+		}
+		if a.Offset+a.Bytes > map[bool]int64{false: p.DeviceArena, true: p.HostArena}[a.Host] {
+			t.Errorf("%s ends past its arena", a.Name)
+		}
+		for _, b := range p.Buffers[i+1:] {
+			if a.Host != b.Host || b.Bytes == 0 {
+				continue
+			}
+			if a.Start <= b.End && b.Start <= a.End && a.Offset < b.Offset+b.Bytes && b.Offset < a.Offset+a.Bytes {
+				t.Errorf("%s and %s are live together and overlap", a.Name, b.Name)
+			}
+		}
+	}
+}
+
+func TestPlanPolicies(t *testing.T) {
+	tests := []struct {
+		name     string
+		policies string
+		check    func(t *testing.T, p *plan.Plan)
+	}{
+		{"offload ref", `offload: 'model.role == "ref"'`, func(t *testing.T, p *plan.Plan) {
+			if b := p.Buffer("ref.params"); !b.Host {
+				t.Error("ref params not on host")
+			}
+			if b := p.Buffer("ref.h2d.layer0"); b == nil || b.Bytes != plan.AlignUp(2*608) {
+				t.Errorf("ref.h2d.layer0 = %+v, want a bf16 shard staging buffer", b)
+			}
+		}},
+		{"offload optimizer", `offload_optimizer: 'model.trainable'`, func(t *testing.T, p *plan.Plan) {
+			for _, n := range []string{"actor.grads", "actor.adam_m", "actor.adam_v"} {
+				if !p.Buffer(n).Host {
+					t.Errorf("%s not on host", n)
+				}
+			}
+			if p.Buffer("actor.params").Host {
+				t.Error("actor params offloaded without the offload policy")
+			}
+			if b := p.Buffer("train.opt.stage.m"); b == nil {
+				t.Error("no optimizer staging buffer")
+			}
+		}},
+		{"fp32 head", `precision: 'layer.kind == "head" ? "fp32" : "bf16"'`, func(t *testing.T, p *plan.Plan) {
+			if b := p.Buffer("ref.gathered.head"); b.Bytes != plan.AlignUp(4*264) {
+				t.Errorf("fp32 head gathered = %d", b.Bytes)
+			}
+			if b := p.Buffer("ref.gathered.layer0"); b.Bytes != plan.AlignUp(2*608) {
+				t.Errorf("bf16 layer gathered = %d", b.Bytes)
+			}
+		}},
+		{"no recompute", `recompute: 'false'`, func(t *testing.T, p *plan.Plan) {
+			if b := p.Buffer("train.saved.layer0.gate"); b == nil || b.Bytes != plan.AlignUp(2*16*16) {
+				t.Errorf("train.saved.layer0.gate = %+v", b)
+			}
+			if b := p.Buffer("train.rc.layer0.gate"); b != nil {
+				t.Error("recompute buffer declared with recompute off")
+			}
+		}},
+	}
+	base := readFile(t, filepath.Join("testdata", "tiny.yaml"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := base + "policies:\n  " + tt.policies + "\n"
+			path := writeTemp(t, "tiny.yaml", src)
+			j := resolveFile(t, path)
+			p, err := Plan(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, p)
+			checkInvariants(t, p)
+		})
+	}
+}

@@ -1,0 +1,134 @@
+// Package stages holds the Stage interface, the registry of stage kinds
+// (modelled on Caddy's modules: kinds register at init, their `with:` block is
+// decoded strictly into the kind's parameter struct over its defaults, then
+// validated against the job) and the standard kinds: load_hf, apply_fsdp2,
+// pack, ref_logprob, actor_logprob, train and update_ref.
+package stages
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// Stage is one configured stage: the kind's parameter struct after decoding.
+// Implementations are pointers to structs whose yaml tags name the keys of
+// the stage's `with:` block.
+type Stage interface {
+	// Validate checks the parameters against the job (models, other stages).
+	Validate(vc *ValidateContext) spec.Errors
+	// Plan declares the ops and buffers the stage allocates on each device.
+	Plan(pc *PlanContext) error
+}
+
+// Kind describes a registered stage kind.
+type Kind struct {
+	Name  string
+	Phase spec.Phase // the phase the kind runs in
+	Doc   string     // one line for `rlpipe stages`
+	// New returns the kind's parameter struct with its defaults filled in.
+	New func() Stage
+}
+
+var (
+	mu    sync.RWMutex
+	kinds = map[string]Kind{}
+)
+
+// Register adds a stage kind. It panics on a duplicate or malformed kind:
+// registration happens at init time and is a programming error, not input.
+func Register(k Kind) {
+	mu.Lock()
+	defer mu.Unlock()
+	if k.Name == "" || k.New == nil {
+		panic("stages: Register needs a name and a New function")
+	}
+	if _, dup := kinds[k.Name]; dup {
+		panic(fmt.Sprintf("stages: kind %q registered twice", k.Name))
+	}
+	kinds[k.Name] = k
+}
+
+// Lookup returns the kind registered under name.
+func Lookup(name string) (Kind, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	k, ok := kinds[name]
+	return k, ok
+}
+
+// Kinds returns every registered kind sorted by name.
+func Kinds() []Kind {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Kind, 0, len(kinds))
+	for _, k := range kinds {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func kindNames() string {
+	var names []string
+	for _, k := range Kinds() {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Decode builds the Stage for one spec entry: it looks the kind up, decodes
+// the entry's `with:` block strictly over the kind's defaults and checks that
+// the entry sits in the kind's phase.
+func Decode(st *spec.Stage) (Stage, spec.Errors) {
+	k, ok := Lookup(st.Uses)
+	if !ok {
+		msg := fmt.Sprintf("unknown stage kind %q (known: %s)", st.Uses, kindNames())
+		if s := closest(st.Uses, Kinds()); s != "" {
+			msg = fmt.Sprintf("unknown stage kind %q (did you mean %q?)", st.Uses, s)
+		}
+		return nil, spec.Errors{spec.Errorf(st.UsesPos, "%s", msg)}
+	}
+	var errs spec.Errors
+	if k.Phase != st.Phase {
+		errs = append(errs, spec.Errorf(st.UsesPos, "stage kind %q runs in stages.%s, not stages.%s", k.Name, k.Phase, st.Phase))
+	}
+	s := k.New()
+	if st.With != nil {
+		errs = append(errs, spec.DecodeStrict(st.UsesPos.File, st.With, s)...)
+	}
+	return s, errs
+}
+
+func closest(name string, ks []Kind) string {
+	best, bestD := "", 3
+	for _, k := range ks {
+		if d := editDistance(name, k.Name); d < bestD {
+			best, bestD = k.Name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
