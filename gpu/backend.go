@@ -1,0 +1,196 @@
+// Package gpu defines the compute backend that the decoder math is written
+// against: memory, tensors (views at offsets into a planned arena), streams,
+// transfers and the transformer ops, with dtype helpers and GPU memory
+// presets. Implementations live in sub-packages (gpu/cpu is the pure-Go
+// reference).
+//
+// Ops never allocate device memory: every output and workspace is a Tensor
+// passed in by the caller, so the memory plan is the whole allocation. All
+// shapes are checked and mismatches are returned as errors. Ops run in issue
+// order on the backend's current stream (see Backend.On); on the CPU backend
+// they complete before returning.
+package gpu
+
+// Stream is an ordered queue of device work. On the CPU backend every
+// operation completes before it returns and streams are no-ops.
+type Stream interface {
+	// Sync blocks until all work issued on the stream has completed.
+	Sync() error
+	// Record returns an event that completes when the work issued on the
+	// stream so far has completed.
+	Record() (Event, error)
+	// Wait makes work issued on the stream after this call wait for e.
+	Wait(e Event) error
+	// Close releases the stream.
+	Close() error
+}
+
+// Event marks a point in a stream.
+type Event interface {
+	// Sync blocks until the event has completed.
+	Sync() error
+	// Close releases the event.
+	Close() error
+}
+
+// RoPEScaling is the rope_scaling (transformers 4) or rope_parameters
+// (transformers 5) block of a config. A nil *RoPEScaling, Type "" and Type
+// "default" all mean unscaled rotary embeddings.
+type RoPEScaling struct {
+	// Type is the rope_type: "default", "linear" or "llama3".
+	Type string
+	// Factor divides the frequencies ("linear") or the low frequencies
+	// ("llama3").
+	Factor float64
+	// LowFreqFactor and HighFreqFactor bound the smoothly interpolated band
+	// ("llama3").
+	LowFreqFactor, HighFreqFactor float64
+	// OriginalMaxPositionEmbeddings is the pre-training context length
+	// ("llama3").
+	OriginalMaxPositionEmbeddings int
+}
+
+// Backend is a compute device. Tensors passed to its methods must live in
+// Memory that the backend (or a compatible one, such as its pinned host
+// memory) allocated. Unless stated otherwise, floating-point operands may be
+// F32, BF16 or F16 independently: values are read as float32, computed in
+// float32 (or float64 for reductions) and written back with
+// round-to-nearest-even. "(accumulate)" means the op adds into the output;
+// otherwise outputs are overwritten. In-place use (an output that is also an
+// input) is allowed only where documented.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda:0", ...).
+	Name() string
+
+	// Alloc allocates device memory; it is meant to be called once per
+	// device for the arena that the memory plan divides. Contents are zero
+	// on the CPU backend and undefined elsewhere.
+	Alloc(bytes int64) (Memory, error)
+	// AllocHost allocates pinned host memory (HostMemory), e.g. for offloaded
+	// parameters and optimizer state.
+	AllocHost(bytes int64) (Memory, error)
+	// Free releases memory from Alloc or AllocHost.
+	Free(m Memory) error
+
+	// NewStream creates a stream (for overlapping copies with compute).
+	NewStream() (Stream, error)
+	// DefaultStream returns the stream ops run on when no other is chosen.
+	DefaultStream() Stream
+	// On returns a view of the backend whose operations are issued on s.
+	On(s Stream) Backend
+	// Sync blocks until all work on all streams of the device has completed.
+	Sync() error
+
+	// Upload converts src to dst's dtype and writes it; len(src) must equal
+	// dst.Numel().
+	Upload(dst Tensor, src []float32) error
+	// UploadI32 writes src into an I32 tensor; len(src) must equal Numel.
+	UploadI32(dst Tensor, src []int32) error
+	// UploadBytes writes raw little-endian bytes; len(src) == dst.Bytes().
+	UploadBytes(dst Tensor, src []byte) error
+	// Download converts src to float32 into dst; len(dst) == src.Numel().
+	Download(dst []float32, src Tensor) error
+	// DownloadI32 reads an I32 tensor; len(dst) == src.Numel().
+	DownloadI32(dst []int32, src Tensor) error
+	// DownloadBytes reads raw bytes; len(dst) == src.Bytes().
+	DownloadBytes(dst []byte, src Tensor) error
+	// Copy copies src into dst (same element count, shapes may differ),
+	// casting between dtypes; the tensors may be in different memories
+	// (device and pinned host). Overlapping src and dst must be identical.
+	Copy(dst, src Tensor) error
+	// Fill sets every element of dst to v (rounded to dst's dtype).
+	Fill(dst Tensor, v float32) error
+	// Zero sets every byte of dst to zero.
+	Zero(dst Tensor) error
+
+	// Embedding gathers rows: dst[t] = table[ids[t]]. dst [T,H], table
+	// [V,H], ids I32 [T]; an id outside [0,V) is an error.
+	Embedding(dst, table, ids Tensor) error
+	// EmbeddingBackward scatters (accumulate): dTable[ids[t]] += dY[t].
+	EmbeddingBackward(dTable, dY, ids Tensor) error
+
+	// RMSNorm computes, row by row over x [T,H], rstd = 1/sqrt(mean(x²)+eps)
+	// (saved to rstd, F32 [T]) and dst = w * round_x(x*rstd), i.e. HF Llama
+	// and Qwen2 RMSNorm: the normalised row is cast to x's dtype before the
+	// weight w [H] multiplies it. Used for Qwen3 q/k norm with x viewed as
+	// [T*heads, D]. dst may be x.
+	RMSNorm(dst, rstd, x, w Tensor, eps float32) error
+	// RMSNormBackward computes dx (write) and dw (accumulate; may be empty
+	// to skip) from dy, x, w and the rstd saved by RMSNorm. dx may be dy.
+	RMSNormBackward(dx, dw, dy, x, w, rstd Tensor) error
+
+	// Gemm computes c = alpha*op(a)@op(b) + beta*c with float32
+	// accumulation, where op(a) is a or aᵀ (transA) and op(b) likewise; all
+	// three are 2-D, op(a) [M,K], op(b) [K,N], c [M,N]. With beta == 0, c is
+	// not read. c must not overlap a or b. A linear layer y = x@Wᵀ is
+	// Gemm(y, x, W, false, true, 1, 0).
+	Gemm(c, a, b Tensor, transA, transB bool, alpha, beta float32) error
+	// AddBias adds b [N] to every row of y [T,N] (in place).
+	AddBias(y, b Tensor) error
+	// BiasGrad accumulates the column sums of dy [T,N] into db [N].
+	BiasGrad(db, dy Tensor) error
+
+	// RoPE rotates x [T,heads,D] in place by position pos (I32 [T]) with
+	// the HF rotate-half convention (element i pairs with i+D/2), matching
+	// HF apply_rotary_pos_emb including its roundings: cos and sin are cast
+	// to x's dtype, and x*cos, rotate_half(x)*sin and their sum are each
+	// rounded to it. Frequencies are RoPEInvFreq(D, theta, scaling).
+	RoPE(x, pos Tensor, theta float64, scaling *RoPEScaling) error
+	// RoPEBackward turns dy [T,heads,D] into dx in place: the rotation by the
+	// negative angle (the transpose of RoPE).
+	RoPEBackward(dx, pos Tensor, theta float64, scaling *RoPEScaling) error
+
+	// Attention is causal scaled-dot-product attention over packed
+	// variable-length sequences: q [T,Hq,D], k and v [T,Hkv,D], out
+	// [T,Hq,D], lse F32 [Hq,T] (saved log-sum-exp of the scaled scores, for
+	// the backward), cuSeqlens I32 [S+1] with cuSeqlens[0] == 0,
+	// non-decreasing, cuSeqlens[S] == T. A token attends to the tokens of
+	// its own sequence at or before it. Query head h uses kv head
+	// h/(Hq/Hkv) (grouped-query attention; Hq must be a multiple of Hkv).
+	// scale multiplies q·k (usually 1/sqrt(D)). No [T,T] matrix is formed.
+	Attention(out, lse, q, k, v, cuSeqlens Tensor, scale float32) error
+	// AttentionBackward computes dq [T,Hq,D], dk and dv [T,Hkv,D] (write;
+	// dk and dv are summed over the query heads sharing a kv head) from
+	// dout, and out and lse saved by Attention.
+	AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens Tensor, scale float32) error
+
+	// SwiGLU computes out = silu(gate)*up elementwise (HF rounding: silu is
+	// rounded to gate's dtype before the product). All shapes equal; out may
+	// be gate or up.
+	SwiGLU(out, gate, up Tensor) error
+	// SwiGLUBackward computes dGate and dUp (write) from dOut, gate and up.
+	// All shapes equal; dGate may be dOut, dGate must not be gate or up.
+	SwiGLUBackward(dGate, dUp, dOut, gate, up Tensor) error
+
+	// Add computes dst = a + b elementwise (shapes equal; dst may be a or b).
+	Add(dst, a, b Tensor) error
+	// Scale computes x *= s in place.
+	Scale(x Tensor, s float32) error
+	// AddScaled computes dst += s*x (shapes equal).
+	AddScaled(dst, x Tensor, s float32) error
+
+	// LogProbs computes, for a chunk of C tokens, logits = h@wᵀ (h [C,H], w
+	// [V,H], float32 accumulation) into the F32 workspace logits [C,V], then
+	// logp[c] = log_softmax(logits[c]/temperature)[targets[c]] (logp F32
+	// [C], targets I32 [C] in [0,V)) and, unless entropy is empty, entropy[c]
+	// = −Σ p log p of softmax(logits[c]) (of logits[c]/temperature when
+	// entropyTempered). temperature must be positive.
+	LogProbs(logp, entropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
+	// LogProbsBackward recomputes the logits into the workspace, turns them
+	// into dlogits in place, and computes dh = dlogits@w (write, [C,H]) and
+	// dw += dlogitsᵀ@h (accumulate, [V,H]) from dlogp F32 [C] and dentropy
+	// F32 [C] (may be empty: no entropy term). dw may be empty to skip it.
+	LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
+
+	// AdamW performs one torch.optim.AdamW step (decoupled weight decay,
+	// bias correction, eps added after the square root) on F32 tensors of
+	// equal shape: p -= lr*wd*p; m = lerp(m, g, 1-beta1); v = beta2*v +
+	// (1-beta2)*g²; p -= lr/(1-beta1^step) * m / (sqrt(v)/sqrt(1-beta2^step)
+	// + eps). step counts from 1. The hyper-parameters are float64 like the
+	// Python floats torch receives; scalar factors are formed in float64 and
+	// applied in float32, in torch's operation order.
+	AdamW(p, g, m, v Tensor, lr, beta1, beta2, eps, weightDecay float64, step int) error
+	// SumSquares returns Σ x² (accumulated in float64), for the global
+	// gradient norm; the caller all-reduces it across ranks.
+	SumSquares(x Tensor) (float64, error)
+}

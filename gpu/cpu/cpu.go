@@ -1,0 +1,166 @@
+// Package cpu is the pure-Go reference implementation of gpu.Backend. Memory
+// is ordinary host memory, streams and events are no-ops (every op completes
+// before it returns), and the heavy ops (GEMM, attention, log-probs) are
+// split across runtime.GOMAXPROCS goroutines.
+//
+// Device memory comes only from Alloc, as the memory plan requires. Ops use
+// bounded Go-heap scratch of their own for float32 conversion tiles: O(row)
+// or O(tile) per worker goroutine (at most a few hundred KiB per call for
+// realistic shapes), never O(tokens²) or O(tokens×vocab).
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// Memory is a block of host memory allocated by the CPU backend. It
+// implements gpu.HostMemory. Its storage is 64-byte aligned.
+type Memory struct {
+	buf    []byte
+	pinned bool
+}
+
+// Size returns the size of the block in bytes.
+func (m *Memory) Size() int64 { return int64(len(m.buf)) }
+
+// HostBytes returns the block's bytes.
+func (m *Memory) HostBytes() []byte { return m.buf }
+
+// Pinned reports whether the block came from AllocHost.
+func (m *Memory) Pinned() bool { return m.pinned }
+
+// Backend is the CPU implementation of gpu.Backend. It is safe for
+// concurrent use by several goroutines on disjoint outputs.
+type Backend struct {
+	threads int
+}
+
+var _ gpu.Backend = (*Backend)(nil)
+
+// New returns a CPU backend using runtime.GOMAXPROCS(0) worker goroutines.
+func New() *Backend { return NewWithThreads(0) }
+
+// NewWithThreads returns a CPU backend using n worker goroutines (n <= 0
+// means runtime.GOMAXPROCS(0)).
+func NewWithThreads(n int) *Backend {
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	return &Backend{threads: n}
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Alloc returns zeroed host memory.
+func (b *Backend) Alloc(bytes int64) (gpu.Memory, error) { return alloc(bytes, false) }
+
+// AllocHost returns zeroed host memory marked as pinned.
+func (b *Backend) AllocHost(bytes int64) (gpu.Memory, error) { return alloc(bytes, true) }
+
+func alloc(bytes int64, pinned bool) (*Memory, error) {
+	if bytes < 0 || bytes > 1<<48 {
+		return nil, fmt.Errorf("alloc: bad size %d", bytes)
+	}
+	// Allocate 64-byte words so every offset aligned in the plan is aligned
+	// in memory too.
+	words := make([]uint64, (bytes+63)/64*8+8)
+	p := unsafe.Pointer(unsafe.SliceData(words))
+	skip := (64 - uintptr(p)%64) % 64
+	all := unsafe.Slice((*byte)(p), len(words)*8)
+	return &Memory{buf: all[skip : skip+uintptr(bytes) : skip+uintptr(bytes)], pinned: pinned}, nil
+}
+
+// Free drops the backend's use of m; the Go garbage collector reclaims it.
+func (b *Backend) Free(m gpu.Memory) error {
+	if _, ok := m.(*Memory); !ok {
+		return fmt.Errorf("free: memory %T was not allocated by the cpu backend", m)
+	}
+	return nil
+}
+
+type stream struct{}
+
+type event struct{}
+
+func (stream) Sync() error                { return nil }
+func (stream) Record() (gpu.Event, error) { return event{}, nil }
+func (stream) Wait(gpu.Event) error       { return nil }
+func (stream) Close() error               { return nil }
+func (event) Sync() error                 { return nil }
+func (event) Close() error                { return nil }
+
+// NewStream returns a no-op stream.
+func (b *Backend) NewStream() (gpu.Stream, error) { return stream{}, nil }
+
+// DefaultStream returns the (no-op) default stream.
+func (b *Backend) DefaultStream() gpu.Stream { return stream{} }
+
+// On returns b: CPU work is synchronous, so all streams are the same.
+func (b *Backend) On(gpu.Stream) gpu.Backend { return b }
+
+// Sync returns nil: CPU work is complete when an op returns.
+func (b *Backend) Sync() error { return nil }
+
+// workers returns how many chunks parallel splits n items into.
+func (b *Backend) workers(n, minChunk int) int {
+	minChunk = max(minChunk, 1)
+	return max(1, min(b.threads, (n+minChunk-1)/minChunk))
+}
+
+// parallel runs fn over [0,n) split into b.workers(n, minChunk) contiguous
+// chunks, one goroutine each; w is the chunk's index.
+func (b *Backend) parallel(n, minChunk int, fn func(w, lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	nw := b.workers(n, minChunk)
+	if nw == 1 {
+		fn(0, 0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range nw {
+		lo, hi := i*n/nw, (i+1)*n/nw
+		wg.Go(func() { fn(i, lo, hi) })
+	}
+	wg.Wait()
+}
+
+// tasks runs fn(worker, task) for every task in [0,n), handing tasks out
+// dynamically to the workers; worker is in [0, workers) and lets fn reuse
+// per-worker scratch returned by newScratch.
+func tasks[S any](b *Backend, n int, newScratch func() S, fn func(s S, task int)) {
+	if n <= 0 {
+		return
+	}
+	w := min(b.threads, n)
+	if w <= 1 {
+		s := newScratch()
+		for i := range n {
+			fn(s, i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range w {
+		wg.Go(func() {
+			s := newScratch()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(s, i)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,282 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// lpArgs are the checked operands of LogProbs and LogProbsBackward.
+type lpArgs struct {
+	c, hd, v   int
+	h, w       fview
+	logits     []float32
+	targets    []int32
+	invT       float32
+	temp       float32
+	tempered   bool
+	hasEntropy bool
+}
+
+func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) (lpArgs, error) {
+	var a lpArgs
+	if err := rank(op, "h", h, 2); err != nil {
+		return a, err
+	}
+	if err := rank(op, "w", w, 2); err != nil {
+		return a, err
+	}
+	a.c, a.hd, a.v = h.Shape[0], h.Shape[1], w.Shape[0]
+	if err := need(op, "w", w, a.v, a.hd); err != nil {
+		return a, err
+	}
+	if err := need(op, "targets", targets, a.c); err != nil {
+		return a, err
+	}
+	if err := need(op, "logits", logits, a.c, a.v); err != nil {
+		return a, err
+	}
+	a.hasEntropy = !entropy.Empty()
+	if a.hasEntropy {
+		if err := need(op, "entropy", entropy, a.c); err != nil {
+			return a, err
+		}
+	}
+	if !(temperature > 0) || math.IsInf(float64(temperature), 0) {
+		return a, fmt.Errorf("%s: temperature %v must be positive and finite", op, temperature)
+	}
+	for _, in := range []struct {
+		n string
+		t gpu.Tensor
+	}{{"h", h}, {"w", w}, {"targets", targets}, {"entropy", entropy}} {
+		if err := noAlias(op, "logits", in.n, logits, in.t); err != nil {
+			return a, err
+		}
+	}
+	var err error
+	if a.h, err = floatView(op, "h", h); err != nil {
+		return a, err
+	}
+	if a.w, err = floatView(op, "w", w); err != nil {
+		return a, err
+	}
+	if a.logits, err = f32View(op, "logits", logits); err != nil {
+		return a, err
+	}
+	if a.targets, err = i32View(op, "targets", targets); err != nil {
+		return a, err
+	}
+	if err := checkIDs(op, "targets", a.targets, a.v); err != nil {
+		return a, err
+	}
+	a.temp, a.invT, a.tempered = temperature, 1/temperature, entropyTempered
+	return a, nil
+}
+
+// rowStats are the softmax statistics of one row: for the tempered logits
+// z = l/T, their max and log-sum-exp; for the entropy's logits u (z or l),
+// log-sum-exp and the mean of u under softmax(u).
+type rowStats struct {
+	lseZ, lseU, meanU float64
+}
+
+// stats computes the statistics of row l.
+func (a *lpArgs) stats(l []float32, entropy bool) rowStats {
+	var st rowStats
+	mz := math.Inf(-1)
+	for _, x := range l {
+		mz = math.Max(mz, float64(x/a.temp))
+	}
+	s := 0.0
+	for _, x := range l {
+		s += math.Exp(float64(x/a.temp) - mz)
+	}
+	st.lseZ = mz + math.Log(s)
+	if !entropy {
+		return st
+	}
+	if a.tempered || a.temp == 1 {
+		st.lseU = st.lseZ
+		e := 0.0
+		for _, x := range l {
+			z := float64(x / a.temp)
+			e += math.Exp(z-st.lseZ) * z
+		}
+		st.meanU = e
+		return st
+	}
+	mu := math.Inf(-1)
+	for _, x := range l {
+		mu = math.Max(mu, float64(x))
+	}
+	s, e := 0.0, 0.0
+	for _, x := range l {
+		p := math.Exp(float64(x) - mu)
+		s += p
+		e += p * float64(x)
+	}
+	st.lseU = mu + math.Log(s)
+	st.meanU = e / s
+	return st
+}
+
+// u returns the entropy's logit for raw logit x.
+func (a *lpArgs) u(x float32) float64 {
+	if a.tempered {
+		return float64(x / a.temp)
+	}
+	return float64(x)
+}
+
+// LogProbs computes per-token log-probs (and optionally entropies) for a
+// chunk of hidden states.
+func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	const op = "logprobs"
+	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, entropyTempered, logits)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "logp", logp, a.c); err != nil {
+		return err
+	}
+	for _, in := range []struct {
+		n string
+		t gpu.Tensor
+	}{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"entropy", entropy}} {
+		if err := noAlias(op, "logp", in.n, logp, in.t); err != nil {
+			return err
+		}
+	}
+	if a.hasEntropy {
+		for _, in := range []struct {
+			n string
+			t gpu.Tensor
+		}{{"h", h}, {"w", w}, {"targets", targets}} {
+			if err := noAlias(op, "entropy", in.n, entropy, in.t); err != nil {
+				return err
+			}
+		}
+	}
+	lp, err := f32View(op, "logp", logp)
+	if err != nil {
+		return err
+	}
+	var ent []float32
+	if a.hasEntropy {
+		if ent, err = f32View(op, "entropy", entropy); err != nil {
+			return err
+		}
+	}
+	b.gemm(mat{fview{dt: gpu.F32, f: a.logits, n: len(a.logits)}, a.c, a.v}, mat{a.h, a.c, a.hd}, mat{a.w, a.v, a.hd}, false, true, 1, 0)
+	b.parallel(a.c, 1, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			l := a.logits[r*a.v : (r+1)*a.v]
+			st := a.stats(l, a.hasEntropy)
+			lp[r] = float32(float64(l[a.targets[r]]/a.temp) - st.lseZ)
+			if a.hasEntropy {
+				ent[r] = float32(st.lseU - st.meanU)
+			}
+		}
+	})
+	return nil
+}
+
+// LogProbsBackward computes dh and accumulates dw for LogProbs.
+func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	const op = "logprobs backward"
+	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, entropyTempered, logits)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "dh", dh, a.c, a.hd); err != nil {
+		return err
+	}
+	if err := need(op, "dlogp", dlogp, a.c); err != nil {
+		return err
+	}
+	withDW := dw.Mem != nil
+	if withDW {
+		if err := need(op, "dw", dw, a.v, a.hd); err != nil {
+			return err
+		}
+	}
+	ins := []struct {
+		n string
+		t gpu.Tensor
+	}{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"dlogp", dlogp}, {"dentropy", dentropy}}
+	for _, in := range ins {
+		if err := noAlias(op, "dh", in.n, dh, in.t); err != nil {
+			return err
+		}
+		if withDW {
+			if err := noAlias(op, "dw", in.n, dw, in.t); err != nil {
+				return err
+			}
+		}
+	}
+	if withDW {
+		if err := noAlias(op, "dw", "dh", dw, dh); err != nil {
+			return err
+		}
+	}
+	if err := noAlias(op, "logits", "dlogp", logits, dlogp); err != nil {
+		return err
+	}
+	g, err := f32View(op, "dlogp", dlogp)
+	if err != nil {
+		return err
+	}
+	var ge []float32
+	if a.hasEntropy {
+		if ge, err = f32View(op, "dentropy", dentropy); err != nil {
+			return err
+		}
+	}
+	dhv, err := floatView(op, "dh", dh)
+	if err != nil {
+		return err
+	}
+	var dwv fview
+	if withDW {
+		if dwv, err = floatView(op, "dw", dw); err != nil {
+			return err
+		}
+	}
+	lm := mat{fview{dt: gpu.F32, f: a.logits, n: len(a.logits)}, a.c, a.v}
+	b.gemm(lm, mat{a.h, a.c, a.hd}, mat{a.w, a.v, a.hd}, false, true, 1, 0)
+	tau := 1.0
+	if a.tempered {
+		tau = 1 / float64(a.temp)
+	}
+	b.parallel(a.c, 1, func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			l := a.logits[r*a.v : (r+1)*a.v]
+			withEnt := a.hasEntropy && ge[r] != 0
+			st := a.stats(l, withEnt)
+			gl := float64(g[r]) / float64(a.temp)
+			var gh float64
+			if withEnt {
+				gh = float64(ge[r]) * tau
+			}
+			y := int(a.targets[r])
+			for j, x := range l {
+				p := math.Exp(float64(x/a.temp) - st.lseZ)
+				d := -gl * p
+				if j == y {
+					d += gl
+				}
+				if withEnt {
+					u := a.u(x)
+					d -= gh * math.Exp(u-st.lseU) * (u - st.meanU)
+				}
+				l[j] = float32(d)
+			}
+		}
+	})
+	b.gemm(mat{dhv, a.c, a.hd}, lm, mat{a.w, a.v, a.hd}, false, false, 1, 0)
+	if withDW {
+		b.gemm(mat{dwv, a.v, a.hd}, lm, mat{a.h, a.c, a.hd}, true, false, 1, 1)
+	}
+	return nil
+}

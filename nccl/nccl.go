@@ -1,0 +1,66 @@
+// Package nccl defines the collective communication interface that the
+// sharded (FSDP2-style) training code uses, and an in-process loopback
+// implementation in which N ranks are goroutines of one process. The NCCL
+// implementation (cgo) satisfies the same interface.
+//
+// Collectives are blocking calls that every rank of a communicator must make
+// in the same order with matching arguments. Element counts, not shapes, must
+// match. Reductions accumulate in float32 for floating-point tensors (also
+// for BF16 and F16) and in int64 for I32, in rank order, so results are
+// identical on every rank.
+package nccl
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// Op is a reduction operator.
+type Op int
+
+// The reduction operators.
+const (
+	Sum Op = iota // Element-wise sum.
+	Avg           // Element-wise sum divided by the number of ranks (integer division for I32).
+	Max           // Element-wise maximum.
+)
+
+// String returns "sum", "avg" or "max".
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "sum"
+	case Avg:
+		return "avg"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("op(%d)", int(o))
+}
+
+// Comm is one rank's handle on a communicator of Size ranks.
+type Comm interface {
+	// Rank returns this rank's index in [0, Size).
+	Rank() int
+	// Size returns the number of ranks.
+	Size() int
+	// AllGather sets dst to the concatenation, in rank order, of every
+	// rank's src; dst.Numel() must be Size()*src.Numel() and the dtypes
+	// equal. src may be this rank's slice of dst (in place).
+	AllGather(ctx context.Context, dst, src gpu.Tensor) error
+	// ReduceScatter reduces src over the ranks and sets dst to this rank's
+	// slice of the result: src.Numel() must be Size()*dst.Numel() and the
+	// dtypes equal. dst may be this rank's slice of src (in place).
+	ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op) error
+	// AllReduce reduces buf over the ranks, in place.
+	AllReduce(ctx context.Context, buf gpu.Tensor, op Op) error
+	// Broadcast sets buf on every rank to buf of rank root.
+	Broadcast(ctx context.Context, buf gpu.Tensor, root int) error
+	// Barrier returns when every rank has called it.
+	Barrier(ctx context.Context) error
+	// Close releases the rank's handle. Ranks still waiting in a
+	// collective, and later calls, fail instead of hanging.
+	Close() error
+}
