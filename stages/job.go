@@ -149,7 +149,7 @@ func (j *Job) Env(m *Model, u *model.Unit, st *spec.Stage) *spec.Env {
 		GPU:  spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes},
 	}
 	if u != nil {
-		n := unitParams(cfg, *u)
+		n := u.NumParams()
 		env.Layer = spec.LayerEnv{
 			Index: u.Index, Kind: string(u.Kind),
 			IsFirst: u.Kind == model.UnitEmbed || (u.Kind == model.UnitDecoder && u.Index == 0),
@@ -262,4 +262,3 @@ func (j *Job) stagesOfKind(kind string, keep func(Stage) bool) []*spec.Stage {
 	}
 	return out
 }
-

@@ -61,12 +61,21 @@ func TestPlanTinyByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	al := plan.AlignUp
+	// Each unit's shard is its own 256-byte-aligned section of the model's
+	// buffer: fp32 sections of 1024 (embed), 2432 -> 2560 (each layer) and
+	// 1056 -> 1280 (head) bytes; bf16 sections of 512, 1216 -> 1280 and
+	// 528 -> 768.
+	fp32Shards := int64(1024 + 2*2560 + 1280)
+	bf16Shards := int64(512 + 2*1280 + 768)
+	if fp32Shards < al(4*tinyParams) {
+		t.Fatal("aligned sections cannot be smaller than the packed parameters")
+	}
 	want := map[string]int64{
 		// trainable actor: fp32 master, grads, m, v
-		"actor.params": al(4 * tinyParams), "actor.grads": al(4 * tinyParams),
-		"actor.adam_m": al(4 * tinyParams), "actor.adam_v": al(4 * tinyParams),
+		"actor.params": fp32Shards, "actor.grads": fp32Shards,
+		"actor.adam_m": fp32Shards, "actor.adam_v": fp32Shards,
 		// frozen ref keeps its shards in the compute dtype (bf16 by default)
-		"ref.params": al(2 * tinyParams),
+		"ref.params": bf16Shards,
 		// bf16 gathered units
 		"ref.gathered.embed": al(2 * 256), "ref.gathered.layer0": al(2 * 608), "ref.gathered.head": al(2 * 264),
 		// one logits chunk: 4 tokens x 32 vocab x fp32
@@ -93,14 +102,14 @@ func TestPlanTinyByHand(t *testing.T) {
 
 	// Everything live during ref's "layer0 qkv" op, by hand:
 	//   cuBLAS workspace                        32 MiB
-	//   actor params, grads, m, v               4 x 7168
-	//   ref params                              3584
+	//   actor params, grads, m, v               4 x 7424
+	//   ref params                              3840
 	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
 	//   gathered layer0 and prefetched layer1   2 x 1280
 	//   fp32 residual                           512
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := int64(32<<20) + 4*7168 + 3584 + 6*256 + 2*1280 + 512 + 4*256
+	wantLive := int64(32<<20) + 4*fp32Shards + bf16Shards + 6*256 + 2*1280 + 512 + 4*256
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}

@@ -6,6 +6,7 @@
 package stages
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,6 +23,9 @@ type Stage interface {
 	Validate(vc *ValidateContext) spec.Errors
 	// Plan declares the ops and buffers the stage allocates on each device.
 	Plan(pc *PlanContext) error
+	// Run executes the stage on one rank. Its ops and buffers must be the
+	// ones Plan declared: the rank's arena checks them.
+	Run(ctx context.Context, rc *RunContext) error
 }
 
 // Kind describes a registered stage kind.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -42,13 +44,35 @@ func resolveGPU(flagValue string, s *spec.Spec) (stages.GPU, error) {
 		return stages.GPU{Name: name, Bytes: bytes, Source: "spec mesh.gpu"}, nil
 	}
 	devs, err := nvml.Devices()
-	if err != nil || len(devs) == 0 {
-		if err == nil {
-			err = errors.New("nvml: no GPUs")
-		}
-		return stages.GPU{}, fmt.Errorf("no GPU memory figure: pass --gpu (one of %s, or bytes) or set mesh.gpu (%v)", strings.Join(gpu.PresetNames(), ", "), err)
+	if err == nil && len(devs) > 0 {
+		return stages.GPU{Name: devs[0].Name, Bytes: devs[0].MemoryBytes, Source: "NVML"}, nil
 	}
-	return stages.GPU{Name: devs[0].Name, Bytes: devs[0].MemoryBytes, Source: "NVML"}, nil
+	if err == nil {
+		err = errors.New("nvml: no GPUs")
+	}
+	// No GPU here: plan for the CPU backend, whose "device" is host memory.
+	if mem, merr := hostMemory(); merr == nil {
+		return stages.GPU{Name: "cpu", Bytes: mem, Source: "no GPU found, so the CPU backend and host RAM; pass --gpu to plan for a GPU"}, nil
+	}
+	return stages.GPU{}, fmt.Errorf("no GPU memory figure: pass --gpu (one of %s, or bytes) or set mesh.gpu (%v)", strings.Join(gpu.PresetNames(), ", "), err)
+}
+
+// hostMemory returns the machine's total RAM from /proc/meminfo.
+func hostMemory() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
 // load reads, validates and resolves the spec at path.

@@ -599,3 +599,32 @@ func TestSumSquares(t *testing.T) {
 		t.Error("int tensor accepted")
 	}
 }
+
+// TestZeroTokens runs the token-indexed ops on zero tokens: they must do
+// nothing and return no error.
+func TestZeroTokens(t *testing.T) {
+	e := newEnv(t)
+	const h, hd, v = 8, 4, 10
+	x, y, rstd := e.tensor(f32, 0, h), e.tensor(f32, 0, h), e.tensor(f32, 0)
+	w, ids := e.tensor(f32, h), e.tensor(gpu.I32, 0)
+	q, k := e.tensor(f32, 0, 2, hd), e.tensor(f32, 0, 1, hd)
+	lse, cu := e.tensor(f32, 2, 0), e.ids([]int32{0})
+	calls := []struct {
+		name string
+		err  error
+	}{
+		{"embedding", e.b.Embedding(y, e.tensor(f32, v, h), ids)},
+		{"rmsnorm", e.b.RMSNorm(y, rstd, x, w, 1e-6)},
+		{"rmsnorm backward", e.b.RMSNormBackward(y, e.tensor(f32, h), x, x, w, rstd)},
+		{"gemm", e.b.Gemm(e.tensor(f32, 0, v), x, e.tensor(f32, v, h), false, true, 1, 0)},
+		{"rope", e.b.RoPE(q, ids, 1e4, nil)},
+		{"attention", e.b.Attention(e.tensor(f32, 0, 2, hd), lse, q, k, k, cu, 1)},
+		{"swiglu", e.b.SwiGLU(y, x, x)},
+		{"logprobs", e.b.LogProbs(rstd, gpu.Tensor{}, x, e.tensor(f32, v, h), ids, 1, false, e.tensor(f32, 0, v))},
+	}
+	for _, c := range calls {
+		if c.err != nil {
+			t.Errorf("%s: %v", c.name, c.err)
+		}
+	}
+}

@@ -22,11 +22,27 @@ type Header struct {
 func (p *Plan) Fits(gpuBytes int64) bool { return p.DeviceTotal() <= gpuBytes }
 
 // GiB formats bytes as GiB with two decimals, or "-" for zero.
-func GiB(n int64) string {
+func GiB(n int64) string { return unit{"GiB", 1 << 30}.format(n) }
+
+// unit is the scale a report prints its byte figures in.
+type unit struct {
+	name  string
+	bytes float64
+}
+
+func (u unit) format(n int64) string {
 	if n == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f", float64(n)/(1<<30))
+	return fmt.Sprintf("%.2f", float64(n)/u.bytes)
+}
+
+// unitFor picks GiB, or MiB for plans whose peak is under 1 GiB.
+func unitFor(peak int64) unit {
+	if peak < 1<<30 {
+		return unit{"MiB", 1 << 20}
+	}
+	return unit{"GiB", 1 << 30}
 }
 
 // Render writes the per-GPU budget table a person reads at a glance: one row
@@ -34,8 +50,9 @@ func GiB(n int64) string {
 // overall peak marked, then the arena, the reserves and FITS / DOES NOT FIT.
 func (p *Plan) Render(w io.Writer, h Header) error {
 	fmt.Fprintf(w, "%s: %d rank(s), dp %d, %d tokens per micro-batch per GPU\n", h.Job, h.Ranks, h.DP, h.Tokens)
+	u := unitFor(p.PeakBytes)
 	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
-	fmt.Fprintln(w, "per-GPU device memory in use at each stage's peak op (GiB)")
+	fmt.Fprintf(w, "per-GPU device memory in use at each stage's peak op (%s)\n", u.name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	cols := []string{"stage", "kind", "peak op"}
 	for _, k := range Kinds {
@@ -49,27 +66,27 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 		}
 		row := []string{s.Stage, s.Kind, s.PeakOp}
 		for _, k := range Kinds {
-			row = append(row, GiB(s.ByKind[k]))
+			row = append(row, u.format(s.ByKind[k]))
 		}
 		mark := ""
 		if s.Stage == p.PeakStage {
 			mark = "<- peak"
 		}
-		row = append(row, GiB(s.PeakBytes), GiB(s.HostBytes), mark)
+		row = append(row, u.format(s.PeakBytes), u.format(s.HostBytes), mark)
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "peak in use     %8s GiB  (stage %s)\n", GiB(p.PeakBytes), p.PeakStage)
-	fmt.Fprintf(w, "arena           %8s GiB  (%d buffers at fixed offsets)\n", GiB(p.DeviceArena), p.deviceBuffers())
+	fmt.Fprintf(w, "peak in use     %8s %s  (stage %s)\n", u.format(p.PeakBytes), u.name, p.PeakStage)
+	fmt.Fprintf(w, "arena           %8s %s  (%d buffers at fixed offsets)\n", u.format(p.DeviceArena), u.name, p.deviceBuffers())
 	for _, r := range p.Reserves {
-		fmt.Fprintf(w, "reserve         %8s GiB  %s: %s\n", GiB(r.Bytes), r.Name, r.Note)
+		fmt.Fprintf(w, "reserve         %8s %s  %s: %s\n", u.format(r.Bytes), u.name, r.Name, r.Note)
 	}
 	total := p.DeviceTotal()
-	fmt.Fprintf(w, "device total    %8s GiB  of %s GiB\n", GiB(total), GiB(h.GPUBytes))
-	fmt.Fprintf(w, "host pinned     %8s GiB  per rank\n", GiB(p.HostArena))
+	fmt.Fprintf(w, "device total    %8s %s  of %s GiB\n", u.format(total), u.name, GiB(h.GPUBytes))
+	fmt.Fprintf(w, "host pinned     %8s %s  per rank\n", u.format(p.HostArena), u.name)
 	if p.Fits(h.GPUBytes) {
 		fmt.Fprintf(w, "FITS: %s GiB free per GPU\n", GiB(h.GPUBytes-total))
 	} else {

@@ -1,0 +1,56 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+func benchEnv(b *testing.B, bytes int64) (*Backend, func(dt gpu.DType, shape ...int) gpu.Tensor) {
+	be := New()
+	mem, err := be.Alloc(bytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var off int64
+	return be, func(dt gpu.DType, shape ...int) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, off, dt, shape...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		off += (x.Bytes() + 63) / 64 * 64
+		return x
+	}
+}
+
+// BenchmarkGemmLinear is a bf16 linear layer of a 0.5B-class model on 512
+// tokens: [512,896] @ [4864,896]ᵀ.
+func BenchmarkGemmLinear(b *testing.B) {
+	be, mk := benchEnv(b, 64<<20)
+	x, w, y := mk(gpu.BF16, 512, 896), mk(gpu.BF16, 4864, 896), mk(gpu.BF16, 512, 4864)
+	b.SetBytes(0)
+	for b.Loop() {
+		if err := be.Gemm(y, x, w, false, true, 1, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(2*512*896*4864*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkAttention is one layer of causal attention over 1024 packed
+// tokens (two sequences) with 14 query and 2 kv heads of dimension 64.
+func BenchmarkAttention(b *testing.B) {
+	be, mk := benchEnv(b, 64<<20)
+	const t, hq, hkv, d = 1024, 14, 2, 64
+	q, k, v := mk(gpu.BF16, t, hq, d), mk(gpu.BF16, t, hkv, d), mk(gpu.BF16, t, hkv, d)
+	out, lse := mk(gpu.BF16, t, hq, d), mk(gpu.F32, hq, t)
+	cu := mk(gpu.I32, 3)
+	if err := be.UploadI32(cu, []int32{0, 600, t}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := be.Attention(out, lse, q, k, v, cu, 0.125); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,627 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// LayerActs holds one decoder layer's activations, named as in the forward
+// table of docs/memory.md, in the layer's compute dtype (bf16 or fp32)
+// unless noted. Every tensor has T rows (T = Batch.T) and may have any shape
+// with the right number of elements: the ops view it as they need.
+// QRaw, KRaw, RstdQ and RstdK are used only with q/k norm (Qwen3) and are
+// zero Tensors otherwise.
+type LayerActs struct {
+	// Xn is the input norm's output [T,H]; Rstd1 its saved rstd, F32 [T].
+	Xn, Rstd1 gpu.Tensor
+	// QRaw and KRaw are the q and k projections before q/k norm,
+	// [T,Hq·D] and [T,Hkv·D]; RstdQ and RstdK their per-head rstd, F32
+	// [T·Hq] and [T·Hkv].
+	QRaw, KRaw, RstdQ, RstdK gpu.Tensor
+	// Q, K and V are the attention inputs (q and k after RoPE), [T,Hq,D],
+	// [T,Hkv,D], [T,Hkv,D].
+	Q, K, V gpu.Tensor
+	// Attn is the attention output [T,Hq,D]; LSE its log-sum-exp, F32
+	// [Hq,T].
+	Attn, LSE gpu.Tensor
+	// Mid is the fp32 residual after attention, in + o_proj(attn), [T,H].
+	Mid gpu.Tensor
+	// Xn2 is the post-attention norm's output [T,H]; Rstd2 its rstd, F32
+	// [T].
+	Xn2, Rstd2 gpu.Tensor
+	// Gate, Up and Act are the MLP activations [T,I]: act = silu(gate)·up.
+	Gate, Up, Act gpu.Tensor
+	// OOut and DownOut are the o_proj and down_proj outputs [T,H], forward
+	// scratch that the backward does not read.
+	OOut, DownOut gpu.Tensor
+}
+
+// LayerGradBufs holds the gradient temporaries of a decoder layer backward,
+// in the compute dtype, each with T rows: Dy, DyO, Dxn2 and Dxn [T,H];
+// Dact, Dgate and Dup [T,I]; Dattn and Dq [T,Hq·D]; Dk and Dv [T,Hkv·D].
+type LayerGradBufs struct {
+	Dy, Dact, Dgate, Dup, Dxn2, DyO, Dattn, Dq, Dk, Dv, Dxn gpu.Tensor
+}
+
+// Batch describes a packed micro-batch: Positions (I32 [T], restarting at 0
+// for every sequence), CuSeqlens (I32 [S+1], the sequence boundaries) and
+// the token count T.
+type Batch struct {
+	Positions, CuSeqlens gpu.Tensor
+	T                    int
+	// Hook, when set, is called with the name of each op before the op
+	// runs: "norm1", "qkv", "attention", "o_proj", "norm2", "gate_up",
+	// "swiglu", "down" in LayerForward, and "down backward", "swiglu
+	// backward", "gate_up backward", "norm2 backward", "o_proj backward",
+	// "attention backward", "qkv backward", "norm1 backward" in
+	// LayerBackward. The executor uses it to follow the memory plan's op
+	// sequence; an error stops the layer.
+	Hook func(op string) error
+}
+
+// enter reports op to the batch's hook.
+func (batch Batch) enter(op string) error {
+	if batch.Hook == nil {
+		return nil
+	}
+	return batch.Hook(op)
+}
+
+// RoPEScaling returns the config's rotary scaling in the backend's form, or
+// nil for default rotary embeddings.
+func (c *Config) RoPEScaling() *gpu.RoPEScaling {
+	rs := c.RopeScaling
+	if rs == nil {
+		return nil
+	}
+	return &gpu.RoPEScaling{
+		Type:                          rs.Type,
+		Factor:                        rs.Factor,
+		LowFreqFactor:                 rs.LowFreqFactor,
+		HighFreqFactor:                rs.HighFreqFactor,
+		OriginalMaxPositionEmbeddings: rs.OriginalMaxPositionEmbeddings,
+	}
+}
+
+// AttentionScale returns the softmax scale of the attention scores,
+// 1/sqrt(head_dim), as HF computes it.
+func (c *Config) AttentionScale() float32 {
+	return float32(math.Pow(float64(c.HeadDim), -0.5))
+}
+
+// dims are the layer dimensions of a config.
+type dims struct {
+	t, h, inter, hq, hkv, d int
+}
+
+func (c *Config) dims(t int) dims {
+	return dims{t: t, h: c.HiddenSize, inter: c.IntermediateSize, hq: c.NumHeads, hkv: c.NumKVHeads, d: c.HeadDim}
+}
+
+// shaped returns t viewed with shape, checking that it is present and has
+// the right number of elements; name labels errors.
+func shaped(name string, t gpu.Tensor, shape ...int) (gpu.Tensor, error) {
+	if t.Mem == nil {
+		return gpu.Tensor{}, fmt.Errorf("%s is absent", name)
+	}
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if t.Numel() != n {
+		return gpu.Tensor{}, fmt.Errorf("%s %v has %d elements, want %v", name, t.Shape, t.Numel(), shape)
+	}
+	return t.Reshape(shape...)
+}
+
+// layerViews are a layer's activations viewed with the shapes the ops need.
+type layerViews struct {
+	xn, rstd1, qraw, kraw, rstdQ, rstdK, q, k, v, q2, k2, v2, attn, attn2, lse gpu.Tensor
+	mid, xn2, rstd2, gate, up, act, oOut, downOut                              gpu.Tensor
+}
+
+// viewActs checks and reshapes a's tensors. With withDown false, DownOut
+// is not needed.
+func (c *Config) viewActs(a *LayerActs, dm dims, withDown bool) (layerViews, error) {
+	var lv layerViews
+	if a == nil {
+		return lv, fmt.Errorf("layer activations are nil")
+	}
+	t, qd, kd := dm.t, dm.hq*dm.d, dm.hkv*dm.d
+	type req struct {
+		name  string
+		dst   *gpu.Tensor
+		src   gpu.Tensor
+		shape []int
+	}
+	reqs := []req{
+		{"xn", &lv.xn, a.Xn, []int{t, dm.h}},
+		{"rstd1", &lv.rstd1, a.Rstd1, []int{t}},
+		{"q", &lv.q, a.Q, []int{t, dm.hq, dm.d}},
+		{"k", &lv.k, a.K, []int{t, dm.hkv, dm.d}},
+		{"v", &lv.v, a.V, []int{t, dm.hkv, dm.d}},
+		{"q", &lv.q2, a.Q, []int{t, qd}},
+		{"k", &lv.k2, a.K, []int{t, kd}},
+		{"v", &lv.v2, a.V, []int{t, kd}},
+		{"attn", &lv.attn, a.Attn, []int{t, dm.hq, dm.d}},
+		{"attn", &lv.attn2, a.Attn, []int{t, qd}},
+		{"lse", &lv.lse, a.LSE, []int{dm.hq, t}},
+		{"mid", &lv.mid, a.Mid, []int{t, dm.h}},
+		{"xn2", &lv.xn2, a.Xn2, []int{t, dm.h}},
+		{"rstd2", &lv.rstd2, a.Rstd2, []int{t}},
+		{"gate", &lv.gate, a.Gate, []int{t, dm.inter}},
+		{"up", &lv.up, a.Up, []int{t, dm.inter}},
+		{"act", &lv.act, a.Act, []int{t, dm.inter}},
+		{"o_out", &lv.oOut, a.OOut, []int{t, dm.h}},
+	}
+	if withDown {
+		reqs = append(reqs, req{"down_out", &lv.downOut, a.DownOut, []int{t, dm.h}})
+	}
+	if c.QKNorm {
+		reqs = append(reqs,
+			req{"q_raw", &lv.qraw, a.QRaw, []int{t * dm.hq, dm.d}},
+			req{"k_raw", &lv.kraw, a.KRaw, []int{t * dm.hkv, dm.d}},
+			req{"rstd_q", &lv.rstdQ, a.RstdQ, []int{t * dm.hq}},
+			req{"rstd_k", &lv.rstdK, a.RstdK, []int{t * dm.hkv}},
+		)
+	}
+	for _, r := range reqs {
+		v, err := shaped(r.name, r.src, r.shape...)
+		if err != nil {
+			return lv, err
+		}
+		*r.dst = v
+	}
+	if lv.mid.DType != gpu.F32 {
+		return lv, fmt.Errorf("mid must be f32, got %v", lv.mid.DType)
+	}
+	return lv, nil
+}
+
+// checkWeights checks that w holds every parameter the config needs, with
+// its shape.
+func (c *Config) checkWeights(what string, w LayerWeights) error {
+	h, inter, qd, kd, d := c.HiddenSize, c.IntermediateSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.HeadDim
+	type req struct {
+		name  string
+		t     gpu.Tensor
+		shape []int
+		want  bool
+	}
+	reqs := []req{
+		{"input_layernorm", w.InputNorm, []int{h}, true},
+		{"post_attention_layernorm", w.PostNorm, []int{h}, true},
+		{"q_proj", w.Q, []int{qd, h}, true},
+		{"k_proj", w.K, []int{kd, h}, true},
+		{"v_proj", w.V, []int{kd, h}, true},
+		{"o_proj", w.O, []int{h, qd}, true},
+		{"q_proj bias", w.QBias, []int{qd}, c.AttentionBias},
+		{"k_proj bias", w.KBias, []int{kd}, c.AttentionBias},
+		{"v_proj bias", w.VBias, []int{kd}, c.AttentionBias},
+		{"q_norm", w.QNorm, []int{d}, c.QKNorm},
+		{"k_norm", w.KNorm, []int{d}, c.QKNorm},
+		{"gate_proj", w.Gate, []int{inter, h}, true},
+		{"up_proj", w.Up, []int{inter, h}, true},
+		{"down_proj", w.Down, []int{h, inter}, true},
+	}
+	for _, r := range reqs {
+		if !r.want {
+			continue
+		}
+		if r.t.Mem == nil {
+			return fmt.Errorf("%s %s is absent", what, r.name)
+		}
+		if !gpu.SameShape(r.t.Shape, r.shape) {
+			return fmt.Errorf("%s %s has shape %v, want %v", what, r.name, r.t.Shape, r.shape)
+		}
+	}
+	return nil
+}
+
+// checkBatch checks the batch and, for a sliding-window model, that no
+// sequence is longer than the window (the backend's attention is full
+// causal, which equals sliding-window attention on such sequences).
+func (c *Config) checkBatch(b gpu.Backend, batch Batch) error {
+	if batch.T <= 0 {
+		return fmt.Errorf("batch has %d tokens", batch.T)
+	}
+	if batch.Positions.DType != gpu.I32 || batch.Positions.Numel() != batch.T || batch.Positions.Mem == nil {
+		return fmt.Errorf("batch positions must be i32 [%d], got %v", batch.T, batch.Positions)
+	}
+	if batch.CuSeqlens.DType != gpu.I32 || batch.CuSeqlens.Numel() < 2 || batch.CuSeqlens.Mem == nil {
+		return fmt.Errorf("batch cu_seqlens must be i32 [S+1] with S >= 1, got %v", batch.CuSeqlens)
+	}
+	if c.SlidingWindow > 0 && batch.T > c.SlidingWindow {
+		cu := make([]int32, batch.CuSeqlens.Numel())
+		if err := b.DownloadI32(cu, batch.CuSeqlens); err != nil {
+			return fmt.Errorf("read cu_seqlens: %w", err)
+		}
+		for i := 1; i < len(cu); i++ {
+			if n := int(cu[i]) - int(cu[i-1]); n > c.SlidingWindow {
+				return fmt.Errorf("sequence %d has %d tokens, more than sliding_window %d: %w", i-1, n, c.SlidingWindow, ErrUnsupported)
+			}
+		}
+	}
+	return nil
+}
+
+func flat2(name string, t gpu.Tensor, rows, cols int) (gpu.Tensor, error) {
+	return shaped(name, t, rows, cols)
+}
+
+// LayerForward runs one decoder layer on the fp32 residual stream in
+// [T,H] and writes the result to out (fp32 [T,H]; out may be in), saving
+// the activations in a. The ops follow HF: input RMSNorm; q/k/v
+// projections (+bias); for Qwen3 a per-head RMSNorm of q and k; RoPE;
+// causal varlen attention with scale 1/sqrt(head_dim); o_proj; mid = in +
+// o_out in fp32; post-attention RMSNorm; gate and up projections; SwiGLU;
+// down projection; out = mid + down_out. Activations are computed in the
+// dtypes of a's tensors, weights in theirs.
+//
+// out may be the zero Tensor, as when the forward is rerun for the
+// backward (activation checkpointing): the down projection and the last
+// residual add are then skipped and a.DownOut is not used.
+func (c *Config) LayerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, out gpu.Tensor, batch Batch) error {
+	if err := c.layerForward(b, w, a, in, out, batch); err != nil {
+		return fmt.Errorf("layer forward: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, out gpu.Tensor, batch Batch) error {
+	if err := c.checkBatch(b, batch); err != nil {
+		return err
+	}
+	if err := c.checkWeights("weight", w); err != nil {
+		return err
+	}
+	dm := c.dims(batch.T)
+	withDown := out.Mem != nil
+	lv, err := c.viewActs(a, dm, withDown)
+	if err != nil {
+		return err
+	}
+	in, err = flat2("in", in, dm.t, dm.h)
+	if err != nil {
+		return err
+	}
+	if withDown {
+		if out, err = flat2("out", out, dm.t, dm.h); err != nil {
+			return err
+		}
+	}
+	eps := float32(c.RMSNormEps)
+	if err := batch.enter("norm1"); err != nil {
+		return err
+	}
+	if err := b.RMSNorm(lv.xn, lv.rstd1, in, w.InputNorm, eps); err != nil {
+		return err
+	}
+	if err := batch.enter("qkv"); err != nil {
+		return err
+	}
+	if err := c.qkvForward(b, w, lv, dm, batch); err != nil {
+		return err
+	}
+	if err := batch.enter("attention"); err != nil {
+		return err
+	}
+	if err := b.Attention(lv.attn, lv.lse, lv.q, lv.k, lv.v, batch.CuSeqlens, c.AttentionScale()); err != nil {
+		return err
+	}
+	if err := batch.enter("o_proj"); err != nil {
+		return err
+	}
+	if err := b.Gemm(lv.oOut, lv.attn2, w.O, false, true, 1, 0); err != nil {
+		return err
+	}
+	if err := b.Add(lv.mid, in, lv.oOut); err != nil {
+		return err
+	}
+	if err := batch.enter("norm2"); err != nil {
+		return err
+	}
+	if err := b.RMSNorm(lv.xn2, lv.rstd2, lv.mid, w.PostNorm, eps); err != nil {
+		return err
+	}
+	if err := batch.enter("gate_up"); err != nil {
+		return err
+	}
+	if err := b.Gemm(lv.gate, lv.xn2, w.Gate, false, true, 1, 0); err != nil {
+		return err
+	}
+	if err := b.Gemm(lv.up, lv.xn2, w.Up, false, true, 1, 0); err != nil {
+		return err
+	}
+	if err := batch.enter("swiglu"); err != nil {
+		return err
+	}
+	if err := b.SwiGLU(lv.act, lv.gate, lv.up); err != nil {
+		return err
+	}
+	if !withDown {
+		return nil
+	}
+	if err := batch.enter("down"); err != nil {
+		return err
+	}
+	if err := b.Gemm(lv.downOut, lv.act, w.Down, false, true, 1, 0); err != nil {
+		return err
+	}
+	return b.Add(out, lv.mid, lv.downOut)
+}
+
+// qkvForward computes q, k and v from xn: projections, biases, the Qwen3
+// q/k norm and RoPE.
+func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dims, batch Batch) error {
+	qd, kd := dm.hq*dm.d, dm.hkv*dm.d
+	proj := func(dst, wt, bias gpu.Tensor) error {
+		if err := b.Gemm(dst, lv.xn, wt, false, true, 1, 0); err != nil {
+			return err
+		}
+		if c.AttentionBias {
+			return b.AddBias(dst, bias)
+		}
+		return nil
+	}
+	qOut, kOut := lv.q2, lv.k2
+	if c.QKNorm {
+		var err error
+		if qOut, err = flat2("q_raw", lv.qraw, dm.t, qd); err != nil {
+			return err
+		}
+		if kOut, err = flat2("k_raw", lv.kraw, dm.t, kd); err != nil {
+			return err
+		}
+	}
+	if err := proj(qOut, w.Q, w.QBias); err != nil {
+		return err
+	}
+	if err := proj(kOut, w.K, w.KBias); err != nil {
+		return err
+	}
+	if err := proj(lv.v2, w.V, w.VBias); err != nil {
+		return err
+	}
+	if c.QKNorm {
+		eps := float32(c.RMSNormEps)
+		q, err := flat2("q", lv.q, dm.t*dm.hq, dm.d)
+		if err != nil {
+			return err
+		}
+		k, err := flat2("k", lv.k, dm.t*dm.hkv, dm.d)
+		if err != nil {
+			return err
+		}
+		if err := b.RMSNorm(q, lv.rstdQ, lv.qraw, w.QNorm, eps); err != nil {
+			return err
+		}
+		if err := b.RMSNorm(k, lv.rstdK, lv.kraw, w.KNorm, eps); err != nil {
+			return err
+		}
+	}
+	rs := c.RoPEScaling()
+	if err := b.RoPE(lv.q, batch.Positions, c.RopeTheta, rs); err != nil {
+		return err
+	}
+	return b.RoPE(lv.k, batch.Positions, c.RopeTheta, rs)
+}
+
+// viewGrads checks and reshapes the gradient temporaries.
+func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
+	if g == nil {
+		return LayerGradBufs{}, fmt.Errorf("gradient buffers are nil")
+	}
+	t, qd, kd := dm.t, dm.hq*dm.d, dm.hkv*dm.d
+	var v LayerGradBufs
+	reqs := []struct {
+		name      string
+		dst       *gpu.Tensor
+		src       gpu.Tensor
+		rows, col int
+	}{
+		{"dy", &v.Dy, g.Dy, t, dm.h},
+		{"dact", &v.Dact, g.Dact, t, dm.inter},
+		{"dgate", &v.Dgate, g.Dgate, t, dm.inter},
+		{"dup", &v.Dup, g.Dup, t, dm.inter},
+		{"dxn2", &v.Dxn2, g.Dxn2, t, dm.h},
+		{"dy_o", &v.DyO, g.DyO, t, dm.h},
+		{"dattn", &v.Dattn, g.Dattn, t, qd},
+		{"dq", &v.Dq, g.Dq, t, qd},
+		{"dk", &v.Dk, g.Dk, t, kd},
+		{"dv", &v.Dv, g.Dv, t, kd},
+		{"dxn", &v.Dxn, g.Dxn, t, dm.h},
+	}
+	for _, r := range reqs {
+		x, err := shaped(r.name, r.src, r.rows, r.col)
+		if err != nil {
+			return v, err
+		}
+		*r.dst = x
+	}
+	return v, nil
+}
+
+// LayerBackward backpropagates through one decoder layer. dres (fp32
+// [T,H]) holds d(loss)/d(out) on entry and d(loss)/d(in) on return (in
+// place). in is the layer input that LayerForward read, and a the
+// activations it saved (or that a rerun of LayerForward recomputed). dw
+// holds gradient views with the layout of w (in the gradient dtype); every
+// weight and bias gradient is accumulated into it. g holds the gradient
+// temporaries; they are used in this order (each is dead after its last
+// use, so a memory plan may overlap them accordingly):
+//
+//	dy    = dres (cast)            dW_down += dyᵀ·act
+//	dact  = dy·W_down              (last use of dy)
+//	dgate, dup = swiglu'(dact)     dW_gate, dW_up += ·ᵀ·xn2
+//	dxn2  = dgate·W_gate + dup·W_up (last use of dact, dgate, dup)
+//	dxn2  = rmsnorm'(dxn2); dres += dxn2
+//	dy_o  = dres (cast)            dW_o += dy_oᵀ·attn
+//	dattn = dy_o·W_o               (last use of dy_o)
+//	dq, dk, dv = attention'(dattn); RoPE' and q/k norm' in place; bias
+//	grads; dW_q, dW_k, dW_v += ·ᵀ·xn (last use of dattn)
+//	dxn   = dq·W_q + dk·W_k + dv·W_v (last use of dq, dk, dv)
+//	dxn   = rmsnorm'(dxn); dres += dxn
+func (c *Config) LayerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, g *LayerGradBufs, in, dres gpu.Tensor, batch Batch) error {
+	if err := c.layerBackward(b, w, dw, a, g, in, dres, batch); err != nil {
+		return fmt.Errorf("layer backward: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, g *LayerGradBufs, in, dres gpu.Tensor, batch Batch) error {
+	if err := c.checkBatch(b, batch); err != nil {
+		return err
+	}
+	if err := c.checkWeights("weight", w); err != nil {
+		return err
+	}
+	if err := c.checkWeights("gradient", dw); err != nil {
+		return err
+	}
+	dm := c.dims(batch.T)
+	lv, err := c.viewActs(a, dm, false)
+	if err != nil {
+		return err
+	}
+	gv, err := viewGrads(g, dm)
+	if err != nil {
+		return err
+	}
+	if in, err = flat2("in", in, dm.t, dm.h); err != nil {
+		return err
+	}
+	if dres, err = flat2("dres", dres, dm.t, dm.h); err != nil {
+		return err
+	}
+	if dres.DType != gpu.F32 {
+		return fmt.Errorf("dres must be f32, got %v", dres.DType)
+	}
+
+	// MLP.
+	if err := batch.enter("down backward"); err != nil {
+		return err
+	}
+	if err := b.Copy(gv.Dy, dres); err != nil {
+		return err
+	}
+	if err := b.Gemm(dw.Down, gv.Dy, lv.act, true, false, 1, 1); err != nil {
+		return err
+	}
+	if err := b.Gemm(gv.Dact, gv.Dy, w.Down, false, false, 1, 0); err != nil {
+		return err
+	}
+	if err := batch.enter("swiglu backward"); err != nil {
+		return err
+	}
+	if err := b.SwiGLUBackward(gv.Dgate, gv.Dup, gv.Dact, lv.gate, lv.up); err != nil {
+		return err
+	}
+	if err := batch.enter("gate_up backward"); err != nil {
+		return err
+	}
+	if err := b.Gemm(dw.Gate, gv.Dgate, lv.xn2, true, false, 1, 1); err != nil {
+		return err
+	}
+	if err := b.Gemm(dw.Up, gv.Dup, lv.xn2, true, false, 1, 1); err != nil {
+		return err
+	}
+	if err := b.Gemm(gv.Dxn2, gv.Dgate, w.Gate, false, false, 1, 0); err != nil {
+		return err
+	}
+	if err := b.Gemm(gv.Dxn2, gv.Dup, w.Up, false, false, 1, 1); err != nil {
+		return err
+	}
+	if err := batch.enter("norm2 backward"); err != nil {
+		return err
+	}
+	if err := b.RMSNormBackward(gv.Dxn2, dw.PostNorm, gv.Dxn2, lv.mid, w.PostNorm, lv.rstd2); err != nil {
+		return err
+	}
+	if err := b.AddScaled(dres, gv.Dxn2, 1); err != nil {
+		return err
+	}
+
+	// Attention.
+	if err := batch.enter("o_proj backward"); err != nil {
+		return err
+	}
+	if err := b.Copy(gv.DyO, dres); err != nil {
+		return err
+	}
+	if err := b.Gemm(dw.O, gv.DyO, lv.attn2, true, false, 1, 1); err != nil {
+		return err
+	}
+	if err := b.Gemm(gv.Dattn, gv.DyO, w.O, false, false, 1, 0); err != nil {
+		return err
+	}
+	if err := c.qkvBackward(b, w, dw, lv, gv, dm, batch); err != nil {
+		return err
+	}
+	if err := batch.enter("norm1 backward"); err != nil {
+		return err
+	}
+	if err := b.RMSNormBackward(gv.Dxn, dw.InputNorm, gv.Dxn, in, w.InputNorm, lv.rstd1); err != nil {
+		return err
+	}
+	return b.AddScaled(dres, gv.Dxn, 1)
+}
+
+// qkvBackward turns dattn into dxn (written to gv.Dxn), accumulating the
+// projection, bias and q/k norm gradients.
+func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, gv LayerGradBufs, dm dims, batch Batch) error {
+	dattn, _ := gv.Dattn.Reshape(dm.t, dm.hq, dm.d)
+	dq, _ := gv.Dq.Reshape(dm.t, dm.hq, dm.d)
+	dk, _ := gv.Dk.Reshape(dm.t, dm.hkv, dm.d)
+	dv, _ := gv.Dv.Reshape(dm.t, dm.hkv, dm.d)
+	if err := batch.enter("attention backward"); err != nil {
+		return err
+	}
+	if err := b.AttentionBackward(dq, dk, dv, dattn, lv.attn, lv.lse, lv.q, lv.k, lv.v, batch.CuSeqlens, c.AttentionScale()); err != nil {
+		return err
+	}
+	if err := batch.enter("qkv backward"); err != nil {
+		return err
+	}
+	rs := c.RoPEScaling()
+	if err := b.RoPEBackward(dq, batch.Positions, c.RopeTheta, rs); err != nil {
+		return err
+	}
+	if err := b.RoPEBackward(dk, batch.Positions, c.RopeTheta, rs); err != nil {
+		return err
+	}
+	if c.QKNorm {
+		dqh, _ := gv.Dq.Reshape(dm.t*dm.hq, dm.d)
+		dkh, _ := gv.Dk.Reshape(dm.t*dm.hkv, dm.d)
+		if err := b.RMSNormBackward(dqh, dw.QNorm, dqh, lv.qraw, w.QNorm, lv.rstdQ); err != nil {
+			return err
+		}
+		if err := b.RMSNormBackward(dkh, dw.KNorm, dkh, lv.kraw, w.KNorm, lv.rstdK); err != nil {
+			return err
+		}
+	}
+	type proj struct {
+		d, w, dwt, db gpu.Tensor
+	}
+	projs := []proj{{gv.Dq, w.Q, dw.Q, dw.QBias}, {gv.Dk, w.K, dw.K, dw.KBias}, {gv.Dv, w.V, dw.V, dw.VBias}}
+	for i, p := range projs {
+		if c.AttentionBias {
+			if err := b.BiasGrad(p.db, p.d); err != nil {
+				return err
+			}
+		}
+		if err := b.Gemm(p.dwt, p.d, lv.xn, true, false, 1, 1); err != nil {
+			return err
+		}
+		beta := float32(1)
+		if i == 0 {
+			beta = 0
+		}
+		if err := b.Gemm(gv.Dxn, p.d, p.w, false, false, 1, beta); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// headArgs are the checked operands of the head.
+type headArgs struct {
+	n     int
+	rows  gpu.Tensor // [N,H]
+	xn    gpu.Tensor // [N,H]
+	chunk int
+}
+
+func (c *Config) checkHead(w HeadWeights, rows, xn, rstd, targets, logits gpu.Tensor, chunk int, temperature float32) (headArgs, error) {
+	var a headArgs
+	h, v := c.HiddenSize, c.VocabSize
+	if w.Norm.Mem == nil || !gpu.SameShape(w.Norm.Shape, []int{h}) {
+		return a, fmt.Errorf("norm weight must be [%d], got %v", h, w.Norm)
+	}
+	if w.LMHead.Mem == nil || !gpu.SameShape(w.LMHead.Shape, []int{v, h}) {
+		return a, fmt.Errorf("lm head weight must be [%d %d], got %v", v, h, w.LMHead)
+	}
+	if rows.Mem == nil || len(rows.Shape) == 0 || rows.Numel()%h != 0 {
+		return a, fmt.Errorf("rows must be [N,%d], got %v", h, rows)
+	}
+	a.n = rows.Numel() / h
+	var err error
+	if a.rows, err = shaped("rows", rows, a.n, h); err != nil {
+		return a, err
+	}
+	if a.rows.DType != gpu.F32 {
+		return a, fmt.Errorf("rows must be f32, got %v", rows.DType)
+	}
+	if a.xn, err = shaped("xn", xn, a.n, h); err != nil {
+		return a, err
+	}
+	if _, err := shaped("rstd", rstd, a.n); err != nil {
+		return a, err
+	}
+	if _, err := shaped("targets", targets, a.n); err != nil {
+		return a, err
+	}
+	if !(temperature > 0) {
+		return a, fmt.Errorf("temperature %v must be positive", temperature)
+	}
+	if chunk <= 0 {
+		return a, fmt.Errorf("chunk %d must be positive", chunk)
+	}
+	a.chunk = min(chunk, a.n)
+	if logits.Mem == nil || len(logits.Shape) != 2 || logits.Shape[1] != v || logits.Shape[0] < a.chunk {
+		return a, fmt.Errorf("logits workspace must be f32 [C,%d] with C >= %d, got %v", v, a.chunk, logits)
+	}
+	return a, nil
+}
+
+// rowsOf returns rows [lo,hi) of t viewed as n rows, or t itself when it
+// is absent.
+func rowsOf(t gpu.Tensor, n, lo, hi int) (gpu.Tensor, error) {
+	if t.Empty() {
+		return gpu.Tensor{}, nil
+	}
+	if t.Numel()%max(n, 1) != 0 {
+		return gpu.Tensor{}, fmt.Errorf("%v does not split into %d rows", t, n)
+	}
+	r, err := t.Reshape(n, -1)
+	if err != nil {
+		return gpu.Tensor{}, err
+	}
+	r, err = r.Rows(lo, hi)
+	if err != nil {
+		return gpu.Tensor{}, err
+	}
+	if t.Numel() == n {
+		return r.Reshape(hi - lo)
+	}
+	return r, nil
+}
+
+// HeadForward computes the log-probs (and entropies) of N target tokens.
+// rows (fp32 [N,H]) are the residual-stream rows at the logit positions;
+// the final RMSNorm writes xn ([N,H], compute dtype) and rstd (F32 [N]),
+// which HeadBackward reuses. Then, chunk rows at a time, the logits xn·Wᵀ
+// go into the F32 workspace logits ([C,V], C >= min(chunk, N)) and
+// logp[i] = log_softmax(logits/temperature)[targets[i]] (F32 [N]) and,
+// unless entropy is the zero Tensor, entropy[i] (F32 [N]) of the
+// untempered logits are written. targets is I32 [N].
+func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targets, logp, entropy, logits gpu.Tensor, chunk int, temperature float32) error {
+	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, temperature)
+	if err != nil {
+		return fmt.Errorf("head forward: %w", err)
+	}
+	if err := b.RMSNorm(a.xn, rstd, a.rows, w.Norm, float32(c.RMSNormEps)); err != nil {
+		return fmt.Errorf("head forward: %w", err)
+	}
+	for lo := 0; lo < a.n; lo += a.chunk {
+		hi := min(lo+a.chunk, a.n)
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, temperature, false); err != nil {
+			return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
+		}
+	}
+	return nil
+}
+
+// HeadBackward backpropagates dlogp (F32 [N]) and dentropy (F32 [N], or the
+// zero Tensor for no entropy term) through the head. For every chunk the
+// logits are recomputed into the workspace; the LM head gradient is
+// accumulated into dw.LMHead and d(loss)/d(xn) written to dxn ([N,H],
+// compute dtype). The norm backward then writes d(loss)/d(rows) to drows
+// (fp32 [N,H]) and accumulates dw.Norm. rows, xn and rstd are those of
+// HeadForward. dw.LMHead or dw.Norm may be zero Tensors to skip them. For a
+// tied model dw.LMHead is the embedding's gradient.
+func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, temperature float32) error {
+	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, temperature)
+	if err != nil {
+		return fmt.Errorf("head backward: %w", err)
+	}
+	if dxn, err = shaped("dxn", dxn, a.n, c.HiddenSize); err != nil {
+		return fmt.Errorf("head backward: %w", err)
+	}
+	if drows, err = shaped("drows", drows, a.n, c.HiddenSize); err != nil {
+		return fmt.Errorf("head backward: %w", err)
+	}
+	if drows.DType != gpu.F32 {
+		return fmt.Errorf("head backward: drows must be f32, got %v", drows.DType)
+	}
+	for lo := 0; lo < a.n; lo += a.chunk {
+		hi := min(lo+a.chunk, a.n)
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, temperature, true); err != nil {
+			return fmt.Errorf("head backward: rows [%d,%d): %w", lo, hi, err)
+		}
+	}
+	if err := b.RMSNormBackward(drows, dw.Norm, dxn, a.rows, w.Norm, rstd); err != nil {
+		return fmt.Errorf("head backward: %w", err)
+	}
+	return nil
+}
+
+// headChunk runs LogProbs (forward) or LogProbsBackward on rows [lo,hi).
+// In the forward, lp and ent are logp and entropy; in the backward, dlogp
+// and dentropy, with dxn the output.
+func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, temperature float32, backward bool) error {
+	n := a.n
+	xc, err := a.xn.Rows(lo, hi)
+	if err != nil {
+		return err
+	}
+	tc, err := rowsOf(targets, n, lo, hi)
+	if err != nil {
+		return err
+	}
+	lc, err := rowsOf(lp, n, lo, hi)
+	if err != nil {
+		return err
+	}
+	if lc.Mem == nil {
+		return fmt.Errorf("log-prob tensor is absent")
+	}
+	ec, err := rowsOf(ent, n, lo, hi)
+	if err != nil {
+		return err
+	}
+	ws, err := logits.Rows(0, hi-lo)
+	if err != nil {
+		return err
+	}
+	if !backward {
+		return b.LogProbs(lc, ec, xc, w.LMHead, tc, temperature, false, ws)
+	}
+	dc, err := dxn.Rows(lo, hi)
+	if err != nil {
+		return err
+	}
+	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, temperature, false, ws)
+}
+
+// rowViews checks that idx is I32 [N], dst has N rows and src rows of the
+// same size, and returns idx on the host with both tensors viewed as
+// [rows, rowElems].
+func rowViews(b gpu.Backend, op string, dst, src, idx gpu.Tensor, dstIndexed bool) ([]int32, gpu.Tensor, gpu.Tensor, error) {
+	if idx.Mem == nil || idx.DType != gpu.I32 || len(idx.Shape) != 1 {
+		return nil, dst, src, fmt.Errorf("%s: idx must be i32 [N], got %v", op, idx)
+	}
+	n := idx.Shape[0]
+	if n == 0 {
+		return nil, dst, src, nil
+	}
+	plain, indexed := dst, src
+	if dstIndexed {
+		plain, indexed = src, dst
+	}
+	if plain.Mem == nil || len(plain.Shape) == 0 || plain.Shape[0] != n {
+		return nil, dst, src, fmt.Errorf("%s: %v must have %d rows", op, plain, n)
+	}
+	if indexed.Mem == nil || len(indexed.Shape) == 0 {
+		return nil, dst, src, fmt.Errorf("%s: indexed tensor %v has no rows", op, indexed)
+	}
+	rowElems := plain.Numel() / max(n, 1)
+	m := indexed.Shape[0]
+	if m*rowElems != indexed.Numel() {
+		return nil, dst, src, fmt.Errorf("%s: rows of %v and %v differ in size", op, dst, src)
+	}
+	ids := make([]int32, n)
+	if err := b.DownloadI32(ids, idx); err != nil {
+		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= m {
+			return nil, dst, src, fmt.Errorf("%s: index %d is %d, outside [0,%d)", op, i, id, m)
+		}
+	}
+	d, err := dst.Reshape(dst.Shape[0], rowElems)
+	if err != nil {
+		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
+	}
+	s, err := src.Reshape(src.Shape[0], rowElems)
+	if err != nil {
+		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
+	}
+	return ids, d, s, nil
+}
+
+// SelectRows copies dst[i] = src[idx[i]] (casting to dst's dtype). idx is
+// I32 [N] on the device, dst has N rows and src rows of the same size. The
+// indices are read back to the host and each row is one Backend.Copy; a
+// gather kernel would replace this on the GPU.
+func SelectRows(b gpu.Backend, dst, src, idx gpu.Tensor) error {
+	ids, d, s, err := rowViews(b, "select rows", dst, src, idx, false)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		dr, _ := d.Rows(i, i+1)
+		sr, _ := s.Rows(int(id), int(id)+1)
+		if err := b.Copy(dr, sr); err != nil {
+			return fmt.Errorf("select rows: %w", err)
+		}
+	}
+	return nil
+}
+
+// ScatterAddRows accumulates dst[idx[i]] += src[i]. idx is I32 [N] on the
+// device, src has N rows and dst rows of the same size; repeated indices
+// add up. The indices are read back to the host and each row is one
+// Backend.AddScaled.
+func ScatterAddRows(b gpu.Backend, dst, src, idx gpu.Tensor) error {
+	ids, d, s, err := rowViews(b, "scatter-add rows", dst, src, idx, true)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		dr, _ := d.Rows(int(id), int(id)+1)
+		sr, _ := s.Rows(i, i+1)
+		if err := b.AddScaled(dr, sr, 1); err != nil {
+			return fmt.Errorf("scatter-add rows: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,658 @@
+package stages
+
+import (
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/stages/rollout"
+)
+
+// Op names of a decoder layer, in order. model.Config.LayerForward and
+// LayerBackward report each through Batch.Hook, and the arena checks them
+// against the plan.
+var (
+	layerForwardOps  = []string{"norm1", "qkv", "attention", "o_proj", "norm2", "gate_up", "swiglu", "down"}
+	layerBackwardOps = []string{"down backward", "swiglu backward", "gate_up backward", "norm2 backward",
+		"o_proj backward", "attention backward", "qkv backward", "norm1 backward"}
+)
+
+// decoder runs one micro-batch of a decoder model through a stage program.
+type decoder struct {
+	p      *prog
+	st     *ShardState
+	cfg    *model.Config
+	dp     int
+	prefix string
+	T, N   int // tokens and response tokens of the micro-batch (the budget while planning)
+	C      int // log-prob chunk
+	temp   float32
+	dts    []gpu.DType
+	rc     []bool
+	mb     *rollout.Packed // running only
+
+	gathered []*ref
+	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
+	acts     []*model.LayerActs // per decoder unit: the activations forward wrote (kept ones are reused by backward)
+	layerIn  []*ref             // per decoder unit: its fp32 input
+	resid    *ref
+	head     struct{ rows, xn, rstd *ref }
+	io       struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
+}
+
+func newDecoder(p *prog, name string, chunk int) *decoder {
+	st := p.shards()[name]
+	if st == nil {
+		p.fail(fmt.Errorf("model %q has no sharded state (is its apply_fsdp2 stage earlier?)", name))
+		return nil
+	}
+	tokens := p.job.Spec.Data.MaxTokensPerGPU
+	for _, ps := range p.job.stagesOfKind("pack", nil) {
+		tokens = p.job.Stages[ps.ID].(*Pack).Tokens(p.job.Spec)
+	}
+	d := &decoder{p: p, st: st, cfg: st.Model.Config, dp: p.job.Spec.Mesh.DP, prefix: p.stage.ID,
+		T: tokens, N: tokens, C: min(chunk, tokens), temp: float32(p.job.Spec.Data.Temperature)}
+	for _, u := range st.Units {
+		dt, err := p.job.Precision(st.Model, u.Unit, p.stage)
+		p.fail(err)
+		rc, err := p.job.Recompute(st.Model, u.Unit, p.stage)
+		p.fail(err)
+		d.dts = append(d.dts, dtypeOf(dt))
+		d.rc = append(d.rc, rc)
+	}
+	n := len(st.Units)
+	d.gathered = make([]*ref, n)
+	d.saved = make([][]*ref, n)
+	d.acts = make([]*model.LayerActs, n)
+	d.layerIn = make([]*ref, n)
+	return d
+}
+
+// microBatches is the number of micro-batches to run: one while planning.
+func (d *decoder) microBatches() int {
+	if !d.p.running() {
+		return 1
+	}
+	return len(d.p.r.Micro)
+}
+
+// setBatch selects micro-batch i (running) and sizes the buffers to it.
+func (d *decoder) setBatch(i int) {
+	if !d.p.running() {
+		return
+	}
+	d.mb = d.p.r.Micro[i]
+	d.T, d.N = d.mb.NumTokens(), len(d.mb.Targets)
+	d.C = max(1, min(d.C, d.N))
+}
+
+func (d *decoder) name(parts ...any) string {
+	s := d.prefix
+	for _, x := range parts {
+		s += "." + fmt.Sprint(x)
+	}
+	return s
+}
+
+func (d *decoder) b() gpu.Backend { return d.p.r.B }
+
+// inputs declares and uploads the micro-batch inputs and per-token outputs.
+// The caller extends them to the stage's last op.
+func (d *decoder) inputs(train, entropy bool) []*ref {
+	p := d.p
+	p.op("upload micro-batch")
+	T, N := d.T, d.N
+	io := &d.io
+	io.ids = p.buf(d.name("io.ids"), plan.IO, gpu.I32, T)
+	io.pos = p.buf(d.name("io.positions"), plan.IO, gpu.I32, T)
+	io.cu = p.buf(d.name("io.cu_seqlens"), plan.IO, gpu.I32, cuLen(d))
+	io.targets = p.buf(d.name("io.targets"), plan.IO, gpu.I32, N)
+	io.logitPos = p.buf(d.name("io.logit_pos"), plan.IO, gpu.I32, N)
+	io.logp = p.buf(d.name("io.logp"), plan.IO, gpu.F32, N)
+	all := []*ref{io.ids, io.pos, io.cu, io.targets, io.logitPos, io.logp}
+	io.entropy, io.dlogp, io.dentropy = nil, nil, nil
+	if entropy || train {
+		io.entropy = p.buf(d.name("io.entropy"), plan.IO, gpu.F32, N)
+		all = append(all, io.entropy)
+	}
+	if train {
+		io.dlogp = p.buf(d.name("io.dlogp"), plan.IO, gpu.F32, N)
+		io.dentropy = p.buf(d.name("io.dentropy"), plan.IO, gpu.F32, N)
+		all = append(all, io.dlogp, io.dentropy)
+	}
+	p.do(func() error {
+		b, mb := d.b(), d.mb
+		for _, up := range []struct {
+			t   gpu.Tensor
+			src []int32
+		}{{io.ids.t, mb.Tokens}, {io.pos.t, mb.Positions}, {io.cu.t, mb.CuSeqlens}, {io.targets.t, mb.Targets}, {io.logitPos.t, mb.LogitPos}} {
+			if err := b.UploadI32(up.t, up.src); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return all
+}
+
+// cuLen is the length of cu_seqlens: T+1 while planning (up to T sequences).
+func cuLen(d *decoder) int {
+	if d.mb != nil {
+		return len(d.mb.CuSeqlens)
+	}
+	return d.T + 1
+}
+
+func (d *decoder) batch(hook func(string) error) model.Batch {
+	return model.Batch{Positions: d.io.pos.t, CuSeqlens: d.io.cu.t, T: d.T, Hook: hook}
+}
+
+// gather declares the op that makes unit i's compute copy: for each slot, a
+// host->device copy of the shard slice when the model is offloaded, a cast
+// to the compute dtype when a collective sends it, and the all-gather into
+// the unit's gathered buffer. The caller extends the gathered buffer.
+func (d *decoder) gather(i int, tag string) *ref {
+	p, u, dt := d.p, d.st.Units[i], d.dts[i]
+	what := "gather " + u.Name
+	if tag != "" {
+		what += " for backward"
+	}
+	p.op(what)
+	g := p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(u.Elems))
+	var h2d, send *ref
+	var h2dOff []int64
+	if d.st.Model.Offload {
+		var n int64
+		for k, s := range u.Slots {
+			h2dOff = append(h2dOff, n)
+			n += int64(d.st.owner(u, s).Master.Size()) * u.Slots[k].ShardElems()
+		}
+		h2d = p.buf(d.name(tag+"h2d", u.Name), plan.Comm, gpu.BF16, int(n/2))
+	}
+	needCast := false
+	for _, s := range u.Slots {
+		needCast = needCast || d.st.owner(u, s).Master != dt
+	}
+	if d.dp > 1 && needCast {
+		send = p.buf(d.name(tag+"send", u.Name), plan.Comm, dt, int(u.SliceElems))
+	}
+	p.do(func() error {
+		b := d.b()
+		for k, s := range u.Slots {
+			src, err := d.st.paramShard(u, s)
+			if err != nil {
+				return err
+			}
+			if h2d != nil {
+				stg, err := section(h2d.t, h2dOff[k], src.DType, s.ShardElems())
+				if err != nil {
+					return err
+				}
+				if err := b.Copy(stg, src); err != nil {
+					return err
+				}
+				src = stg
+			}
+			dst, err := g.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
+			if err != nil {
+				return err
+			}
+			if d.dp == 1 {
+				if err := b.Copy(dst, src); err != nil {
+					return err
+				}
+				continue
+			}
+			if send != nil {
+				sv, err := send.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				if err != nil {
+					return err
+				}
+				if err := b.Copy(sv, src); err != nil {
+					return err
+				}
+				src = sv
+			}
+			if err := d.p.r.Comm.AllGather(d.p.ctx, dst, src); err != nil {
+				return fmt.Errorf("all-gather %s: %w", s.Name, err)
+			}
+		}
+		return nil
+	})
+	return g
+}
+
+// forward runs the embedding and the decoder layers. With train set, every
+// decoder layer keeps its fp32 input until its backward, and, when it does
+// not recompute, all its activations. Unit i+1 is gathered before unit i
+// computes when prefetch is on.
+func (d *decoder) forward(train bool) {
+	prefetch := d.st.Fsdp.Prefetch
+	n := len(d.st.Units)
+	d.gathered[0] = d.gather(0, "")
+	for i := 0; i < n-1; i++ {
+		if prefetch > 0 {
+			d.gathered[i+1] = d.gather(i+1, "")
+		}
+		if d.st.Units[i].Kind == model.UnitEmbed {
+			d.embedForward()
+		} else {
+			d.layerForward(i, train)
+		}
+		until(d.p.now(), d.gathered[i])
+		if prefetch == 0 {
+			d.gathered[i+1] = d.gather(i+1, "")
+		}
+	}
+}
+
+func (d *decoder) embedForward() {
+	p := d.p
+	p.op("embed forward")
+	d.resid = p.buf(d.name("resid", "embed"), plan.Activations, gpu.F32, d.T, d.cfg.HiddenSize)
+	p.do(func() error {
+		w, err := model.SlotView(d.st.Units[0].Slots[0], d.gathered[0].t)
+		if err != nil {
+			return err
+		}
+		return d.b().Embedding(d.resid.t, w, d.io.ids.t)
+	})
+}
+
+// actSpec is one activation buffer of a decoder layer and the forward ops
+// that write and last read it.
+type actSpec struct {
+	name        string
+	dt          gpu.DType
+	shape       []int
+	first, last string
+	field       func(a *model.LayerActs) *gpu.Tensor
+	forwardOnly bool // scratch the backward does not read
+}
+
+// layerActs lists a decoder layer's activations for T tokens in compute dtype dt.
+func (d *decoder) layerActs(dt gpu.DType) []actSpec {
+	c := d.cfg
+	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
+	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	f := func(g func(a *model.LayerActs) *gpu.Tensor) func(a *model.LayerActs) *gpu.Tensor { return g }
+	acts := []actSpec{
+		{"xn", dt, []int{T, H}, "norm1", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn }), false},
+		{"rstd1", gpu.F32, []int{T}, "norm1", "norm1", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd1 }), false},
+	}
+	if c.QKNorm {
+		acts = append(acts,
+			actSpec{"q_raw", dt, []int{T, qd}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.QRaw }), false},
+			actSpec{"k_raw", dt, []int{T, kd}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.KRaw }), false},
+			actSpec{"rstd_q", gpu.F32, []int{T * c.NumHeads}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.RstdQ }), false},
+			actSpec{"rstd_k", gpu.F32, []int{T * c.NumKVHeads}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.RstdK }), false})
+	}
+	acts = append(acts,
+		actSpec{"q", dt, []int{T, qd}, "qkv", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Q }), false},
+		actSpec{"k", dt, []int{T, kd}, "qkv", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.K }), false},
+		actSpec{"v", dt, []int{T, kd}, "qkv", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.V }), false},
+		actSpec{"attn", dt, []int{T, qd}, "attention", "o_proj", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Attn }), false},
+		actSpec{"lse", gpu.F32, []int{c.NumHeads, T}, "attention", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.LSE }), false},
+		actSpec{"o_out", dt, []int{T, H}, "o_proj", "o_proj", f(func(a *model.LayerActs) *gpu.Tensor { return &a.OOut }), true},
+		actSpec{"mid", gpu.F32, []int{T, H}, "o_proj", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Mid }), false},
+		actSpec{"xn2", dt, []int{T, H}, "norm2", "gate_up", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn2 }), false},
+		actSpec{"rstd2", gpu.F32, []int{T}, "norm2", "norm2", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd2 }), false},
+		actSpec{"gate", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Gate }), false},
+		actSpec{"up", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Up }), false},
+		actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), false},
+		actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true},
+	)
+	return acts
+}
+
+// hook returns the Batch hook that enters unit u's sub-ops on the arena.
+func (d *decoder) hook(u *Unit) func(string) error {
+	return func(op string) error {
+		d.p.op(u.Name + " " + op)
+		return d.p.err
+	}
+}
+
+// layerForward declares (and runs) decoder unit i's forward ops. The fp32
+// residual stream is updated in place outside training; in training the
+// layer's input stays and its output is a new buffer.
+func (d *decoder) layerForward(i int, train bool) {
+	p, u, dt := d.p, d.st.Units[i], d.dts[i]
+	keep := train && !d.rc[i]
+	acts := d.layerActs(dt)
+	var out *ref
+	la := &model.LayerActs{}
+	if !p.running() {
+		idx := map[string]int{}
+		for _, o := range layerForwardOps {
+			idx[o] = p.op(u.Name + " " + o)
+		}
+		last := p.now()
+		var saved []*ref
+		for _, a := range acts {
+			kind := "fwd"
+			if keep && !a.forwardOnly {
+				kind = "saved"
+			}
+			end := idx[a.last]
+			if kind == "saved" {
+				end = last
+			}
+			pb := p.b.Alloc(d.name(kind, u.Name, a.name), plan.Activations, int64(a.dt.Size())*numel(a.shape), idx[a.first], end)
+			if kind == "saved" {
+				saved = append(saved, &ref{pb: pb})
+			}
+		}
+		if train {
+			d.layerIn[i] = d.resid
+			out = &ref{pb: p.b.Alloc(d.name("resid", u.Name), plan.Activations, int64(4*d.T*d.cfg.HiddenSize), idx["down"], idx["down"])}
+		} else {
+			until(last, d.resid)
+		}
+		d.saved[i] = saved
+		if train {
+			d.resid = out
+		}
+		return
+	}
+	for _, a := range acts {
+		kind := "fwd"
+		if keep && !a.forwardOnly {
+			kind = "saved"
+		}
+		*a.field(la) = p.buf(d.name(kind, u.Name, a.name), plan.Activations, a.dt, a.shape...).t
+	}
+	out = d.resid
+	if train {
+		d.layerIn[i] = d.resid
+		out = p.buf(d.name("resid", u.Name), plan.Activations, gpu.F32, d.T, d.cfg.HiddenSize)
+	}
+	if keep {
+		d.acts[i] = la
+	}
+	p.do(func() error {
+		w, err := d.cfg.LayerWeightsFrom(u.Unit, u.Slots, d.gathered[i].t)
+		if err != nil {
+			return err
+		}
+		return d.cfg.LayerForward(d.b(), w, la, d.resid.t, out.t, d.batch(d.hook(u)))
+	})
+	d.resid = out
+}
+
+// headForward selects the rows that predict response tokens, normalises
+// them and computes log-probs (and entropy) chunk by chunk. It returns the
+// index of its last op.
+func (d *decoder) headForward(train bool) int {
+	p := d.p
+	h := len(d.st.Units) - 1
+	if d.gathered[h] == nil {
+		d.gathered[h] = d.gather(h, "")
+	}
+	dt, H, V := d.dts[h], d.cfg.HiddenSize, d.cfg.VocabSize
+	sel := p.op("head select+norm")
+	until(sel, d.resid)
+	d.head.rows = p.buf(d.name("head", "rows"), plan.Activations, gpu.F32, d.N, H)
+	d.head.xn = p.buf(d.name("head", "xn"), plan.Activations, dt, d.N, H)
+	d.head.rstd = p.buf(d.name("head", "rstd"), plan.Activations, gpu.F32, d.N)
+	p.do(func() error { return model.SelectRows(d.b(), d.head.rows.t, d.resid.t, d.io.logitPos.t) })
+	ch := p.op("head log-prob chunks")
+	until(ch, d.head.rows, d.head.xn, d.head.rstd)
+	logits := p.buf(d.name("head", "logits"), plan.Logits, gpu.F32, d.C, V)
+	p.do(func() error {
+		u := d.st.Units[h]
+		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+		if err != nil {
+			return err
+		}
+		var ent gpu.Tensor
+		if d.io.entropy != nil {
+			ent = d.io.entropy.t
+		}
+		return d.cfg.HeadForward(d.b(), w, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t, d.io.logp.t, ent, logits.t, d.C, d.temp)
+	})
+	if train {
+		d.saved[h] = []*ref{d.head.rows, d.head.xn, d.head.rstd}
+	} else {
+		until(ch, d.gathered[h])
+	}
+	return ch
+}
+
+// reduce moves unit i's unsharded grads into the fp32 sharded grads of the
+// units that own them: with dp > 1 a cast to fp32 and an averaging
+// reduce-scatter; with the optimizer state offloaded, through a device
+// staging buffer into host memory.
+func (d *decoder) reduce(i int, grad *ref) {
+	p, u := d.p, d.st.Units[i]
+	op := p.op("reduce-scatter grads " + u.Name)
+	until(op, grad)
+	var rsIn, rsOut, d2h *ref
+	if d.dp > 1 {
+		rsIn = p.buf(d.name("rs.in", u.Name), plan.Comm, gpu.F32, int(u.Elems))
+		rsOut = p.buf(d.name("rs.out", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
+	} else if d.st.Model.OffloadOptimizer {
+		d2h = p.buf(d.name("d2h", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
+	}
+	p.do(func() error {
+		b := d.b()
+		for k, s := range u.Slots {
+			full, err := grad.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
+			if err != nil {
+				return err
+			}
+			dst, err := d.st.fp32Shard(d.st.Grads, u, s)
+			if err != nil {
+				return err
+			}
+			src := full
+			switch {
+			case rsIn != nil:
+				in, err := rsIn.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
+				if err != nil {
+					return err
+				}
+				if err := b.Copy(in, full); err != nil {
+					return err
+				}
+				out, err := rsOut.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				if err != nil {
+					return err
+				}
+				if err := d.p.r.Comm.ReduceScatter(d.p.ctx, out, in, nccl.Avg); err != nil {
+					return fmt.Errorf("reduce-scatter %s: %w", s.Name, err)
+				}
+				src = out
+			case d2h != nil:
+				stg, err := d2h.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				if err != nil {
+					return err
+				}
+				if err := b.Copy(stg, full); err != nil {
+					return err
+				}
+				src = stg
+			}
+			if err := b.AddScaled(dst, src, 1); err != nil {
+				return fmt.Errorf("accumulating %s: %w", s.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// zeroed declares a gradient buffer and zeroes it when running.
+func (d *decoder) zeroed(name string, kind plan.Kind, dt gpu.DType, shape ...int) *ref {
+	r := d.p.buf(name, kind, dt, shape...)
+	d.p.do(func() error { return d.b().Zero(r.t) })
+	return r
+}
+
+// headBackward recomputes each chunk's logits, turns them into dlogits and
+// accumulates the head's grads and the rows' grads, then scatters the rows'
+// grads into the residual gradient.
+func (d *decoder) headBackward() (dres *ref) {
+	p := d.p
+	h := len(d.st.Units) - 1
+	u := d.st.Units[h]
+	dt, H, V := d.dts[h], d.cfg.HiddenSize, d.cfg.VocabSize
+	hb := p.op("head backward")
+	grad := d.zeroed(d.name("grad", "head"), plan.Grads, dt, int(u.Elems))
+	logits := p.buf(d.name("bwd", "head", "logits"), plan.Logits, gpu.F32, d.C, V)
+	dxn := p.buf(d.name("bwd", "head", "dxn"), plan.Activations, dt, d.N, H)
+	drows := p.buf(d.name("bwd", "head", "drows"), plan.Activations, gpu.F32, d.N, H)
+	_ = hb
+	p.do(func() error {
+		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+		if err != nil {
+			return err
+		}
+		dw, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, grad.t)
+		if err != nil {
+			return err
+		}
+		return d.cfg.HeadBackward(d.b(), w, dw, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t,
+			d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.temp)
+	})
+	until(p.now(), d.gathered[h])
+	until(p.now(), d.saved[h]...)
+	return d.headScatter(grad, drows)
+}
+
+func (d *decoder) headScatter(grad, drows *ref) *ref {
+	p := d.p
+	h := len(d.st.Units) - 1
+	var next *ref
+	if d.st.Fsdp.Prefetch > 0 && h-1 > 0 {
+		next = d.gather(h-1, "bwd.")
+	}
+	d.gathered[h-1] = next
+	sc := p.op("head backward scatter")
+	until(sc, drows)
+	dres := p.buf(d.name("bwd", "dresid"), plan.Activations, gpu.F32, d.T, d.cfg.HiddenSize)
+	p.do(func() error {
+		if err := d.b().Zero(dres.t); err != nil {
+			return err
+		}
+		return model.ScatterAddRows(d.b(), dres.t, drows.t, d.io.logitPos.t)
+	})
+	d.reduce(h, grad)
+	return dres
+}
+
+// layerBackward runs decoder unit i's backward: the recomputed forward when
+// the unit recomputes, then each op's gradient in reverse, then the grad
+// reduction. g is the unit's re-gathered params.
+func (d *decoder) layerBackward(i int, g, dres *ref) {
+	p, u, dt := d.p, d.st.Units[i], d.dts[i]
+	c := d.cfg
+	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
+	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	la := d.acts[i]
+	var rc []*ref
+	if d.rc[i] {
+		p.op(u.Name + " recompute forward")
+		la = &model.LayerActs{}
+		for _, a := range d.layerActs(dt) {
+			if a.name == "down_out" {
+				continue // the recomputed forward stops before down_proj
+			}
+			r := p.buf(d.name("rc", u.Name, a.name), plan.Activations, a.dt, a.shape...)
+			*a.field(la) = r.t
+			rc = append(rc, r)
+		}
+		p.do(func() error {
+			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
+			if err != nil {
+				return err
+			}
+			return c.LayerForward(d.b(), w, la, d.layerIn[i].t, gpu.Tensor{}, d.batch(nil))
+		})
+	}
+	grads := []struct {
+		name  string
+		shape []int
+		first string // the backward op that writes it
+		last  string // the backward op that last reads it
+		field func(*model.LayerGradBufs) *gpu.Tensor
+	}{
+		{"dy", []int{T, H}, "down backward", "down backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dy }},
+		{"dact", []int{T, I}, "down backward", "swiglu backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dact }},
+		{"dgate", []int{T, I}, "swiglu backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dgate }},
+		{"dup", []int{T, I}, "swiglu backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dup }},
+		{"dxn2", []int{T, H}, "gate_up backward", "norm2 backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dxn2 }},
+		{"dy_o", []int{T, H}, "o_proj backward", "o_proj backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.DyO }},
+		{"dattn", []int{T, qd}, "o_proj backward", "attention backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dattn }},
+		{"dq", []int{T, qd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dq }},
+		{"dk", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dk }},
+		{"dv", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dv }},
+		{"dxn", []int{T, H}, "qkv backward", "norm1 backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dxn }},
+	}
+	var grad *ref
+	gb := &model.LayerGradBufs{}
+	if !p.running() {
+		idx := map[string]int{}
+		for _, o := range layerBackwardOps {
+			idx[o] = p.op(u.Name + " " + o)
+		}
+		first := idx[layerBackwardOps[0]]
+		grad = &ref{pb: p.b.Alloc(d.name("grad", u.Name), plan.Grads, int64(dt.Size())*u.Elems, first, first)}
+		for _, x := range grads {
+			p.b.Alloc(d.name("bwd", u.Name, x.name), plan.Activations, int64(dt.Size())*numel(x.shape), idx[x.first], idx[x.last])
+		}
+	} else {
+		grad = d.zeroed(d.name("grad", u.Name), plan.Grads, dt, int(u.Elems))
+		for _, x := range grads {
+			*x.field(gb) = p.buf(d.name("bwd", u.Name, x.name), plan.Activations, dt, x.shape...).t
+		}
+		p.do(func() error {
+			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
+			if err != nil {
+				return err
+			}
+			dw, err := c.LayerWeightsFrom(u.Unit, u.Slots, grad.t)
+			if err != nil {
+				return err
+			}
+			return c.LayerBackward(d.b(), w, dw, la, gb, d.layerIn[i].t, dres.t, d.batch(d.hook(u)))
+		})
+	}
+	end := p.now()
+	until(end, append(append(d.saved[i], rc...), d.layerIn[i], g, dres, grad)...)
+	d.reduce(i, grad)
+}
+
+// backward runs the head backward, the decoder layers in reverse with
+// re-gathered units (prefetching the next), and the embedding backward.
+func (d *decoder) backward() {
+	p := d.p
+	dres := d.headBackward()
+	h := len(d.st.Units) - 1
+	next := d.gathered[h-1] // prefetched during the head backward, or nil
+	for i := h - 1; i >= 1; i-- {
+		g := next
+		if g == nil {
+			g = d.gather(i, "bwd.")
+		}
+		next = nil
+		if d.st.Fsdp.Prefetch > 0 && i-1 >= 1 {
+			next = d.gather(i-1, "bwd.")
+		}
+		d.layerBackward(i, g, dres)
+	}
+	// The embedding backward needs no gathered weights: it scatters dresid rows.
+	eb := p.op("embed backward")
+	until(eb, dres, d.resid)
+	u := d.st.Units[0]
+	grad := d.zeroed(d.name("grad", "embed"), plan.Grads, d.dts[0], int(u.Elems))
+	p.do(func() error {
+		dw, err := model.SlotView(u.Slots[0], grad.t)
+		if err != nil {
+			return err
+		}
+		return d.b().EmbeddingBackward(dw, dres.t, d.io.ids.t)
+	})
+	d.reduce(0, grad)
+}

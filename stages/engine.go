@@ -1,0 +1,227 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/nccl"
+	rt "github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/rollout"
+)
+
+// Device memory outside the arena. These are estimates of what the CUDA
+// driver and libraries take on an H100 (context, module images, cuBLASLt
+// handle) and what NCCL takes for its channels; the GPU tests check the
+// NVML-measured process memory against arena + reserve.
+const (
+	CUDAContextReserve = 768 << 20
+	NCCLReserve        = 512 << 20
+	CUBLASWorkspace    = 32 << 20
+)
+
+// Plan builds the per-device memory plan of the job: every stage in order
+// declares its ops and buffers, then the builder assigns arena offsets.
+func Plan(j *Job) (*plan.Plan, error) {
+	b := plan.NewBuilder()
+	b.BeginStage("(runtime)", "runtime", "setup")
+	op := b.Op("create context, cuBLAS handle")
+	b.Persistent("cublas.workspace", plan.Workspace, CUBLASWorkspace, false, op)
+	b.EndStage()
+	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt (estimate)"})
+	if j.Spec.Mesh.WorldSize() > 1 {
+		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "NCCL channel buffers (estimate)"})
+	}
+	pc := &PlanContext{Job: j, B: b, state: &planState{sharded: map[string]*ShardState{}}}
+	for _, st := range j.Order {
+		s := j.Stages[st.ID]
+		if s == nil {
+			return nil, fmt.Errorf("stage %q was not resolved", st.ID)
+		}
+		pc.Stage = st
+		b.BeginStage(st.ID, st.Uses, string(st.Phase))
+		if err := s.Plan(pc); err != nil {
+			return nil, fmt.Errorf("planning stage %q: %w", st.ID, err)
+		}
+		b.EndStage()
+	}
+	return b.Finish()
+}
+
+// RunOptions configure Run.
+type RunOptions struct {
+	// Backend returns the backend of a rank; nil means the CPU backend.
+	Backend func(rank int) (gpu.Backend, error)
+	// FirstStep is the step to start at (1, or the step after a resumed checkpoint).
+	FirstStep int
+	// Steps overrides train.steps when positive.
+	Steps int
+	// Resume, when set, is called on every rank after setup to restore state.
+	Resume func(r *Rank) error
+	// AfterStep is called on every rank after each step, with every rank
+	// past the step (a barrier); rank 0 typically records metrics and
+	// checkpoints there. An error stops the run.
+	AfterStep func(r *Rank, res StepResult) error
+}
+
+// StepResult is what one training step produced on a rank.
+type StepResult struct {
+	Step   int
+	Wall   time.Duration
+	Stats  StepStats
+	Report *rt.Report
+	InUse  int64 // arena bytes in use at the high-water mark so far
+	Tokens int64
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Ranks []*Rank
+}
+
+// ReadData reads and checks the job's rollouts: every sample must fit
+// data.max_seq_len and the model's vocabulary, groups must have
+// samples_per_prompt samples, and the file must hold whole optimizer steps.
+func ReadData(j *Job) (*Data, error) {
+	sp := j.Spec
+	samples, err := rollout.Read(sp.Data.Rollouts)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range j.Models {
+		if err := rollout.CheckVocab(samples, m.Config.VocabSize); err != nil {
+			return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
+		}
+	}
+	for _, s := range samples {
+		if len(s.Tokens) > sp.Data.MaxSeqLen {
+			return nil, fmt.Errorf("%s:%d: sample of %d tokens exceeds data.max_seq_len %d", sp.Data.Rollouts, s.Line, len(s.Tokens), sp.Data.MaxSeqLen)
+		}
+	}
+	if _, err := rollout.Groups(samples, sp.Data.SamplesPerPrompt); err != nil {
+		return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
+	}
+	batches, err := rollout.Steps(len(samples), sp.Data.GlobalBatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
+	}
+	return &Data{Samples: samples, Batches: batches}, nil
+}
+
+// Run executes the job: dp ranks, each with its own backend and arena,
+// connected by a loopback communicator, run the setup stages once and the
+// step stages for every training step.
+func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opts RunOptions) (*Result, error) {
+	dp := j.Spec.Mesh.DP
+	comms := nccl.NewLoopback(dp)
+	steps := j.Spec.Train.Steps
+	if opts.Steps > 0 {
+		steps = opts.Steps
+	}
+	first := max(opts.FirstStep, 1)
+	if opts.Backend == nil {
+		threads := max(1, runtime.GOMAXPROCS(0)/dp)
+		opts.Backend = func(int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil }
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	res := &Result{Ranks: make([]*Rank, dp)}
+	var wg sync.WaitGroup
+	errs := make([]error, dp)
+	for r := 0; r < dp; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			err := runRank(ctx, j, g, p, data, comms[r], r, first, steps, opts, res)
+			if err != nil {
+				errs[r] = err
+				cancel(err)
+				comms[r].Close()
+			}
+		}(r)
+	}
+	wg.Wait()
+	// Report the root cause: the first rank error that is not a consequence
+	// of another rank's failure.
+	cause := context.Cause(ctx)
+	for _, err := range errs {
+		if err != nil && (cause == nil || errors.Is(err, cause) || !errors.Is(err, context.Canceled)) {
+			return res, err
+		}
+	}
+	if cause != nil && !errors.Is(cause, context.Canceled) {
+		return res, cause
+	}
+	return res, errors.Join(errs...)
+}
+
+func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
+	b, err := opts.Backend(id)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", id, err)
+	}
+	arena, err := NewArena(b, p)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", id, err)
+	}
+	defer arena.Free(b)
+	r := newRank(id, comm, b, arena, data)
+	res.Ranks[id] = r
+	// The runtime's own op (context, cuBLAS workspace).
+	if err := arena.StartStage("(runtime)"); err != nil {
+		return err
+	}
+	if err := arena.EnterNamed("create context, cuBLAS handle"); err != nil {
+		return err
+	}
+	if _, err := arena.Tensor("cublas.workspace", gpu.I32, CUBLASWorkspace/4); err != nil {
+		return err
+	}
+	runStage := func(ctx context.Context, n *rt.Node) error {
+		if err := arena.StartStage(n.Stage.ID); err != nil {
+			return err
+		}
+		return j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Rank: r})
+	}
+	env := func(n *rt.Node) *spec.Env {
+		return &spec.Env{Step: r.Step, Mesh: spec.MeshEnv{Nodes: j.Spec.Mesh.Nodes, GPUsPerNode: j.Spec.Mesh.GPUsPerNode, WorldSize: j.Spec.Mesh.WorldSize(), DP: j.Spec.Mesh.DP},
+			GPU: spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes}, Stage: spec.StageEnv{ID: n.Stage.ID, Kind: n.Stage.Uses}}
+	}
+	if _, err := rt.Execute(ctx, g, spec.Setup, env, runStage); err != nil {
+		return fmt.Errorf("rank %d: setup: %w", id, err)
+	}
+	if opts.Resume != nil {
+		if err := opts.Resume(r); err != nil {
+			return fmt.Errorf("rank %d: resume: %w", id, err)
+		}
+	}
+	for step := first; step <= steps; step++ {
+		r.Step = step
+		t0 := time.Now()
+		rep, err := rt.Execute(ctx, g, spec.Step, env, runStage)
+		if err != nil {
+			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+		}
+		if err := comm.Barrier(ctx); err != nil {
+			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+		}
+		hw, _ := arena.HighWater()
+		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens}
+		if opts.AfterStep != nil {
+			if err := opts.AfterStep(r, sr); err != nil {
+				return fmt.Errorf("rank %d: after step %d: %w", id, step, err)
+			}
+		}
+		if err := comm.Barrier(ctx); err != nil {
+			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package stages
+
+import (
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/stages/rl"
+	"github.com/rlpipe/rlpipe/stages/rollout"
+)
+
+// Rank is one rank's run-time state: its backend, communicator and arena,
+// the sharded models, and the data of the current step.
+type Rank struct {
+	ID    int
+	Comm  nccl.Comm
+	B     gpu.Backend
+	Arena *Arena
+	Step  int // 1-based training step; 0 during setup
+
+	Shards map[string]*ShardState
+	// Micro holds this step's packed micro-batches of this rank (set by pack).
+	Micro []*rollout.Packed
+	// Advantages holds r̂ of every sample of the step by its index in the
+	// rollout file (set by pack).
+	Advantages map[int]float64
+	// LogP holds per-token log-probs by stage id and micro-batch.
+	LogP map[string][][]float32
+	// Metrics accumulates this step's loss metrics over micro-batches.
+	Metrics rl.Metrics
+	// Stats holds the step's scalar results of the train stage.
+	Stats StepStats
+
+	data    *Data
+	advLogP float64
+}
+
+// StepStats are the train stage's per-step results on a rank (identical on
+// every rank after the reductions).
+type StepStats struct {
+	GradNorm float64
+	LR       float64
+	Tokens   int64              // tokens over all ranks
+	Values   map[string]float64 // loss metrics ÷ GBS, summed over ranks
+}
+
+// Data is the rollout data shared by every rank of an in-process job.
+type Data struct {
+	Samples []rollout.Sample
+	Batches [][]int // sample indices of each optimizer step of one pass
+}
+
+func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena, d *Data) *Rank {
+	return &Rank{ID: id, Comm: comm, B: b, Arena: a, Shards: map[string]*ShardState{}, LogP: map[string][][]float32{}, data: d}
+}
