@@ -43,12 +43,15 @@ const (
 	StatusSucceeded Status = "succeeded"
 	StatusFailed    Status = "failed"
 	StatusCanceled  Status = "canceled"
+	// StatusStopped is a run that ended cleanly before its last step, as
+	// asked (rlpipe run --steps); it can be resumed.
+	StatusStopped Status = "stopped"
 )
 
 // Valid reports whether s is one of the defined statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusRunning, StatusSucceeded, StatusFailed, StatusCanceled:
+	case StatusRunning, StatusSucceeded, StatusFailed, StatusCanceled, StatusStopped:
 		return true
 	}
 	return false

@@ -261,6 +261,10 @@ func WriteSafetensors(path string, tensors []Tensor) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	// CreateTemp makes the file 0600; the result is a file users share.
+	if err = tmp.Chmod(0o644); err != nil {
+		return err
+	}
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))

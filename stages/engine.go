@@ -65,6 +65,9 @@ type RunOptions struct {
 	Steps int
 	// Resume, when set, is called on every rank after setup to restore state.
 	Resume func(r *Rank) error
+	// Export names a model whose rows every rank downloads after the last
+	// step into Result.Export (for ExportHF).
+	Export string
 	// AfterStep is called on every rank after each step, with every rank
 	// past the step (a barrier); rank 0 typically records metrics and
 	// checkpoints there. An error stops the run.
@@ -83,7 +86,8 @@ type StepResult struct {
 
 // Result is the outcome of a run.
 type Result struct {
-	Ranks []*Rank
+	Ranks  []*Rank
+	Export []ShardRows // per rank, when RunOptions.Export is set
 }
 
 // ReadData reads and checks the job's rollouts: every sample must fit
@@ -132,7 +136,7 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	res := &Result{Ranks: make([]*Rank, dp)}
+	res := &Result{Ranks: make([]*Rank, dp), Export: make([]ShardRows, dp)}
 	var wg sync.WaitGroup
 	errs := make([]error, dp)
 	for r := 0; r < dp; r++ {
@@ -222,6 +226,13 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 		if err := comm.Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
 		}
+	}
+	if opts.Export != "" {
+		rows, err := r.ExportRows(opts.Export)
+		if err != nil {
+			return fmt.Errorf("rank %d: export: %w", id, err)
+		}
+		res.Export[id] = rows
 	}
 	return nil
 }

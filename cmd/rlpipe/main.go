@@ -47,6 +47,8 @@ func commands() []command {
 		{"validate", "check a job spec and report every problem with file:line:col", cmdValidate},
 		{"plan", "print the per-GPU memory budget of every stage", cmdPlan},
 		{"graph", "print the stage DAG (text, --json or --dot)", cmdGraph},
+		{"run", "run the job (or --resume a run) and record it under ./runs", cmdRun},
+		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
 		{"version", "print the version", cmdVersion},
 	}

@@ -71,6 +71,10 @@ func Write(path string, samples []Sample) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
+	// CreateTemp makes the file 0600; the result is a file users share.
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	if err = Encode(bw, samples); err != nil {
 		return fmt.Errorf("%s: %w", path, err)

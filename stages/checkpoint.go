@@ -1,0 +1,171 @@
+package stages
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
+)
+
+// Checkpoints hold each rank's shards as they are in memory: for every model
+// its params (in the stored dtype), and for a trained model its fp32 AdamW m
+// and v, one tensor per FSDP unit, in <dir>/rank-<r>/model.safetensors.
+// The optimizer step is the checkpoint's step (the run record keeps it).
+
+// rankDir is the directory of rank r's shard file in a checkpoint.
+func rankDir(dir string, r int) string { return filepath.Join(dir, fmt.Sprintf("rank-%d", r)) }
+
+// shardTensors lists the rank's persistent state as named flat views.
+func (r *Rank) shardTensors() []struct {
+	name string
+	t    gpu.Tensor
+} {
+	var out []struct {
+		name string
+		t    gpu.Tensor
+	}
+	names := make([]string, 0, len(r.Shards))
+	for n := range r.Shards {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		st := r.Shards[n]
+		for _, u := range st.Units {
+			add := func(kind string, buf *ref, off int64, dt gpu.DType) {
+				if buf == nil {
+					return
+				}
+				t, err := unitSection(buf, off, dt, u.ShardElems)
+				if err == nil {
+					out = append(out, struct {
+						name string
+						t    gpu.Tensor
+					}{fmt.Sprintf("%s.%s.%s", n, kind, u.Name), t})
+				}
+			}
+			add("params", st.Params, u.Off, u.Master)
+			add("adam_m", st.AdamM, u.GradOff, gpu.F32)
+			add("adam_v", st.AdamV, u.GradOff, gpu.F32)
+		}
+	}
+	return out
+}
+
+// SaveShards writes the rank's shards into checkpoint directory dir.
+func (r *Rank) SaveShards(dir string) error {
+	var tensors []model.Tensor
+	for _, s := range r.shardTensors() {
+		data := make([]float32, s.t.Numel())
+		if err := r.B.Download(data, s.t); err != nil {
+			return fmt.Errorf("saving %s: %w", s.name, err)
+		}
+		dt := model.F32
+		if s.t.DType == gpu.BF16 {
+			dt = model.BF16
+		}
+		tensors = append(tensors, model.Tensor{Name: s.name, DType: dt, Shape: []int64{int64(len(data))}, Data: data})
+	}
+	path := filepath.Join(rankDir(dir, r.ID), model.SingleFileName)
+	if err := mkdirAll(filepath.Dir(path)); err != nil {
+		return err
+	}
+	return model.WriteSafetensors(path, tensors)
+}
+
+// LoadShards restores the rank's shards from checkpoint directory dir,
+// written by SaveShards on a run of the same spec and mesh.
+func (r *Rank) LoadShards(dir string) error {
+	ck, err := model.OpenCheckpoint(rankDir(dir, r.ID))
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	for _, s := range r.shardTensors() {
+		info, _, ok := ck.Tensor(s.name)
+		if !ok {
+			return fmt.Errorf("checkpoint %s has no tensor %s (was it written for another spec or mesh?)", dir, s.name)
+		}
+		if info.NumElements() != int64(s.t.Numel()) {
+			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d", s.name, info.NumElements(), s.t.Numel())
+		}
+		data := make([]float32, s.t.Numel())
+		if err := ck.ReadRows(s.name, 0, int64(len(data)), data); err != nil {
+			return err
+		}
+		if err := r.B.Upload(s.t, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ShardRows are one rank's rows of every parameter of a model, as fp32,
+// keyed by HF name.
+type ShardRows map[string][]float32
+
+// ExportRows downloads the rank's rows of model name's parameters.
+func (r *Rank) ExportRows(name string) (ShardRows, error) {
+	st := r.Shards[name]
+	if st == nil {
+		return nil, fmt.Errorf("model %q is not sharded on rank %d", name, r.ID)
+	}
+	out := ShardRows{}
+	for _, u := range st.Units {
+		for _, s := range u.Slots {
+			if s.Tied {
+				continue
+			}
+			t, err := st.paramShard(u, s)
+			if err != nil {
+				return nil, err
+			}
+			data := make([]float32, t.Numel())
+			if err := r.B.Download(data, t); err != nil {
+				return nil, err
+			}
+			out[s.Name] = data
+		}
+	}
+	return out, nil
+}
+
+// ExportHF assembles every rank's rows into full tensors and writes model m
+// as an HF checkpoint (config.json + model.safetensors) in dtype (the
+// config's dtype when empty) into dir.
+func ExportHF(m *Model, dp int, ranks []ShardRows, dir, dtype string) error {
+	cfg := m.Config
+	if dtype == "" {
+		dtype = cfg.DType
+	}
+	dt, ok := model.CanonicalDType(dtype)
+	if !ok {
+		return fmt.Errorf("export: unknown dtype %q", dtype)
+	}
+	var tensors []model.Tensor
+	for _, u := range cfg.Units() {
+		for _, s := range cfg.Layout(u, dp) {
+			if s.Tied {
+				continue
+			}
+			full := make([]float32, 0, s.Elems())
+			for r := 0; r < dp && int64(len(full)) < s.Elems(); r++ {
+				rows := ranks[r][s.Name]
+				if rows == nil {
+					return fmt.Errorf("export: rank %d has no rows of %s", r, s.Name)
+				}
+				need := min(int64(len(rows)), s.Elems()-int64(len(full)))
+				full = append(full, rows[:need]...)
+			}
+			tensors = append(tensors, model.Tensor{Name: s.Name, DType: dt, Shape: s.Shape, Data: full})
+		}
+	}
+	out := *cfg
+	out.DType = map[string]string{model.F32: "float32", model.BF16: "bfloat16", model.F16: "float16"}[dt]
+	return model.WriteCheckpoint(dir, &out, tensors)
+}
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
