@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/expr-lang/expr"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -69,22 +68,8 @@ func build(t *testing.T, defs ...def) *spec.Spec {
 }
 
 // compileWhen compiles a `when` expression with spec.Compile.
-//
-// TODO: spec.Compile in this tree passes expr.WarnOnAny before expr.AsBool,
-// which makes expr panic; until the spec package orders the options the
-// other way round, the panic is caught and the expression compiled here with
-// the options in the right order. Remove the fallback then.
-func compileWhen(t *testing.T, src string, pos spec.Pos) (e *spec.Expr) {
+func compileWhen(t *testing.T, src string, pos spec.Pos) *spec.Expr {
 	t.Helper()
-	defer func() {
-		if v := recover(); v != nil {
-			prog, err := expr.Compile(src, expr.Env(spec.Env{}), expr.AsBool(), expr.WarnOnAny())
-			if err != nil {
-				t.Fatalf("compile %q: %v", src, err)
-			}
-			e = &spec.Expr{Src: src, Pos: pos, Program: prog}
-		}
-	}()
 	e, err := spec.Compile(src, pos, reflect.Bool)
 	if err != nil {
 		t.Fatalf("compile %q: %v", src, err)

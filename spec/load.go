@@ -25,8 +25,8 @@ var (
 	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
 	modelKeys    = []string{"role", "path", "copy_of"}
 	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu"}
-	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "max_tokens_per_gpu", "max_seq_len", "temperature", "steps_per_rollout"}
-	trainKeys    = []string{"steps", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
+	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "max_tokens_per_gpu", "max_seq_len", "temperature"}
+	trainKeys    = []string{"steps", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
 	stagesKeys   = []string{"setup", "step"}
 	stageKeys    = []string{"id", "uses", "needs", "with", "when"}
@@ -400,7 +400,7 @@ func (d *decoder) data(s *Spec, top *fields) {
 		d.require(f, "rollouts", "global_batch_size", "max_tokens_per_gpu")
 	}
 	x := &s.Data
-	x.Pos, x.SamplesPerPrompt, x.Temperature, x.StepsPerRollout = pos, 1, 1, 1
+	x.Pos, x.SamplesPerPrompt, x.Temperature = pos, 1, 1
 	if n := f.get("rollouts"); !isNull(n) {
 		if v, ok := d.stringValue(n, "data.rollouts"); ok {
 			if strings.TrimSpace(v) == "" {
@@ -438,8 +438,6 @@ func (d *decoder) data(s *Spec, top *fields) {
 	}
 	tN, _ := d.floatField(f, "temperature", &x.Temperature)
 	d.positive(tN, "data.temperature", x.Temperature)
-	spN, _ := d.intField(f, "steps_per_rollout", &x.StepsPerRollout)
-	d.atLeast(spN, "data.steps_per_rollout", x.StepsPerRollout, 1)
 }
 
 // train decodes `train:`.
@@ -449,14 +447,9 @@ func (d *decoder) train(s *Spec, top *fields) {
 		d.require(f, "steps")
 	}
 	t := &s.Train
-	t.Pos, t.Seed, t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = pos, 1, 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
+	t.Pos, t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = pos, 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
 	stepsN, _ := d.intField(f, "steps", &t.Steps)
 	d.atLeast(stepsN, "train.steps", t.Steps, 1)
-	if n := f.get("seed"); n != nil {
-		if v, ok := d.intValue(n, "train.seed", 64); ok {
-			t.Seed = v
-		}
-	}
 	lrN, lrOK := d.floatField(f, "lr", &t.LR)
 	d.positive(lrN, "train.lr", t.LR)
 	minN, _ := d.floatField(f, "min_lr", &t.MinLR)

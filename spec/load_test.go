@@ -53,11 +53,11 @@ func TestParseExample(t *testing.T) {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	wantData := Data{Rollouts: filepath.Join(dir, "data/rollouts.jsonl"), GlobalBatchSize: 64, SamplesPerPrompt: 8,
-		MaxTokensPerGPU: 16384, MaxSeqLen: 4096, Temperature: 1, StepsPerRollout: 1, Pos: Pos{file, 13, 1}}
+		MaxTokensPerGPU: 16384, MaxSeqLen: 4096, Temperature: 1, Pos: Pos{file, 13, 1}}
 	if s.Data != wantData {
 		t.Errorf("data = %+v, want %+v", s.Data, wantData)
 	}
-	wantTrain := Train{Steps: 100, Seed: 1, LR: 1e-6, Betas: [2]float64{0.9, 0.95}, Eps: 1e-8, GradClip: 1,
+	wantTrain := Train{Steps: 100, LR: 1e-6, Betas: [2]float64{0.9, 0.95}, Eps: 1e-8, GradClip: 1,
 		Decay: "constant", DecaySteps: 100, Pos: Pos{file, 21, 1}}
 	if s.Train != wantTrain {
 		t.Errorf("train = %+v, want %+v", s.Train, wantTrain)
@@ -113,11 +113,11 @@ func TestParseDefaults(t *testing.T) {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	d := s.Data
-	if d.SamplesPerPrompt != 1 || d.MaxSeqLen != 1024 || d.Temperature != 1 || d.StepsPerRollout != 1 || d.Rollouts != "dir/r.jsonl" {
+	if d.SamplesPerPrompt != 1 || d.MaxSeqLen != 1024 || d.Temperature != 1 || d.Rollouts != "dir/r.jsonl" {
 		t.Errorf("data defaults = %+v", d)
 	}
 	tr := s.Train
-	if tr.Seed != 1 || tr.LR != 1e-6 || tr.Betas != [2]float64{0.9, 0.95} || tr.Eps != 1e-8 || tr.GradClip != 1 ||
+	if tr.LR != 1e-6 || tr.Betas != [2]float64{0.9, 0.95} || tr.Eps != 1e-8 || tr.GradClip != 1 ||
 		tr.Decay != "constant" || tr.DecaySteps != 10 || tr.MinLR != 0 || tr.WarmupSteps != 0 {
 		t.Errorf("train defaults = %+v", tr)
 	}
@@ -251,12 +251,12 @@ func TestParseErrors(t *testing.T) {
 			{"17:16", "max_seq_len (11) must not exceed max_tokens_per_gpu (10)"}}},
 		{"data temperature", "+data:\n  rollouts: r\n  global_batch_size: 8\n  max_tokens_per_gpu: 10\n  temperature: -1\n", []want{{"16:16", "data.temperature: must be greater than 0"}}},
 		{"data inf", "+data:\n  rollouts: r\n  global_batch_size: 8\n  max_tokens_per_gpu: 10\n  temperature: .inf\n", []want{{"16:16", "finite"}}},
-		{"train ranges", "+train:\n  steps: 0\n  lr: 1e-5\n  min_lr: 1e-4\n  eps: 0\n  weight_decay: -0.1\n  grad_clip: -1\n  warmup_steps: -1\n  decay_steps: -1\n  checkpoint_every: -2\n  seed: 1.5\n", []want{
+		{"train ranges", "+train:\n  steps: 0\n  lr: 1e-5\n  min_lr: 1e-4\n  eps: 0\n  weight_decay: -0.1\n  grad_clip: -1\n  warmup_steps: -1\n  decay_steps: -1\n  checkpoint_every: -2\n  seed: 1\n", []want{
 			{"13:10", "train.steps: must be at least 1"}, {"15:11", "min_lr (0.0001) must not exceed lr (1e-05)"},
 			{"16:8", "train.eps: must be greater than 0"}, {"17:17", "weight_decay: must not be negative"},
 			{"18:14", "grad_clip: must not be negative"}, {"19:17", "warmup_steps: must be at least 0"},
 			{"20:16", "decay_steps: must be at least 0"}, {"21:21", "checkpoint_every: must be at least 0"},
-			{"22:9", "train.seed: want an integer, got float 1.5"}}},
+			{"22:3", `unknown key "seed" in train`}}},
 		{"train betas", "+train:\n  steps: 1\n  betas: [0.9]\n", []want{{"14:10", "want a list of 2 numbers [beta1, beta2], got a list of 1"}}},
 		{"train betas type", "+train:\n  steps: 1\n  betas: [a, -0.1]\n", []want{{"14:11", `train.betas[0]: want a number, got string "a"`}, {"14:14", "train.betas[1]: must be in [0, 1)"}}},
 		{"train decay", "+train:\n  steps: 1\n  decay: Cosine\n", []want{{"14:10", `want one of "constant", "linear" or "cosine", got "Cosine"`}}},

@@ -73,14 +73,12 @@ type Data struct {
 	MaxTokensPerGPU  int     // upper bound of one packed micro-batch
 	MaxSeqLen        int     // longest sample (prompt + response) accepted
 	Temperature      float64 // rollout temperature; default 1
-	StepsPerRollout  int     // optimizer steps taken on one rollout batch; default 1
 	Pos              Pos
 }
 
 // Train holds the training loop and optimizer hyper-parameters.
 type Train struct {
 	Steps           int
-	Seed            int64
 	LR              float64 // default 1e-6
 	MinLR           float64 // default 0
 	Betas           [2]float64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -125,5 +126,56 @@ func TestRanksAgree(t *testing.T) {
 				t.Errorf("dp %d step %d: %d tokens, want %d", dp, sr.Step, sr.Tokens, want.Tokens)
 			}
 		}
+	}
+}
+
+// TestPolicyVariants runs the tiny job under the offload and recompute
+// policies: offloading moves state to pinned host memory and recomputing
+// trades memory for compute, neither may change the numbers. bf16 compute
+// changes them within bf16 tolerance.
+func TestPolicyVariants(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	const steps = 3
+	short := func(s *spec.Spec) { s.Train.Steps = steps }
+	base := runSpec(t, path, short)
+	compile := func(t *testing.T, src string, kind reflect.Kind) *spec.Expr {
+		e, err := spec.Compile(src, spec.Pos{File: "test"}, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	tests := []struct {
+		name   string
+		set    func(t *testing.T, p *spec.Policies)
+		relTol float64
+	}{
+		{"offload params and optimizer", func(t *testing.T, p *spec.Policies) {
+			p.Offload = compile(t, "true", reflect.Bool)
+			p.OffloadOptimizer = compile(t, "model.trainable", reflect.Bool)
+		}, 0},
+		{"recompute every layer", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "true", reflect.Bool) }, 0},
+		{"recompute none", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "false", reflect.Bool) }, 0},
+		{"bf16 compute", func(t *testing.T, p *spec.Policies) { p.Precision = compile(t, `"bf16"`, reflect.String) }, 3e-2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := runSpec(t, path, func(s *spec.Spec) { short(s); tt.set(t, &s.Policies) })
+			if out.peak[0] != out.plan {
+				t.Errorf("arena high-water %d, plan peak %d", out.peak[0], out.plan)
+			}
+			for i, sr := range out.steps {
+				want := base.steps[i]
+				for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+					got, w := sr.Stats.Values[k], want.Stats.Values[k]
+					if d := math.Abs(got - w); d > tt.relTol*math.Max(math.Abs(w), 1e-2) {
+						t.Errorf("step %d: %s = %.8g, want %.8g", sr.Step, k, got, w)
+					}
+				}
+				if d := math.Abs(sr.Stats.GradNorm - want.Stats.GradNorm); d > tt.relTol*want.Stats.GradNorm {
+					t.Errorf("step %d: grad_norm = %.8g, want %.8g", sr.Step, sr.Stats.GradNorm, want.Stats.GradNorm)
+				}
+			}
+		})
 	}
 }
