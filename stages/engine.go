@@ -61,7 +61,8 @@ type RunOptions struct {
 	Backend func(rank int) (gpu.Backend, error)
 	// FirstStep is the step to start at (1, or the step after a resumed checkpoint).
 	FirstStep int
-	// Steps overrides train.steps when positive.
+	// Steps overrides train.steps when positive; a negative Steps runs the
+	// setup stages only.
 	Steps int
 	// Resume, when set, is called on every rank after setup to restore state.
 	Resume func(r *Rank) error
@@ -126,8 +127,11 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 	dp := j.Spec.Mesh.DP
 	comms := nccl.NewLoopback(dp)
 	steps := j.Spec.Train.Steps
-	if opts.Steps > 0 {
+	switch {
+	case opts.Steps > 0:
 		steps = opts.Steps
+	case opts.Steps < 0:
+		steps = 0 // setup only
 	}
 	first := max(opts.FirstStep, 1)
 	if opts.Backend == nil {
