@@ -1,7 +1,7 @@
 package model
 
 import (
-	"math"
+	"github.com/rlpipe/rlpipe/gpu"
 	"strings"
 )
 
@@ -67,78 +67,11 @@ func DTypeSize(dtype string) int {
 // loadable reports whether ReadRows can convert the safetensors dtype.
 func loadable(dtype string) bool { return dtype == BF16 || dtype == F16 || dtype == F32 }
 
-// bf16ToFloat32 widens a bfloat16 bit pattern.
-func bf16ToFloat32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
-
-// float32ToBF16 narrows to bfloat16 with round-to-nearest-even; NaNs stay
-// NaN (quiet) and infinities stay infinite.
-func float32ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 { // NaN
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
-
-// f16ToFloat32 widens an IEEE half-precision bit pattern.
-func f16ToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp == 0:
-		if man == 0 {
-			return math.Float32frombits(sign)
-		}
-		// Subnormal: value = man * 2^-24.
-		f := float32(man) * (1.0 / (1 << 24))
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-}
-
-// float32ToF16 narrows to IEEE half precision with round-to-nearest-even,
-// overflowing to infinity and producing subnormals where needed.
-func float32ToF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	sign := uint16(u>>16) & 0x8000
-	exp := int32(u>>23) & 0xff
-	man := u & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 // quiet NaN
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		if e < -10 {
-			return sign // rounds to zero
-		}
-		// Subnormal half: shift the full significand into place.
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		half := m >> shift
-		rem := m & (1<<shift - 1)
-		mid := uint32(1) << (shift - 1)
-		if rem > mid || (rem == mid && half&1 == 1) {
-			half++
-		}
-		return sign | uint16(half)
-	}
-	half := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && half&1 == 1) {
-		half++ // may carry into the exponent, up to infinity: correct
-	}
-	return sign | uint16(half)
-}
+// The conversions between float32 and 16-bit floats are the backend's, so a
+// checkpoint reads and writes exactly as a bf16 or fp16 tensor rounds.
+var (
+	bf16ToFloat32 = gpu.F32FromBF16
+	float32ToBF16 = gpu.BF16FromF32
+	f16ToFloat32  = gpu.F32FromF16
+	float32ToF16  = gpu.F16FromF32
+)

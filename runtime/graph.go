@@ -327,39 +327,17 @@ func cyclePath(start *Node, in map[*Node]bool) []*Node {
 	return []*Node{start, start}
 }
 
-// suggest returns the id closest to name by edit distance when it is close
-// enough to be a likely typo, or "".
-func suggest(name string, ids []string) string {
-	best, bestD := "", -1
-	for _, id := range ids {
-		d := editDistance(strings.ToLower(name), strings.ToLower(id))
-		if bestD < 0 || d < bestD {
-			best, bestD = id, d
-		}
-	}
-	if bestD < 0 || bestD > 1+len(name)/4 || bestD >= len(name) {
-		return ""
-	}
-	return best
-}
+// suggest returns the id closest to name when it is likely a typo, or "".
+func suggest(name string, ids []string) string { return spec.Closest(name, ids) }
 
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+// Sequence returns every stage in execution order: the setup stages in
+// their topological order, then the step stages in theirs.
+func (g *Graph) Sequence() []*spec.Stage {
+	var out []*spec.Stage
+	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
+		for _, n := range g.Order(ph) {
+			out = append(out, n.Stage)
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return out
 }

@@ -378,7 +378,7 @@ func TestSuggest(t *testing.T) {
 		{"Train", "train"},
 		{"ref_logprb", "ref_logprob"},
 		{"actor_log_prob", "actor_logprob"},
-		{"update", ""},
+		{"update", "update_ref"},
 		{"x", ""},
 		{"load", ""},
 	}

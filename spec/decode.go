@@ -199,34 +199,45 @@ func contains(list []string, s string) bool {
 // suggest returns "(did you mean "x"?)" for the known key closest to key, or
 // the list of known keys when none is close.
 func suggest(key string, known []string) string {
+	if best := Closest(key, known); best != "" {
+		return fmt.Sprintf("(did you mean %q?)", best)
+	}
+	if len(known) == 0 {
+		return "(no keys are allowed here)"
+	}
+	return "(known: " + strings.Join(known, ", ") + ")"
+}
+
+// Closest returns the candidate a misspelt name most likely meant: the
+// nearest by edit distance (case-insensitive, '-' as '_') when within 1, 2
+// or 3 edits for names of up to 4, 8 or more runes, else a candidate the
+// name abbreviates (its runes in order, for names of 3 runes or more), else "".
+func Closest(name string, candidates []string) string {
 	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
 	best, bestD := "", math.MaxInt
-	for _, k := range known {
-		if dist := editDistance(norm(key), norm(k)); dist < bestD {
+	for _, k := range candidates {
+		if dist := editDistance(norm(name), norm(k)); dist < bestD {
 			best, bestD = k, dist
 		}
 	}
 	limit := 1
-	switch n := len([]rune(key)); {
+	switch n := len([]rune(name)); {
 	case n > 8:
 		limit = 3
 	case n > 4:
 		limit = 2
 	}
 	if best != "" && bestD <= limit {
-		return fmt.Sprintf("(did you mean %q?)", best)
+		return best
 	}
-	if len(key) >= 3 {
-		for _, k := range known {
-			if isSubsequence(norm(key), norm(k)) {
-				return fmt.Sprintf("(did you mean %q?)", k)
+	if len(name) >= 3 {
+		for _, k := range candidates {
+			if isSubsequence(norm(name), norm(k)) {
+				return k
 			}
 		}
 	}
-	if len(known) == 0 {
-		return "(no keys are allowed here)"
-	}
-	return "(known: " + strings.Join(known, ", ") + ")"
+	return ""
 }
 
 // isSubsequence reports whether the runes of a appear in b in order, as in

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/rlpipe/rlpipe/model"
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -29,20 +28,7 @@ func runSpec(t *testing.T, path string, mutate func(s *spec.Spec)) runOut {
 	if mutate != nil {
 		mutate(s)
 	}
-	g, err := runtime.NewGraph(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []*spec.Stage
-	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
-		for _, n := range g.Order(ph) {
-			order = append(order, n.Stage)
-		}
-	}
-	j, err := Resolve(s, order, GPU{Name: "cpu", Bytes: 1 << 34, Source: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, g := resolveSpec(t, s)
 	p, err := Plan(j)
 	if err != nil {
 		t.Fatal(err)
@@ -193,20 +179,7 @@ func TestExportRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Mesh.GPUsPerNode, s.Mesh.DP = dp, dp
-		g, err := runtime.NewGraph(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var order []*spec.Stage
-		for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
-			for _, n := range g.Order(ph) {
-				order = append(order, n.Stage)
-			}
-		}
-		j, err := Resolve(s, order, GPU{Name: "cpu", Bytes: 1 << 34})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j, g := resolveSpec(t, s)
 		p, err := Plan(j)
 		if err != nil {
 			t.Fatal(err)

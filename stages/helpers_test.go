@@ -4,7 +4,25 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/spec"
 )
+
+// resolveSpec builds the graph of s and resolves it for a CPU "device" with
+// 16 GiB.
+func resolveSpec(t *testing.T, s *spec.Spec) (*Job, *runtime.Graph) {
+	t.Helper()
+	g, err := runtime.NewGraph(s)
+	if err != nil {
+		t.Fatalf("graph: %v", err)
+	}
+	j, err := Resolve(s, g.Sequence(), GPU{Name: "cpu", Bytes: 1 << 34, Source: "test"})
+	if err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	return j, g
+}
 
 func readFile(t *testing.T, path string) string {
 	t.Helper()

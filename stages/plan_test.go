@@ -4,32 +4,18 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
-// resolveFile loads, graphs and resolves a spec file for tests.
+// resolveFile loads and resolves a spec file for tests.
 func resolveFile(t *testing.T, path string) *Job {
 	t.Helper()
 	s, err := spec.Load(path)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	g, err := runtime.NewGraph(s)
-	if err != nil {
-		t.Fatalf("graph: %v", err)
-	}
-	var order []*spec.Stage
-	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
-		for _, n := range g.Order(ph) {
-			order = append(order, n.Stage)
-		}
-	}
-	j, err := Resolve(s, order, GPU{Name: "test", Bytes: 1 << 30, Source: "test"})
-	if err != nil {
-		t.Fatalf("resolve: %v", err)
-	}
+	j, _ := resolveSpec(t, s)
 	return j
 }
 

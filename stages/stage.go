@@ -108,31 +108,9 @@ func Decode(st *spec.Stage) (Stage, spec.Errors) {
 }
 
 func closest(name string, ks []Kind) string {
-	best, bestD := "", 3
-	for _, k := range ks {
-		if d := editDistance(name, k.Name); d < bestD {
-			best, bestD = k.Name, d
-		}
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		names[i] = k.Name
 	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return spec.Closest(name, names)
 }

@@ -89,13 +89,7 @@ func load(path, gpuValue string) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	var order []*spec.Stage
-	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
-		for _, n := range g.Order(ph) {
-			order = append(order, n.Stage)
-		}
-	}
-	j, err := stages.Resolve(s, order, dev)
+	j, err := stages.Resolve(s, g.Sequence(), dev)
 	if err != nil {
 		return nil, err
 	}
