@@ -34,6 +34,20 @@ func (rc *RunContext) prog(ctx context.Context) *prog {
 	return &prog{job: rc.Job, stage: rc.Stage, r: rc.Rank, ctx: ctx}
 }
 
+// run plans a stage program.
+func (pc *PlanContext) run(program func(*prog)) error {
+	p := pc.prog()
+	program(p)
+	return p.done()
+}
+
+// run executes a stage program on the context's rank.
+func (rc *RunContext) run(ctx context.Context, program func(*prog)) error {
+	p := rc.prog(ctx)
+	program(p)
+	return p.done()
+}
+
 // shards returns the sharded state map of the mode.
 func (p *prog) shards() map[string]*ShardState {
 	if p.running() {
@@ -149,32 +163,29 @@ func stepTokens(sp *spec.Spec) int {
 	return ceilDiv(sp.Data.GlobalBatchSize, sp.Mesh.DP) * sp.Data.MaxSeqLen
 }
 
-// Plan declares the ops of reading the checkpoint; load_hf allocates
-// nothing: apply_fsdp2 streams each rank's slices into its shards.
-func (s *LoadHF) Plan(pc *PlanContext) error {
-	pc.B.Op("open checkpoint of " + s.Model)
-	return nil
-}
+// Plan declares the op of opening the checkpoint.
+func (s *LoadHF) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run checks that the model's weights are present.
-func (s *LoadHF) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
+func (s *LoadHF) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
+
+// program opens the checkpoint. load_hf allocates nothing: apply_fsdp2
+// streams each rank's slices of it into the shards.
+func (s *LoadHF) program(p *prog) {
 	p.op("open checkpoint of " + s.Model)
-	if m := rc.Job.Models[s.Model]; m.Checkpoint == nil {
-		p.fail(fmt.Errorf("model %q: %s has config.json but no model.safetensors: rlpipe run needs the weights", s.Model, m.Dir))
-	}
-	return p.done()
+	p.do(func() error {
+		if m := p.job.Models[s.Model]; m.Checkpoint == nil {
+			return fmt.Errorf("model %q: %s has config.json but no model.safetensors: rlpipe run needs the weights", s.Model, m.Dir)
+		}
+		return nil
+	})
 }
 
 // Plan declares the persistent sharded state.
-func (s *ApplyFSDP2) Plan(pc *PlanContext) error { p := pc.prog(); s.program(p); return p.done() }
+func (s *ApplyFSDP2) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run allocates the shards and streams the checkpoint into them.
-func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
-	s.program(p)
-	return p.done()
-}
+func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 // program declares the persistent sharded state of the model: the params
 // (fp32 master for a trainable model, the compute dtype for a frozen one),
@@ -272,14 +283,10 @@ func loadShards(p *prog, st *ShardState, staging gpu.Tensor) error {
 }
 
 // Plan declares the host buffer of the step's packed micro-batches.
-func (s *Pack) Plan(pc *PlanContext) error { p := pc.prog(); s.program(p); return p.done() }
+func (s *Pack) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run packs this rank's share of the step.
-func (s *Pack) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
-	s.program(p)
-	return p.done()
-}
+func (s *Pack) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *Pack) program(p *prog) {
 	p.op("pack micro-batches")
@@ -289,14 +296,10 @@ func (s *Pack) program(p *prog) {
 }
 
 // Plan declares nothing: the copy goes shard to shard in place.
-func (s *UpdateRef) Plan(pc *PlanContext) error { p := pc.prog(); s.program(p); return p.done() }
+func (s *UpdateRef) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run copies the shards.
-func (s *UpdateRef) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
-	s.program(p)
-	return p.done()
-}
+func (s *UpdateRef) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *UpdateRef) program(p *prog) {
 	p.op(fmt.Sprintf("copy %s shards into %s", s.From, s.To))

@@ -65,14 +65,10 @@ func (s *Train) lossConfig() rl.LossConfig {
 }
 
 // Plan declares one micro-batch of the chunked forward.
-func (s *LogProb) Plan(pc *PlanContext) error { p := pc.prog(); s.program(p); return p.done() }
+func (s *LogProb) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run computes the log-probs of every micro-batch of this rank.
-func (s *LogProb) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
-	s.program(p)
-	return p.done()
-}
+func (s *LogProb) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *LogProb) program(p *prog) {
 	d := newDecoder(p, s.Model, s.ChunkTokens)
@@ -113,14 +109,10 @@ func (s *LogProb) program(p *prog) {
 }
 
 // Plan declares one micro-batch of forward and backward and the optimizer step.
-func (s *Train) Plan(pc *PlanContext) error { p := pc.prog(); s.program(p); return p.done() }
+func (s *Train) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run trains on every micro-batch of this rank and takes the optimizer step.
-func (s *Train) Run(ctx context.Context, rc *RunContext) error {
-	p := rc.prog(ctx)
-	s.program(p)
-	return p.done()
-}
+func (s *Train) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *Train) program(p *prog) {
 	d := newDecoder(p, s.Model, s.ChunkTokens)
