@@ -262,3 +262,20 @@ func (j *Job) stagesOfKind(kind string, keep func(Stage) bool) []*spec.Stage {
 	}
 	return out
 }
+
+// CheckRunnable reports what `rlpipe run` needs beyond what `rlpipe plan`
+// needs: the weights of every loaded model and the rollout file. It runs
+// before anything is allocated, with positions in the spec.
+func (j *Job) CheckRunnable() error {
+	var errs spec.Errors
+	for _, st := range j.stagesOfKind("load_hf", nil) {
+		name := j.Stages[st.ID].(*LoadHF).Model
+		if m := j.Models[name]; m != nil && m.Checkpoint == nil {
+			errs = append(errs, spec.Errorf(m.Spec.Pos, "model %q: %s has config.json but no model.safetensors: rlpipe run needs the weights (rlpipe plan does not)", name, m.Dir))
+		}
+	}
+	if _, err := os.Stat(j.Spec.Data.Rollouts); err != nil {
+		errs = append(errs, spec.Errorf(j.Spec.Data.Pos, "data.rollouts: %s: %v", j.Spec.Data.Rollouts, unwrapPathErr(err)))
+	}
+	return errs.Err()
+}

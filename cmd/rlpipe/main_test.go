@@ -111,6 +111,7 @@ func TestExitCodes(t *testing.T) {
 		{"plan needs one file", []string{"plan"}, exitUsage, "Usage"},
 		{"stages lists kinds", []string{"stages"}, exitOK, "update_ref"},
 		{"version", []string{"version"}, exitOK, "rlpipe"},
+		{"run needs weights and data", []string{"run", "--runs", "testdata/no-runs", filepath.Join("..", "..", "examples", "qwen2.5-0.5b-grpo-1gpu.yaml")}, exitInvalid, "no model.safetensors"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,6 +64,9 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	if err != nil {
 		return env.report(err)
 	}
+	if err := l.job.CheckRunnable(); err != nil {
+		return env.report(err)
+	}
 	p, err := stages.Plan(l.job)
 	if err != nil {
 		return env.report(err)
