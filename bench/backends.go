@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cpu"
+)
+
+// NewBackend creates the backend of one rank. device is the GPU index the
+// rank runs on (ignored by the CPU backend); threads is the CPU backend's
+// worker count (0: all cores).
+type NewBackend func(device, threads int) (gpu.Backend, error)
+
+var (
+	backendsMu sync.RWMutex
+	backends   = map[string]NewBackend{
+		"cpu": func(_, threads int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil },
+	}
+)
+
+// RegisterBackend makes a backend selectable by name (rlbench --backend).
+// Backends that need cgo or a driver register themselves from a file behind
+// a build tag, so that the harness builds without them: backend_cuda.go,
+// built with `go build -tags cuda`, registers "cuda".
+func RegisterBackend(name string, fn NewBackend) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if _, dup := backends[name]; dup {
+		panic(fmt.Sprintf("bench: backend %q registered twice", name))
+	}
+	backends[name] = fn
+}
+
+// BackendNames lists the backends compiled into this binary.
+func BackendNames() []string {
+	backendsMu.RLock()
+	defer backendsMu.RUnlock()
+	names := make([]string, 0, len(backends))
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func lookupBackend(name string) (NewBackend, error) {
+	backendsMu.RLock()
+	defer backendsMu.RUnlock()
+	fn, ok := backends[name]
+	if !ok {
+		hint := ""
+		if name == "cuda" {
+			hint = " (build with -tags cuda: go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench)"
+		}
+		return nil, fmt.Errorf("unknown backend %q; this binary has: %s%s", name, strings.Join(BackendNames(), ", "), hint)
+	}
+	return fn, nil
+}

@@ -1,0 +1,130 @@
+// Command rlbench measures rlpipe on the workload of the PyTorch FSDP2 peer
+// (bench/peer_fsdp2.py) and writes the result as JSON.
+//
+//	go run ./bench/cmd/rlbench --config examples/models/tiny-qwen2/config.json \
+//	    --tokens-per-seq 96 --prompt-tokens 16 --chunk 64 --out /tmp/tiny.json
+//
+// The CUDA backend is compiled in only with the cuda build tag:
+//
+//	go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench
+//	.devbin/rlbench --backend cuda --config examples/models/qwen2.5-0.5b/config.json --out r.json
+//
+// Exit codes: 0 ok (also when --budget-s cut the timed steps short: status
+// "partial" in the JSON), 1 failed, 2 usage.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/rlpipe/rlpipe/bench"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	o := bench.DefaultOptions()
+	fs := flag.NewFlagSet("rlbench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: rlbench [flags]\n\nRuns one GRPO job (ref_logprob + train) on random weights and synthetic rollouts\nthrough the `rlpipe run` path and reports tokens/s per stage and memory.\n\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.Config, "config", "", "HF config.json of the model (or its directory)")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "backend: "+strings.Join(bench.BackendNames(), ", ")+" (cuda needs -tags cuda)")
+	fs.IntVar(&o.Device, "device", 0, "GPU index")
+	fs.IntVar(&o.Threads, "threads", 0, "CPU backend worker goroutines (0: all cores)")
+	fs.IntVar(&o.Steps, "steps", o.Steps, "timed steps")
+	fs.IntVar(&o.Warmup, "warmup", o.Warmup, "untimed warm-up steps before them")
+	fs.IntVar(&o.Seqs, "seqs", o.Seqs, "sequences per step (one GRPO group)")
+	fs.IntVar(&o.TokensPerSeq, "tokens-per-seq", o.TokensPerSeq, "tokens per sequence, prompt included")
+	fs.IntVar(&o.PromptTokens, "prompt-tokens", o.PromptTokens, "prompt tokens per sequence")
+	fs.IntVar(&o.Chunk, "chunk", o.Chunk, "log-prob chunk tokens (ref_logprob and train)")
+	fs.IntVar(&o.MaxTokensPerGPU, "max-tokens-per-gpu", 0, "micro-batch token budget (0: seqs × tokens-per-seq)")
+	fs.StringVar(&o.Precision, "precision", o.Precision, "compute dtype: bf16 or fp32")
+	fs.BoolVar(&o.Recompute, "recompute", o.Recompute, "recompute decoder layers in backward (activation checkpointing)")
+	fs.BoolVar(&o.Offload, "offload", false, "actor params and optimizer state in pinned host memory (policies.offload/offload_optimizer)")
+	fs.BoolVar(&o.OffloadRef, "offload-ref", false, "ref params in pinned host memory too")
+	fs.Float64Var(&o.KLCoef, "kl-coef", o.KLCoef, "low_var_kl coefficient")
+	fs.Float64Var(&o.EntropyCoef, "entropy-coef", o.EntropyCoef, "entropy coefficient")
+	fs.Float64Var(&o.BudgetS, "budget-s", 0, "stop after the first timed step that ends past this many seconds of stepping (0: run all steps)")
+	fs.StringVar(&o.GPU, "gpu", "", "GPU memory for the plan: preset or bytes (default: NVML for a GPU backend, host RAM for cpu)")
+	fs.StringVar(&o.WorkDir, "workdir", "", "directory for the spec and rollouts (default: a temporary one, removed)")
+	fs.StringVar(&o.CacheDir, "cache", "", "directory keeping random checkpoints between runs (default: inside the work directory)")
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the weights and rollouts")
+	fs.BoolVar(&o.PlanOnly, "plan-only", false, "resolve and plan the job and report the plan's memory; run nothing")
+	out := fs.String("out", "", "write the result JSON here")
+	quiet := fs.Bool("q", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if o.Config == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if !*quiet {
+		o.Log = os.Stderr
+	}
+	if *out != "" {
+		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "rlbench: %v\n", err)
+			return 1
+		}
+		o.Progress = func(r *bench.Result) {
+			if err := writeJSON(*out, r); err != nil {
+				fmt.Fprintf(os.Stderr, "rlbench: %v\n", err)
+			}
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, o)
+	fmt.Println(summary(res))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rlbench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(path string, r *bench.Result) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func summary(r *bench.Result) string {
+	const gib = 1 << 30
+	name := filepath.Base(filepath.Dir(r.Model.Config))
+	off := ""
+	if r.Workload.Offload {
+		off = " offload"
+	}
+	s := fmt.Sprintf("rlpipe %s%s [%s %s] %s: ref_logprob %.0f tok/s, train %.0f tok/s (%d timed steps); plan peak %.2f GiB, arena %.2f GiB, high-water %.2f GiB",
+		name, off, r.Backend, r.Device, r.Status, r.RefLogprob.TokensPerS, r.Train.TokensPerS, len(r.Train.TimesS),
+		float64(r.Memory.PlanPeakBytes)/gib, float64(r.Memory.PlanDeviceArenaBytes)/gib, float64(r.Memory.ArenaHighWaterBytes)/gib)
+	if r.Memory.NVMLProcessBytes > 0 {
+		s += fmt.Sprintf(", NVML process %.2f GiB", float64(r.Memory.NVMLProcessBytes)/gib)
+	}
+	if r.Error != "" {
+		s += " — " + r.Error
+	}
+	return s
+}

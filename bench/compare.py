@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Compare bench results: peer_fsdp2.py JSON against rlbench JSON.
+
+    python3 bench/compare.py RESULT.json... [--peak-tflops 989]
+
+Results are matched by model (the config's directory name) and offload
+setting. Prints two markdown tables for docs/performance.md: throughput
+(tokens/s per stage, rlpipe/fsdp2 ratio, model FLOP utilisation) and memory.
+
+Throughput counts every token of a step (prompt + response) over the median
+step time. MFU uses the usual model FLOPs, without recomputation:
+train 6·P + 12·L·H·S per token, ref_logprob 2·P + 4·L·H·S (P parameters,
+L layers, H hidden size, S tokens per sequence; attention counted
+non-causal), over the GPU's dense bf16 peak (H100 SXM: 989 TFLOP/s).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+GIB = float(1 << 30)
+
+
+def load(paths):
+    out = []
+    for p in paths:
+        try:
+            with open(p) as f:
+                r = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"compare: skipping {p}: {e}", file=sys.stderr)
+            continue
+        r["_path"] = p
+        cfg = r.get("config") or get(r, "model", "config") or ""
+        r["_model"] = os.path.basename(os.path.dirname(os.path.abspath(cfg))) if cfg else "?"
+        r["_offload"] = bool(get(r, "workload", "offload"))
+        out.append(r)
+    return out
+
+
+def get(r, *keys):
+    """r[k1][k2]..., or None where a level is missing or null."""
+    for k in keys:
+        if not isinstance(r, dict):
+            return None
+        r = r.get(k)
+    return r
+
+
+def tps(r, stage):
+    v = get(r, stage, "tokens_per_s") or 0
+    return v if v > 0 else None
+
+
+def flops_per_token(r, stage):
+    p, layers, hidden = get(r, "model", "params"), get(r, "model", "layers"), get(r, "model", "hidden")
+    s = get(r, "workload", "tokens_per_seq")
+    if not (p and layers and hidden and s):
+        return None
+    if stage == "train":
+        return 6 * p + 12 * layers * hidden * s
+    return 2 * p + 4 * layers * hidden * s
+
+
+def fmt_tps(v):
+    return "—" if v is None else f"{v / 1e3:.1f}K"
+
+
+def fmt_mfu(r, stage, peak):
+    v = tps(r, stage)
+    f = flops_per_token(r, stage) if r else None
+    if v is None or f is None:
+        return "—"
+    return f"{100 * v * f / peak:.1f}%"
+
+
+def fmt_gib(v):
+    return "—" if not v else f"{v / GIB:.2f}"
+
+
+def status(r):
+    if r is None:
+        return "missing"
+    if r.get("status") == "ok":
+        return "ok"
+    err = (r.get("error") or "").strip().splitlines()
+    return f"{r.get('status')}: {err[-1][:80] if err else ''}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    args = ap.parse_args(argv)
+    peak = args.peak_tflops * 1e12
+    rs = load(args.results)
+    keys = []
+    by = {}
+    for r in rs:
+        k = (r["_model"], r["_offload"])
+        if k not in keys:
+            keys.append(k)
+        by[(k, r.get("impl"))] = r
+    keys.sort(key=lambda k: (k[0], k[1]))
+
+    gpus = sorted({r.get("gpu") or r.get("device") or "?" for r in rs})
+    print(f"GPU: {', '.join(map(str, gpus))}; MFU against {args.peak_tflops:g} TFLOP/s\n")
+    print("| model | offload | stage | FSDP2 tok/s | rlpipe tok/s | rlpipe / FSDP2 | FSDP2 MFU | rlpipe MFU |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for k in keys:
+        peer, rl = by.get((k, "fsdp2")), by.get((k, "rlpipe"))
+        for stage in ("ref_logprob", "train"):
+            a, b = tps(peer, stage), tps(rl, stage)
+            ratio = f"{b / a:.2f}×" if a and b else "—"
+            print(f"| {k[0]} | {'yes' if k[1] else 'no'} | {stage} | {fmt_tps(a)} | {fmt_tps(b)} | {ratio} | "
+                  f"{fmt_mfu(peer, stage, peak)} | {fmt_mfu(rl, stage, peak)} |")
+    print()
+    print("Memory, GiB. FSDP2: torch.cuda max allocated / max reserved over both phases, and the device's used memory "
+          "(CUDA context and NCCL included). rlpipe: the plan's peak and arena, the arena high-water measured in the run, "
+          "the device total the plan predicts (arena + reserves) and NVML's used memory.\n")
+    print("| model | offload | FSDP2 allocated | FSDP2 reserved | FSDP2 device used | rlpipe plan peak | rlpipe arena | "
+          "rlpipe high-water | rlpipe plan total | rlpipe device used | arena / FSDP2 reserved |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for k in keys:
+        peer, rl = by.get((k, "fsdp2")), by.get((k, "rlpipe"))
+        pm = get(peer, "memory") or {}
+        rm = get(rl, "memory") or {}
+        used = rm.get("nvml_process_bytes") or rm.get("nvml_used_max_bytes")
+        ratio = "—"
+        if pm.get("peak_reserved_bytes") and rm.get("plan_device_arena_bytes"):
+            ratio = f"{rm['plan_device_arena_bytes'] / pm['peak_reserved_bytes']:.2f}×"
+        print(f"| {k[0]} | {'yes' if k[1] else 'no'} | {fmt_gib(pm.get('peak_allocated_bytes'))} | {fmt_gib(pm.get('peak_reserved_bytes'))} | "
+              f"{fmt_gib(pm.get('device_used_max_bytes'))} | {fmt_gib(rm.get('plan_peak_bytes'))} | {fmt_gib(rm.get('plan_device_arena_bytes'))} | "
+              f"{fmt_gib(rm.get('arena_high_water_bytes'))} | {fmt_gib(rm.get('plan_device_total_bytes'))} | {fmt_gib(used)} | {ratio} |")
+    print()
+    print("Runs:")
+    for r in sorted(rs, key=lambda r: (r["_model"], r["_offload"], r.get("impl", ""))):
+        extra = ""
+        if r.get("impl") == "rlpipe":
+            extra = f", backend {r.get('backend')} ({r.get('device')}), setup {r.get('setup_s') or 0:.1f}s, checkpoint {r.get('checkpoint_s') or 0:.1f}s"
+        else:
+            extra = f", torch {r.get('torch')}, layout {(get(r, 'workload', 'layout') or '?').split(' ')[0]}, ac {get(r, 'workload', 'ac')}, setup {r.get('setup_s') or 0:.1f}s"
+        n = len(get(r, "train", "times_s") or [])
+        print(f"- {r.get('impl')} {r['_model']} offload={'yes' if r['_offload'] else 'no'}: {status(r)}; {n} timed train steps{extra} ({os.path.basename(r['_path'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
