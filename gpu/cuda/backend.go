@@ -1,0 +1,672 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "rlcuda.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+const (
+	// workspaceBytes is the cuBLASLt workspace, part of the backend's one
+	// internal device allocation (the memory plan reserves the same 32 MiB
+	// as "cublas.workspace").
+	workspaceBytes = 32 << 20
+	// flagBytes holds the device error flag at the end of the internal
+	// allocation.
+	flagBytes = 256
+	// streamScratchBytes is each stream's own small device buffer for
+	// reduction partials (SumSquares).
+	streamScratchBytes = 16 << 10
+	// sumPartials is the number of per-block partial sums SumSquares uses.
+	sumPartials = 1024
+)
+
+var errClosed = errors.New("cuda: backend is closed")
+
+// device is the state shared by a Backend and its stream views. Every CUDA
+// call for it runs on one goroutine locked to an OS thread (the worker),
+// which holds the device's primary context current.
+type device struct {
+	info     DeviceInfo
+	cudev    C.CUdevice
+	ctx      C.uint64_t
+	smemMax  int
+	jobs     chan func()
+	quit     chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+	mods     []C.uint64_t
+	fns      map[string]C.uint64_t
+	lt       C.uint64_t
+	internal C.CUdeviceptr // workspace followed by the error flag
+	flag     uint64
+	algos    map[ltKey]C.rlLtAlgo
+	def      *Stream
+}
+
+// do runs f on the device's worker goroutine and waits for it.
+func (d *device) do(f func() error) error {
+	ch := make(chan error, 1)
+	select {
+	case d.jobs <- func() { ch <- f() }:
+	case <-d.quit:
+		return errClosed
+	}
+	return <-ch
+}
+
+func (d *device) worker(ready chan<- error) {
+	runtime.LockOSThread()
+	var ctx C.uint64_t
+	err := cuErr("cuDevicePrimaryCtxRetain", C.cuDevicePrimaryCtxRetain_(&ctx, d.cudev))
+	if err == nil {
+		err = cuErr("cuCtxSetCurrent", C.cuCtxSetCurrent_(ctx))
+	}
+	d.ctx = ctx
+	ready <- err
+	if err != nil {
+		return
+	}
+	for {
+		select {
+		case f := <-d.jobs:
+			f()
+		case <-d.quit:
+			return
+		}
+	}
+}
+
+// Backend is the CUDA implementation of gpu.Backend for one device. Ops are
+// issued asynchronously on the backend's stream (see On); Sync, stream and
+// event syncs, downloads and SumSquares wait for the device.
+//
+// Errors that only the device can see (an embedding id or log-prob target
+// outside its range, malformed cuSeqlens) cannot be returned by the op that
+// issues the work: the kernels skip the bad rows (zero or NaN output) and
+// raise a device flag that the next Sync (of the backend or of any of its
+// streams) reports as an error.
+type Backend struct {
+	d *device
+	s *Stream
+}
+
+var _ gpu.Backend = (*Backend)(nil)
+
+// New creates a backend on device ordinal dev: it loads the driver, NVRTC
+// and cuBLASLt, compiles the kernels for the device (or loads them from the
+// disk cache), and makes the backend's one internal device allocation (the
+// 32 MiB cuBLASLt workspace and a device error flag) and its default stream.
+// Without a usable driver it returns an error wrapping ErrNoDriver.
+func New(dev int) (*Backend, error) {
+	if err := initDriver(); err != nil {
+		return nil, err
+	}
+	if err := load(libNVRTC); err != nil {
+		return nil, err
+	}
+	if err := load(libCublasLt); err != nil {
+		return nil, err
+	}
+	var n C.int
+	if err := cuErr("cuDeviceGetCount", C.cuDeviceGetCount_(&n)); err != nil {
+		return nil, err
+	}
+	if dev < 0 || dev >= int(n) {
+		return nil, fmt.Errorf("cuda: device %d does not exist (%d devices)", dev, int(n))
+	}
+	info, cudev, err := deviceInfo(dev)
+	if err != nil {
+		return nil, err
+	}
+	mods, imgs, err := compileAll(info.Arch(), false)
+	if err != nil {
+		return nil, err
+	}
+	d := &device{info: info, cudev: cudev, jobs: make(chan func()), quit: make(chan struct{}),
+		fns: map[string]C.uint64_t{}, algos: map[ltKey]C.rlLtAlgo{}}
+	ready := make(chan error)
+	go d.worker(ready)
+	if err := <-ready; err != nil {
+		close(d.quit)
+		return nil, err
+	}
+	b := &Backend{d: d}
+	err = d.do(func() error { return d.setup(mods, imgs) })
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	b.s = d.def
+	return b, nil
+}
+
+// setup runs on the worker: modules, cuBLASLt, internal memory, stream.
+func (d *device) setup(mods []kernelModule, imgs []kernelImage) error {
+	var v C.int
+	if err := cuErr("cuDeviceGetAttribute", C.cuDeviceGetAttribute_(&v, attrSmemOptin, d.cudev)); err != nil {
+		return err
+	}
+	d.smemMax = int(v)
+	if err := cuErr("cuDeviceGetAttribute", C.cuDeviceGetAttribute_(&v, attrUnifiedAddressing, d.cudev)); err != nil {
+		return err
+	}
+	if v == 0 {
+		return fmt.Errorf("cuda: device %d lacks unified addressing", d.info.Index)
+	}
+	for i, m := range mods {
+		img := imgs[i].data
+		if imgs[i].ptx {
+			img = append(append([]byte(nil), img...), 0)
+		}
+		var mod C.uint64_t
+		if err := cuErr("cuModuleLoadData "+m.name, C.cuModuleLoadData_(&mod, unsafe.Pointer(&img[0]))); err != nil {
+			return err
+		}
+		d.mods = append(d.mods, mod)
+		for _, f := range m.funcs {
+			cs := C.CString(f)
+			var fn C.uint64_t
+			err := cuErr("cuModuleGetFunction "+f, C.cuModuleGetFunction_(&fn, mod, cs))
+			C.free(unsafe.Pointer(cs))
+			if err != nil {
+				return err
+			}
+			if m.name == "attention" {
+				if err := cuErr("cuFuncSetAttribute "+f, C.cuFuncSetAttribute_(fn, funcAttrMaxDynSmem, C.int(d.smemMax))); err != nil {
+					return err
+				}
+			}
+			d.fns[f] = fn
+		}
+	}
+	if st := C.ltCreate_(&d.lt); st != 0 {
+		return ltErr("cublasLtCreate", st)
+	}
+	if err := cuErr("cuMemAlloc (internal workspace)", C.cuMemAlloc_(&d.internal, workspaceBytes+flagBytes)); err != nil {
+		return err
+	}
+	d.flag = uint64(d.internal) + workspaceBytes
+	if err := d.memsetFlag(); err != nil {
+		return err
+	}
+	s, err := d.newStream(true)
+	if err != nil {
+		return err
+	}
+	d.def = s
+	return nil
+}
+
+func ltErr(op string, st C.cublasStatus_t) error {
+	return fmt.Errorf("cuda: %s: %s (%d)", op, C.GoString(C.ltStatusText(st)), int(st))
+}
+
+// memsetFlag zeroes the device error flag (worker only).
+func (d *device) memsetFlag() error {
+	var z [4]byte
+	if err := cuErr("cuMemcpyHtoD (error flag)", C.cuMemcpyHtoDAsync_(C.CUdeviceptr(d.flag), unsafe.Pointer(&z[0]), 4, 0)); err != nil {
+		return err
+	}
+	return cuErr("cuCtxSynchronize", C.cuCtxSynchronize_())
+}
+
+// checkFlag reads and clears the device error flag after a sync (worker
+// only).
+func (d *device) checkFlag() error {
+	var f [4]byte
+	if err := cuErr("cuMemcpyDtoH (error flag)", C.cuMemcpyDtoHAsync_(unsafe.Pointer(&f[0]), C.CUdeviceptr(d.flag), 4, 0)); err != nil {
+		return err
+	}
+	if err := cuErr("cuCtxSynchronize", C.cuCtxSynchronize_()); err != nil {
+		return err
+	}
+	v := uint32(f[0]) | uint32(f[1])<<8 | uint32(f[2])<<16 | uint32(f[3])<<24
+	if v == 0 {
+		return nil
+	}
+	if err := d.memsetFlag(); err != nil {
+		return err
+	}
+	var msgs []string
+	if v&1 != 0 {
+		msgs = append(msgs, "embedding: an id is outside [0,V)")
+	}
+	if v&2 != 0 {
+		msgs = append(msgs, "embedding backward: an id is outside [0,V)")
+	}
+	if v&4 != 0 {
+		msgs = append(msgs, "logprobs: a target is outside [0,V)")
+	}
+	if v&8 != 0 {
+		msgs = append(msgs, "attention: cuSeqlens must start at 0, end at T and not decrease")
+	}
+	return fmt.Errorf("cuda: device reported bad inputs since the last sync: %v", msgs)
+}
+
+// Close releases the backend's device resources: streams it created,
+// modules, the cuBLASLt handle, the internal allocation and the primary
+// context reference. Memory from Alloc and AllocHost must be freed first.
+// Views from On share the device and must not be used afterwards.
+func (b *Backend) Close() error {
+	d := b.d
+	d.closeMu.Lock()
+	if d.closed {
+		d.closeMu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.closeMu.Unlock()
+	err := d.do(func() error {
+		var errs []error
+		errs = append(errs, cuErr("cuCtxSynchronize", C.cuCtxSynchronize_()))
+		if d.def != nil {
+			errs = append(errs, d.def.destroy())
+		}
+		if d.lt != 0 {
+			if st := C.ltDestroy_(d.lt); st != 0 {
+				errs = append(errs, ltErr("cublasLtDestroy", st))
+			}
+		}
+		if d.internal != 0 {
+			errs = append(errs, cuErr("cuMemFree", C.cuMemFree_(d.internal)))
+		}
+		for _, m := range d.mods {
+			errs = append(errs, cuErr("cuModuleUnload", C.cuModuleUnload_(m)))
+		}
+		if d.ctx != 0 {
+			errs = append(errs, cuErr("cuDevicePrimaryCtxRelease", C.cuDevicePrimaryCtxRelease_(d.cudev)))
+		}
+		return errors.Join(errs...)
+	})
+	close(d.quit)
+	return err
+}
+
+// Name returns "cuda:N".
+func (b *Backend) Name() string { return fmt.Sprintf("cuda:%d", b.d.info.Index) }
+
+// Device returns what the driver reports about the backend's device.
+func (b *Backend) Device() DeviceInfo { return b.d.info }
+
+// DeviceMemory is device memory from Alloc. It is not host-addressable.
+type DeviceMemory struct {
+	d    *device
+	ptr  uint64
+	size int64
+}
+
+// Size returns the size in bytes.
+func (m *DeviceMemory) Size() int64 { return m.size }
+
+// DevicePtr returns the device address of the block.
+func (m *DeviceMemory) DevicePtr() uint64 { return m.ptr }
+
+// PinnedMemory is page-locked host memory from AllocHost. It implements
+// gpu.HostMemory; with unified addressing the device reaches it at the same
+// address, so kernels (casting copies) read and write it directly.
+type PinnedMemory struct {
+	d    *device
+	p    unsafe.Pointer
+	size int64
+}
+
+// Size returns the size in bytes.
+func (m *PinnedMemory) Size() int64 { return m.size }
+
+// HostBytes returns the block's bytes.
+func (m *PinnedMemory) HostBytes() []byte {
+	if m.p == nil {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(m.p), m.size)
+}
+
+// Alloc allocates device memory with cuMemAlloc (contents undefined).
+func (b *Backend) Alloc(bytes int64) (gpu.Memory, error) {
+	if bytes < 0 || bytes > 1<<48 {
+		return nil, fmt.Errorf("alloc: bad size %d", bytes)
+	}
+	m := &DeviceMemory{d: b.d, size: bytes}
+	if bytes == 0 {
+		return m, nil
+	}
+	err := b.d.do(func() error {
+		var p C.CUdeviceptr
+		if err := cuErr(fmt.Sprintf("cuMemAlloc(%d bytes)", bytes), C.cuMemAlloc_(&p, C.size_t(bytes))); err != nil {
+			return err
+		}
+		m.ptr = uint64(p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("alloc: %w", err)
+	}
+	return m, nil
+}
+
+// AllocHost allocates pinned host memory with cuMemAllocHost.
+func (b *Backend) AllocHost(bytes int64) (gpu.Memory, error) {
+	if bytes < 0 || bytes > 1<<48 {
+		return nil, fmt.Errorf("alloc host: bad size %d", bytes)
+	}
+	m := &PinnedMemory{d: b.d, size: bytes}
+	if bytes == 0 {
+		return m, nil
+	}
+	err := b.d.do(func() error {
+		var p unsafe.Pointer
+		if err := cuErr(fmt.Sprintf("cuMemAllocHost(%d bytes)", bytes), C.cuMemAllocHost_(&p, C.size_t(bytes))); err != nil {
+			return err
+		}
+		m.p = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("alloc host: %w", err)
+	}
+	return m, nil
+}
+
+// Free releases memory from Alloc or AllocHost after the device has
+// finished all work issued so far.
+func (b *Backend) Free(m gpu.Memory) error {
+	switch x := m.(type) {
+	case *DeviceMemory:
+		if x.d != b.d {
+			return fmt.Errorf("free: memory belongs to another backend")
+		}
+		if x.ptr == 0 {
+			return nil
+		}
+		p := x.ptr
+		x.ptr, x.size = 0, 0
+		return b.d.do(func() error {
+			if err := cuErr("cuCtxSynchronize", C.cuCtxSynchronize_()); err != nil {
+				return err
+			}
+			return cuErr("cuMemFree", C.cuMemFree_(C.CUdeviceptr(p)))
+		})
+	case *PinnedMemory:
+		if x.d != b.d {
+			return fmt.Errorf("free: memory belongs to another backend")
+		}
+		if x.p == nil {
+			return nil
+		}
+		p := x.p
+		x.p, x.size = nil, 0
+		return b.d.do(func() error {
+			if err := cuErr("cuCtxSynchronize", C.cuCtxSynchronize_()); err != nil {
+				return err
+			}
+			return cuErr("cuMemFreeHost", C.cuMemFreeHost_(p))
+		})
+	}
+	return fmt.Errorf("free: memory %T was not allocated by the cuda backend", m)
+}
+
+// Stream is a CUDA stream (created non-blocking). Each stream owns a small
+// device buffer for reduction partials. Only the backend's default stream
+// gives cuBLASLt the 32 MiB workspace; products issued on other streams run
+// without one, so two streams never share it.
+type Stream struct {
+	d         *device
+	h         C.uint64_t
+	scratch   C.CUdeviceptr
+	workspace bool
+}
+
+// Event is a CUDA event (timing disabled).
+type Event struct {
+	d *device
+	h C.uint64_t
+}
+
+func (d *device) newStream(workspace bool) (*Stream, error) {
+	s := &Stream{d: d, workspace: workspace}
+	if err := cuErr("cuStreamCreate", C.cuStreamCreate_(&s.h, streamNonBlocking)); err != nil {
+		return nil, err
+	}
+	if err := cuErr("cuMemAlloc (stream scratch)", C.cuMemAlloc_(&s.scratch, streamScratchBytes)); err != nil {
+		C.cuStreamDestroy_(s.h)
+		return nil, err
+	}
+	return s, nil
+}
+
+// destroy releases the stream (worker only).
+func (s *Stream) destroy() error {
+	var errs []error
+	if s.h != 0 {
+		errs = append(errs, cuErr("cuStreamSynchronize", C.cuStreamSynchronize_(s.h)))
+		errs = append(errs, cuErr("cuStreamDestroy", C.cuStreamDestroy_(s.h)))
+		s.h = 0
+	}
+	if s.scratch != 0 {
+		errs = append(errs, cuErr("cuMemFree", C.cuMemFree_(s.scratch)))
+		s.scratch = 0
+	}
+	return errors.Join(errs...)
+}
+
+// Sync waits for the stream's work and reports device-detected input errors.
+func (s *Stream) Sync() error {
+	return s.d.do(func() error {
+		if err := cuErr("cuStreamSynchronize", C.cuStreamSynchronize_(s.h)); err != nil {
+			return err
+		}
+		return s.d.checkFlag()
+	})
+}
+
+// Record returns an event that completes with the work issued so far.
+func (s *Stream) Record() (gpu.Event, error) {
+	e := &Event{d: s.d}
+	err := s.d.do(func() error {
+		if err := cuErr("cuEventCreate", C.cuEventCreate_(&e.h, eventDisableTiming)); err != nil {
+			return err
+		}
+		return cuErr("cuEventRecord", C.cuEventRecord_(e.h, s.h))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Wait makes later work on s wait for e.
+func (s *Stream) Wait(e gpu.Event) error {
+	ev, ok := e.(*Event)
+	if !ok || ev.d != s.d {
+		return fmt.Errorf("cuda: wait: event %T is not from this device", e)
+	}
+	return s.d.do(func() error { return cuErr("cuStreamWaitEvent", C.cuStreamWaitEvent_(s.h, ev.h)) })
+}
+
+// Close destroys the stream after its work completes. The default stream is
+// closed by Backend.Close.
+func (s *Stream) Close() error {
+	if s == s.d.def {
+		return nil
+	}
+	return s.d.do(s.destroy)
+}
+
+// Sync waits for the event.
+func (e *Event) Sync() error {
+	return e.d.do(func() error { return cuErr("cuEventSynchronize", C.cuEventSynchronize_(e.h)) })
+}
+
+// Close releases the event.
+func (e *Event) Close() error {
+	return e.d.do(func() error {
+		if e.h == 0 {
+			return nil
+		}
+		err := cuErr("cuEventDestroy", C.cuEventDestroy_(e.h))
+		e.h = 0
+		return err
+	})
+}
+
+// NewStream creates a stream.
+func (b *Backend) NewStream() (gpu.Stream, error) {
+	var s *Stream
+	err := b.d.do(func() error {
+		var err error
+		s, err = b.d.newStream(false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// DefaultStream returns the backend's default stream (a created stream, not
+// the legacy NULL stream).
+func (b *Backend) DefaultStream() gpu.Stream { return b.d.def }
+
+// On returns a view of the backend that issues on s (a stream of this
+// backend; anything else yields a view whose ops fail).
+func (b *Backend) On(s gpu.Stream) gpu.Backend {
+	cs, ok := s.(*Stream)
+	if !ok || cs.d != b.d {
+		return &Backend{d: b.d, s: &Stream{d: b.d}}
+	}
+	return &Backend{d: b.d, s: cs}
+}
+
+// Sync waits for all work on the device and reports device-detected input
+// errors.
+func (b *Backend) Sync() error {
+	return b.d.do(func() error {
+		if err := cuErr("cuCtxSynchronize", C.cuCtxSynchronize_()); err != nil {
+			return err
+		}
+		return b.d.checkFlag()
+	})
+}
+
+// stream returns the view's stream handle or an error for a foreign stream.
+func (b *Backend) stream() (*Stream, error) {
+	if b.s == nil || b.s.h == 0 {
+		return nil, fmt.Errorf("cuda: stream is closed or not from this backend")
+	}
+	return b.s, nil
+}
+
+// kargs packs kernel parameters: each is stored at its own offset of one
+// byte buffer (which holds no Go pointers) and the C side passes
+// cuLaunchKernel a pointer to each.
+type kargs struct {
+	buf  []byte
+	offs []C.int
+}
+
+func (a *kargs) put(b []byte) *kargs {
+	for len(a.buf)%8 != 0 {
+		a.buf = append(a.buf, 0)
+	}
+	a.offs = append(a.offs, C.int(len(a.buf)))
+	a.buf = append(a.buf, b...)
+	return a
+}
+
+func (a *kargs) u64(v uint64) *kargs {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return a.put(b[:])
+}
+
+func (a *kargs) i64(v int64) *kargs { return a.u64(uint64(v)) }
+
+func (a *kargs) i32(v int) *kargs {
+	u := uint32(int32(v))
+	return a.put([]byte{byte(u), byte(u >> 8), byte(u >> 16), byte(u >> 24)})
+}
+
+func (a *kargs) f32(v float32) *kargs {
+	u := math.Float32bits(v)
+	return a.put([]byte{byte(u), byte(u >> 8), byte(u >> 16), byte(u >> 24)})
+}
+
+// dt appends a dtype code (the gpu.DType value).
+func (a *kargs) dt(d gpu.DType) *kargs { return a.i32(int(d)) }
+
+// launch is one kernel launch: grid, block, dynamic shared memory.
+type launch struct {
+	name       string
+	gx, gy, gz uint32
+	bx, by, bz uint32
+	smem       int
+	args       *kargs
+}
+
+// run issues the launches in order on s (worker only).
+func (d *device) run(s *Stream, ls ...launch) error {
+	for _, l := range ls {
+		if l.gx == 0 || l.gy == 0 || l.gz == 0 {
+			continue
+		}
+		fn, ok := d.fns[l.name]
+		if !ok {
+			return fmt.Errorf("cuda: kernel %s is not loaded", l.name)
+		}
+		if l.smem > d.smemMax {
+			return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", l.name, l.smem, d.smemMax)
+		}
+		var buf *C.char
+		if len(l.args.buf) > 0 {
+			buf = (*C.char)(unsafe.Pointer(&l.args.buf[0]))
+		}
+		var offs *C.int
+		if len(l.args.offs) > 0 {
+			offs = &l.args.offs[0]
+		}
+		r := C.rl_launch(fn, C.uint(l.gx), C.uint(l.gy), C.uint(l.gz), C.uint(l.bx), C.uint(l.by), C.uint(l.bz),
+			C.uint(l.smem), s.h, buf, offs, C.int(len(l.args.offs)))
+		if err := cuErr("launch "+l.name, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// issue runs the launches on the view's stream.
+func (b *Backend) issue(ls ...launch) error {
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	return b.d.do(func() error { return b.d.run(s, ls...) })
+}
+
+// gridFor returns a 1-D grid of 256-thread blocks for n elements, capped so
+// that grid-stride loops cover the rest.
+func (d *device) gridFor(n int64) uint32 {
+	if n <= 0 {
+		return 0
+	}
+	g := (n + 255) / 256
+	lim := int64(max(d.info.SMs, 1)) * 32
+	return uint32(max(min(g, lim), 1))
+}
+
+// rowGrid returns a grid of one block per row, capped at 2^18 blocks (the
+// kernels loop over the rest); 0 rows launch nothing.
+func rowGrid(rows int64) uint32 { return uint32(max(min(rows, 1<<18), 0)) }

@@ -1,0 +1,806 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cpu"
+)
+
+// Every op is compared with the CPU reference on fresh random inputs, with
+// the CUDA outputs poisoned (NaN) beforehand. The error measure is
+// ‖got−want‖₂/‖want‖₂; NaN never passes. Thresholds: float32 1e-5 (GEMM,
+// attention and log-probs 1e-4), bf16/f16 1e-2.
+
+const (
+	tolF32   = 1e-5
+	tolHeavy = 1e-4
+	tol16    = 1e-2
+)
+
+var (
+	sharedOnce sync.Once
+	shared     *Backend
+	sharedErr  error
+
+	sumMu   sync.Mutex
+	summary = map[string]float64{}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if len(summary) > 0 {
+		var keys []string
+		for k := range summary {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Println("max relative error per op (‖got−want‖/‖want‖ against gpu/cpu):")
+		for _, k := range keys {
+			fmt.Printf("  %-48s %.3g\n", k, summary[k])
+		}
+	}
+	if shared != nil {
+		_ = shared.Close()
+	}
+	os.Exit(code)
+}
+
+// backend returns the shared CUDA backend or skips without a driver.
+func backend(t *testing.T) *Backend {
+	t.Helper()
+	sharedOnce.Do(func() {
+		start := time.Now()
+		shared, sharedErr = New(0)
+		if sharedErr == nil {
+			fmt.Printf("cuda backend ready in %v (%d kernel modules compiled this run)\n", time.Since(start), compiles.Load())
+			if info, err := Versions(); err == nil {
+				fmt.Println(info)
+			}
+		}
+	})
+	if errors.Is(sharedErr, ErrNoDriver) {
+		t.Skip(sharedErr.Error()) // "cuda: no driver: ..."
+	}
+	if sharedErr != nil {
+		t.Fatalf("cuda backend: %v", sharedErr)
+	}
+	return shared
+}
+
+// env pairs a CUDA arena with a CPU one: tensors are bump-allocated at the
+// same offsets of both.
+type env struct {
+	t      *testing.T
+	g      *Backend
+	c      *cpu.Backend
+	gm, cm gpu.Memory
+	off    int64
+	r      *rand.Rand
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	g := backend(t)
+	const size = 96 << 20
+	gm, err := g.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cpu.New()
+	cm, _ := c.Alloc(size)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	t.Cleanup(func() {
+		if err := g.Sync(); err != nil {
+			t.Errorf("sync: %v", err)
+		}
+		if err := g.Free(gm); err != nil {
+			t.Errorf("free: %v", err)
+		}
+	})
+	return &env{t: t, g: g, c: c, gm: gm, cm: cm, r: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// alloc returns the same view in both arenas.
+func (e *env) alloc(dt gpu.DType, shape ...int) (gpu.Tensor, gpu.Tensor) {
+	e.t.Helper()
+	g, err := gpu.NewTensor(e.gm, e.off, dt, shape...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := gpu.NewTensor(e.cm, e.off, dt, shape...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.off += (g.Bytes() + 255) / 256 * 256
+	return g, c
+}
+
+func (e *env) randn(n int, scale float64, dt gpu.DType) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = gpu.Round(dt, float32(e.r.NormFloat64()*scale))
+	}
+	return v
+}
+
+// in returns a pair holding the same random values (rounded to dt).
+func (e *env) in(dt gpu.DType, scale float64, shape ...int) (gpu.Tensor, gpu.Tensor) {
+	e.t.Helper()
+	g, c := e.alloc(dt, shape...)
+	vals := e.randn(g.Numel(), scale, dt)
+	e.set(g, c, vals)
+	return g, c
+}
+
+func (e *env) set(g, c gpu.Tensor, vals []float32) {
+	e.t.Helper()
+	if err := e.g.Upload(g, vals); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.c.Upload(c, vals); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// out returns an output pair; the CUDA side is poisoned with NaN (or a
+// sentinel for I32) so that unwritten elements fail.
+func (e *env) out(dt gpu.DType, shape ...int) (gpu.Tensor, gpu.Tensor) {
+	e.t.Helper()
+	g, c := e.alloc(dt, shape...)
+	if err := e.g.Fill(g, float32(math.NaN())); err != nil {
+		e.t.Fatal(err)
+	}
+	if dt == gpu.I32 {
+		if err := e.g.Fill(g, -123456); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return g, c
+}
+
+func (e *env) ids(vals []int32) (gpu.Tensor, gpu.Tensor) {
+	e.t.Helper()
+	g, c := e.alloc(gpu.I32, len(vals))
+	if err := e.g.UploadI32(g, vals); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.c.UploadI32(c, vals); err != nil {
+		e.t.Fatal(err)
+	}
+	return g, c
+}
+
+func (e *env) randIDs(n, v int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(e.r.IntN(v))
+	}
+	return ids
+}
+
+// check runs both ops; an error from either fails the test.
+func (e *env) check(name string, gerr, cerr error) {
+	e.t.Helper()
+	if gerr != nil {
+		e.t.Fatalf("%s: cuda: %v", name, gerr)
+	}
+	if cerr != nil {
+		e.t.Fatalf("%s: cpu: %v", name, cerr)
+	}
+}
+
+// compare downloads both tensors and checks the relative error.
+func (e *env) compare(name string, g, c gpu.Tensor, tol float64) {
+	e.t.Helper()
+	got := make([]float32, g.Numel())
+	want := make([]float32, c.Numel())
+	if err := e.g.Download(got, g); err != nil {
+		e.t.Fatalf("%s: download: %v", name, err)
+	}
+	if err := e.c.Download(want, c); err != nil {
+		e.t.Fatalf("%s: cpu download: %v", name, err)
+	}
+	e.compareVals(name, got, want, tol)
+}
+
+func (e *env) compareVals(name string, got, want []float32, tol float64) {
+	e.t.Helper()
+	var num, den float64
+	bad := -1
+	for i := range got {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(g) != math.IsNaN(w) || math.IsInf(g, 0) != math.IsInf(w, 0) {
+			bad = i
+			break
+		}
+		if math.IsNaN(w) || math.IsInf(w, 0) {
+			continue
+		}
+		num += (g - w) * (g - w)
+		den += w * w
+	}
+	if bad >= 0 {
+		e.t.Errorf("%s: element %d = %v, want %v", name, bad, got[bad], want[bad])
+		record(name, math.Inf(1))
+		return
+	}
+	rel := math.Sqrt(num)
+	if den > 0 {
+		rel /= math.Sqrt(den)
+	}
+	record(name, rel)
+	if !(rel <= tol) {
+		worst, at := 0.0, 0
+		for i := range got {
+			if d := math.Abs(float64(got[i] - want[i])); d > worst {
+				worst, at = d, i
+			}
+		}
+		e.t.Errorf("%s: relative error %.3g > %.0e (worst element %d: %v, want %v)", name, rel, tol, at, got[at], want[at])
+	}
+}
+
+func record(name string, rel float64) {
+	sumMu.Lock()
+	defer sumMu.Unlock()
+	if v, ok := summary[name]; !ok || rel > v || math.IsNaN(rel) {
+		summary[name] = rel
+	}
+}
+
+func tolFor(heavy bool, dts ...gpu.DType) float64 {
+	for _, d := range dts {
+		if d == gpu.BF16 || d == gpu.F16 {
+			return tol16
+		}
+	}
+	if heavy {
+		return tolHeavy
+	}
+	return tolF32
+}
+
+var floatTypes = []gpu.DType{gpu.F32, gpu.BF16, gpu.F16}
+
+func TestTransfers(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range floatTypes {
+		g, c := e.in(dt, 1, 37, 5)
+		e.compare("upload/download "+dt.String(), g, c, 0)
+		raw := make([]byte, g.Bytes())
+		if err := e.g.DownloadBytes(raw, g); err != nil {
+			t.Fatal(err)
+		}
+		craw := make([]byte, c.Bytes())
+		_ = e.c.DownloadBytes(craw, c)
+		if string(raw) != string(craw) {
+			t.Errorf("download bytes %v differ from the cpu backend's", dt)
+		}
+		g2, _ := e.out(dt, 37, 5)
+		if err := e.g.UploadBytes(g2, raw); err != nil {
+			t.Fatal(err)
+		}
+		e.compare("upload bytes "+dt.String(), g2, c, 0)
+	}
+	ids := e.randIDs(1001, 1<<30)
+	gi, _ := e.ids(ids)
+	back := make([]int32, len(ids))
+	if err := e.g.DownloadI32(back, gi); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ids {
+		if back[i] != ids[i] {
+			t.Fatalf("i32 round trip: element %d = %d, want %d", i, back[i], ids[i])
+		}
+	}
+}
+
+func TestCopyFillZero(t *testing.T) {
+	e := newEnv(t)
+	types := append(append([]gpu.DType(nil), floatTypes...), gpu.I32)
+	for _, sdt := range types {
+		for _, ddt := range types {
+			gs, cs := e.alloc(sdt, 300, 7)
+			vals := e.randn(gs.Numel(), 1000, gpu.F32)
+			if sdt != gpu.I32 {
+				for i := range vals {
+					vals[i] = gpu.Round(sdt, vals[i]/100)
+				}
+			}
+			e.set(gs, cs, vals)
+			gd, cd := e.out(ddt, 2100)
+			e.check("copy", e.g.Copy(gd, gs), e.c.Copy(cd, cs))
+			e.compare(fmt.Sprintf("copy %v->%v", sdt, ddt), gd, cd, 0)
+		}
+	}
+	// Pinned host memory on either side, with and without a cast.
+	pm, err := e.g.AllocHost(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := e.g.Free(pm); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, ok := pm.(gpu.HostMemory); !ok {
+		t.Fatalf("pinned memory %T is not gpu.HostMemory", pm)
+	}
+	gs, cs := e.in(gpu.F32, 1, 1000)
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		ph, _ := gpu.NewTensor(pm, 0, dt, 1000)
+		if err := e.g.Copy(ph, gs); err != nil {
+			t.Fatal(err)
+		}
+		gd, _ := e.out(gpu.F32, 1000)
+		if err := e.g.Copy(gd, ph); err != nil {
+			t.Fatal(err)
+		}
+		cd, _ := e.c.Alloc(4000)
+		ct, _ := gpu.NewTensor(cd, 0, gpu.F32, 1000)
+		ctmp, _ := e.c.Alloc(4000)
+		ctt, _ := gpu.NewTensor(ctmp, 0, dt, 1000)
+		_ = e.c.Copy(ctt, cs)
+		_ = e.c.Copy(ct, ctt)
+		e.compare("copy via pinned "+dt.String(), gd, ct, 0)
+		// The host sees the pinned bytes directly.
+		hb, err := ph.HostBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, 1000)
+		got := make([]float32, 1000)
+		_ = e.c.Download(want, ctt)
+		if err := e.g.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_ = gpu.DecodeF32(got, hb, dt)
+		e.compareVals("pinned host bytes "+dt.String(), got, want, 0)
+	}
+	for _, dt := range types {
+		g, c := e.out(dt, 333)
+		e.check("fill", e.g.Fill(g, -1.7), e.c.Fill(c, -1.7))
+		e.compare("fill "+dt.String(), g, c, 0)
+		e.check("zero", e.g.Zero(g), e.c.Zero(c))
+		e.compare("zero "+dt.String(), g, c, 0)
+	}
+	g, c := e.out(gpu.BF16, 3) // 6 bytes: the 16-bit zero path.
+	e.check("zero", e.g.Zero(g), e.c.Zero(c))
+	e.compare("zero bf16 odd", g, c, 0)
+}
+
+func TestElementwise(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range floatTypes {
+		for _, odt := range []gpu.DType{dt, gpu.F32} {
+			tol := tolFor(false, dt, odt)
+			shape := []int{129, 77}
+			ga, ca := e.in(dt, 1, shape...)
+			gb, cb := e.in(odt, 1, shape...)
+			gd, cd := e.out(odt, shape...)
+			e.check("add", e.g.Add(gd, ga, gb), e.c.Add(cd, ca, cb))
+			e.compare(fmt.Sprintf("add %v+%v->%v", dt, odt, odt), gd, cd, tol)
+			e.check("add in place", e.g.Add(gb, ga, gb), e.c.Add(cb, ca, cb))
+			e.compare("add in place "+odt.String(), gb, cb, tol)
+			e.check("scale", e.g.Scale(ga, 0.37), e.c.Scale(ca, 0.37))
+			e.compare("scale "+dt.String(), ga, ca, tol)
+			e.check("addscaled", e.g.AddScaled(gb, ga, -1.3), e.c.AddScaled(cb, ca, -1.3))
+			e.compare(fmt.Sprintf("addscaled %v+=%v", odt, dt), gb, cb, tol)
+
+			gg, cg := e.in(dt, 2, shape...)
+			gu, cu := e.in(dt, 1, shape...)
+			go_, co := e.out(odt, shape...)
+			e.check("swiglu", e.g.SwiGLU(go_, gg, gu), e.c.SwiGLU(co, cg, cu))
+			e.compare(fmt.Sprintf("swiglu %v->%v", dt, odt), go_, co, tol)
+			gdo, cdo := e.in(odt, 1, shape...)
+			gdg, cdg := e.out(dt, shape...)
+			gdu, cdu := e.out(odt, shape...)
+			e.check("swiglu backward", e.g.SwiGLUBackward(gdg, gdu, gdo, gg, gu), e.c.SwiGLUBackward(cdg, cdu, cdo, cg, cu))
+			e.compare("swiglu backward dGate "+dt.String(), gdg, cdg, tol)
+			e.compare("swiglu backward dUp "+dt.String(), gdu, cdu, tol)
+			// dGate aliasing dOut.
+			gdo2, cdo2 := e.in(dt, 1, shape...)
+			gdu2, cdu2 := e.out(dt, shape...)
+			e.check("swiglu backward in place", e.g.SwiGLUBackward(gdo2, gdu2, gdo2, gg, gu), e.c.SwiGLUBackward(cdo2, cdu2, cdo2, cg, cu))
+			e.compare("swiglu backward in place "+dt.String(), gdo2, cdo2, tol)
+
+			gy, cy := e.in(dt, 1, shape...)
+			gbias, cbias := e.in(odt, 1, shape[1])
+			e.check("addbias", e.g.AddBias(gy, gbias), e.c.AddBias(cy, cbias))
+			e.compare(fmt.Sprintf("addbias %v+%v", dt, odt), gy, cy, tol)
+			gdb, cdb := e.in(odt, 1, shape[1])
+			e.check("biasgrad", e.g.BiasGrad(gdb, gy), e.c.BiasGrad(cdb, cy))
+			e.compare(fmt.Sprintf("biasgrad %v<-%v", odt, dt), gdb, cdb, tol)
+		}
+	}
+}
+
+func TestAdamWAndSumSquares(t *testing.T) {
+	e := newEnv(t)
+	n := 100003
+	gp, cp := e.in(gpu.F32, 1, n)
+	gg, cg := e.in(gpu.F32, 0.1, n)
+	gm, cm := e.in(gpu.F32, 0.01, n)
+	gv, cv := e.alloc(gpu.F32, n)
+	vals := e.randn(n, 0.001, gpu.F32)
+	for i := range vals {
+		vals[i] *= vals[i]
+	}
+	e.set(gv, cv, vals)
+	for step := 1; step <= 3; step++ {
+		for _, b1 := range []float64{0.9, 0.3} {
+			e.check("adamw", e.g.AdamW(gp, gg, gm, gv, 1e-3, b1, 0.999, 1e-8, 0.01, step), e.c.AdamW(cp, cg, cm, cv, 1e-3, b1, 0.999, 1e-8, 0.01, step))
+		}
+	}
+	e.compare("adamw p", gp, cp, tolF32)
+	e.compare("adamw m", gm, cm, tolF32)
+	e.compare("adamw v", gv, cv, tolF32)
+	for _, dt := range floatTypes {
+		gx, cx := e.in(dt, 3, 77, 1001)
+		got, err := e.g.SumSquares(gx)
+		want, err2 := e.c.SumSquares(cx)
+		e.check("sumsquares", err, err2)
+		rel := math.Abs(got-want) / want
+		record("sumsquares "+dt.String(), rel)
+		if !(rel <= 1e-12) {
+			t.Errorf("sumsquares %v: %v, want %v (rel %.3g)", dt, got, want, rel)
+		}
+	}
+}
+
+func TestEmbedding(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range floatTypes {
+		v, h, n := 301, 96, 517
+		gt, ct := e.in(dt, 1, v, h)
+		ids := e.randIDs(n, 40) // many repeats
+		gi, ci := e.ids(ids)
+		gd, cd := e.out(dt, n, h)
+		e.check("embedding", e.g.Embedding(gd, gt, gi), e.c.Embedding(cd, ct, ci))
+		e.compare("embedding "+dt.String(), gd, cd, 0)
+		gi2, ci2 := e.ids(e.randIDs(n, v)) // mostly distinct ids
+		for _, tdt := range []gpu.DType{dt, gpu.F32} {
+			for _, p := range [][2]gpu.Tensor{{gi, ci}, {gi2, ci2}} {
+				gdt, cdt := e.in(tdt, 1, v, h)
+				gdy, cdy := e.in(dt, 1, n, h)
+				e.check("embedding backward", e.g.EmbeddingBackward(gdt, gdy, p[0]), e.c.EmbeddingBackward(cdt, cdy, p[1]))
+				e.compare(fmt.Sprintf("embedding backward %v<-%v", tdt, dt), gdt, cdt, tolFor(false, tdt))
+			}
+		}
+	}
+	// A bad id is reported by the next Sync.
+	gt, _ := e.in(gpu.F32, 1, 10, 4)
+	gi, _ := e.ids([]int32{1, 10})
+	gd, _ := e.out(gpu.F32, 2, 4)
+	if err := e.g.Embedding(gd, gt, gi); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Sync(); err == nil || !strings.Contains(err.Error(), "embedding") {
+		t.Errorf("sync after a bad id: %v, want an embedding error", err)
+	}
+	if err := e.g.Sync(); err != nil {
+		t.Errorf("the error flag was not cleared: %v", err)
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range floatTypes {
+		for _, h := range []int{64, 1000} {
+			rows := 67
+			tol := tolFor(false, dt)
+			gx, cx := e.in(dt, 2, rows, h)
+			gw, cw := e.in(dt, 1, h)
+			gd, cd := e.out(dt, rows, h)
+			gr, cr := e.out(gpu.F32, rows)
+			e.check("rmsnorm", e.g.RMSNorm(gd, gr, gx, gw, 1e-6), e.c.RMSNorm(cd, cr, cx, cw, 1e-6))
+			e.compare(fmt.Sprintf("rmsnorm %v", dt), gd, cd, tol)
+			e.compare("rmsnorm rstd "+dt.String(), gr, cr, tolF32)
+			gdy, cdy := e.in(dt, 1, rows, h)
+			gdx, cdx := e.out(dt, rows, h)
+			gdw, cdw := e.in(gpu.F32, 1, h)
+			e.check("rmsnorm backward", e.g.RMSNormBackward(gdx, gdw, gdy, gx, gw, gr), e.c.RMSNormBackward(cdx, cdw, cdy, cx, cw, cr))
+			e.compare("rmsnorm backward dx "+dt.String(), gdx, cdx, tol)
+			e.compare("rmsnorm backward dw "+dt.String(), gdw, cdw, tolF32)
+			// dx aliasing dy, no dw; dst aliasing x.
+			e.check("rmsnorm backward in place", e.g.RMSNormBackward(gdy, gpu.Tensor{}, gdy, gx, gw, gr), e.c.RMSNormBackward(cdy, gpu.Tensor{}, cdy, cx, cw, cr))
+			e.compare("rmsnorm backward in place "+dt.String(), gdy, cdy, tol)
+			e.check("rmsnorm in place", e.g.RMSNorm(gx, gr, gx, gw, 1e-5), e.c.RMSNorm(cx, cr, cx, cw, 1e-5))
+			e.compare("rmsnorm in place "+dt.String(), gx, cx, tol)
+		}
+	}
+}
+
+func TestRoPE(t *testing.T) {
+	e := newEnv(t)
+	llama3 := &gpu.RoPEScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+	for _, dt := range floatTypes {
+		for _, sc := range []*gpu.RoPEScaling{nil, llama3, {Type: "linear", Factor: 2}} {
+			for _, d := range []int{64, 128} {
+				n, heads := 53, 6
+				pos := e.randIDs(n, 20000)
+				gp, cp := e.ids(pos)
+				gx, cx := e.in(dt, 1, n, heads, d)
+				name := "default"
+				if sc != nil {
+					name = sc.Type
+				}
+				e.check("rope", e.g.RoPE(gx, gp, 500000, sc), e.c.RoPE(cx, cp, 500000, sc))
+				e.compare(fmt.Sprintf("rope %s %v", name, dt), gx, cx, tolFor(false, dt))
+				e.check("rope backward", e.g.RoPEBackward(gx, gp, 500000, sc), e.c.RoPEBackward(cx, cp, 500000, sc))
+				e.compare(fmt.Sprintf("rope backward %s %v", name, dt), gx, cx, tolFor(false, dt))
+			}
+		}
+	}
+}
+
+func TestGemm(t *testing.T) {
+	e := newEnv(t)
+	type combo struct{ a, b, c gpu.DType }
+	combos := []combo{
+		{gpu.F32, gpu.F32, gpu.F32}, {gpu.BF16, gpu.BF16, gpu.BF16}, {gpu.BF16, gpu.BF16, gpu.F32},
+		{gpu.F16, gpu.F16, gpu.F16}, {gpu.F32, gpu.BF16, gpu.F32}, {gpu.BF16, gpu.F32, gpu.BF16}, {gpu.BF16, gpu.BF16, gpu.F16},
+	}
+	m, k, n := 131, 200, 97
+	for _, cb := range combos {
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				ash := []int{m, k}
+				if ta {
+					ash = []int{k, m}
+				}
+				bsh := []int{k, n}
+				if tb {
+					bsh = []int{n, k}
+				}
+				ga, ca := e.in(cb.a, 1, ash...)
+				gb, cbm := e.in(cb.b, 1, bsh...)
+				gc, cc := e.in(cb.c, 1, m, n)
+				name := fmt.Sprintf("gemm %v@%v->%v", cb.a, cb.b, cb.c)
+				e.check(name, e.g.Gemm(gc, ga, gb, ta, tb, 0.7, 0.3), e.c.Gemm(cc, ca, cbm, ta, tb, 0.7, 0.3))
+				e.compare(name+" beta", gc, cc, tolFor(true, cb.a, cb.b, cb.c))
+				gc2, cc2 := e.out(cb.c, m, n)
+				e.check(name, e.g.Gemm(gc2, ga, gb, ta, tb, 1, 0), e.c.Gemm(cc2, ca, cbm, ta, tb, 1, 0))
+				e.compare(name, gc2, cc2, tolFor(true, cb.a, cb.b, cb.c))
+			}
+		}
+	}
+	// A larger float32 product: TF32 would show here as ~1e-3.
+	ga, ca := e.in(gpu.F32, 1, 512, 1024)
+	gb, cb := e.in(gpu.F32, 1, 768, 1024)
+	gc, cc := e.out(gpu.F32, 512, 768)
+	e.check("gemm large", e.g.Gemm(gc, ga, gb, false, true, 1, 0), e.c.Gemm(cc, ca, cb, false, true, 1, 0))
+	e.compare("gemm f32 512x768x1024 (no tf32)", gc, cc, tolHeavy)
+}
+
+// packed returns cuSeqlens for the given sequence lengths.
+func packed(lens ...int) []int32 {
+	cu := []int32{0}
+	for _, l := range lens {
+		cu = append(cu, cu[len(cu)-1]+int32(l))
+	}
+	return cu
+}
+
+func TestAttention(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		for _, cfg := range []struct {
+			lens       []int
+			hq, hkv, d int
+		}{
+			{[]int{70, 129, 5}, 8, 2, 64},
+			{[]int{33, 1, 100}, 4, 4, 128},
+			{[]int{17, 40, 23}, 6, 1, 96},
+			{[]int{5, 0, 64, 0}, 4, 2, 32}, // empty sequences
+		} {
+			cu := packed(cfg.lens...)
+			n := int(cu[len(cu)-1])
+			name := fmt.Sprintf("attention %v seqs%v hq%d hkv%d d%d", dt, cfg.lens, cfg.hq, cfg.hkv, cfg.d)
+			gcu, ccu := e.ids(cu)
+			gq, cq := e.in(dt, 1, n, cfg.hq, cfg.d)
+			gk, ck := e.in(dt, 1, n, cfg.hkv, cfg.d)
+			gv, cv := e.in(dt, 1, n, cfg.hkv, cfg.d)
+			gout, cout := e.out(dt, n, cfg.hq, cfg.d)
+			glse, clse := e.out(gpu.F32, cfg.hq, n)
+			scale := float32(1 / math.Sqrt(float64(cfg.d)))
+			e.check(name, e.g.Attention(gout, glse, gq, gk, gv, gcu, scale), e.c.Attention(cout, clse, cq, ck, cv, ccu, scale))
+			tol := tolFor(true, dt)
+			e.compare(name+" out", gout, cout, tol)
+			e.compare(name+" lse", glse, clse, tolHeavy)
+			// The backward reads the CPU's own forward results on both sides.
+			e.copyCPU(gout, cout)
+			e.copyCPU(glse, clse)
+			gdo, cdo := e.in(dt, 1, n, cfg.hq, cfg.d)
+			gdq, cdq := e.out(dt, n, cfg.hq, cfg.d)
+			gdk, cdk := e.out(dt, n, cfg.hkv, cfg.d)
+			gdv, cdv := e.out(dt, n, cfg.hkv, cfg.d)
+			e.check(name+" backward", e.g.AttentionBackward(gdq, gdk, gdv, gdo, gout, glse, gq, gk, gv, gcu, scale),
+				e.c.AttentionBackward(cdq, cdk, cdv, cdo, cout, clse, cq, ck, cv, ccu, scale))
+			e.compare(name+" dq", gdq, cdq, tol)
+			e.compare(name+" dk", gdk, cdk, tol)
+			e.compare(name+" dv", gdv, cdv, tol)
+		}
+	}
+}
+
+// copyCPU uploads the CPU tensor's contents into the CUDA one.
+func (e *env) copyCPU(g, c gpu.Tensor) {
+	e.t.Helper()
+	raw := make([]byte, c.Bytes())
+	if err := e.c.DownloadBytes(raw, c); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.g.UploadBytes(g, raw); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestLogProbs(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		for _, cfg := range []struct {
+			temp     float32
+			tempered bool
+			entropy  bool
+		}{{1, false, true}, {0.7, false, true}, {0.7, true, true}, {1.3, false, false}} {
+			c, h, v := 37, 64, 1000
+			name := fmt.Sprintf("logprobs %v T=%v tempered=%v entropy=%v", dt, cfg.temp, cfg.tempered, cfg.entropy)
+			gh, ch := e.in(dt, 1, c, h)
+			gw, cw := e.in(dt, 0.3, v, h)
+			tg := e.randIDs(c, v)
+			gtg, ctg := e.ids(tg)
+			glog, clog := e.out(gpu.F32, c, v)
+			glp, clp := e.out(gpu.F32, c)
+			var gent, cent gpu.Tensor
+			if cfg.entropy {
+				gent, cent = e.out(gpu.F32, c)
+			}
+			e.check(name, e.g.LogProbs(glp, gent, gh, gw, gtg, cfg.temp, cfg.tempered, glog),
+				e.c.LogProbs(clp, cent, ch, cw, ctg, cfg.temp, cfg.tempered, clog))
+			e.compare(name+" logits", glog, clog, tolHeavy)
+			e.compare(name+" logp", glp, clp, tolHeavy)
+			if cfg.entropy {
+				e.compare(name+" entropy", gent, cent, tolHeavy)
+			}
+			gdlp, cdlp := e.in(gpu.F32, 1, c)
+			var gde, cde gpu.Tensor
+			if cfg.entropy {
+				gde, cde = e.in(gpu.F32, 1, c)
+				zero := []float32{0}
+				gz, _ := gde.Flat(3, 4)
+				cz, _ := cde.Flat(3, 4)
+				e.set(gz, cz, zero) // a zero entropy gradient skips the entropy term
+			}
+			gdh, cdh := e.out(dt, c, h)
+			gdw, cdw := e.in(gpu.F32, 1, v, h)
+			e.check(name+" backward", e.g.LogProbsBackward(gdh, gdw, gdlp, gde, gh, gw, gtg, cfg.temp, cfg.tempered, glog),
+				e.c.LogProbsBackward(cdh, cdw, cdlp, cde, ch, cw, ctg, cfg.temp, cfg.tempered, clog))
+			e.compare(name+" dh", gdh, cdh, tolFor(true, dt))
+			e.compare(name+" dw", gdw, cdw, tolFor(true, dt))
+		}
+	}
+	// Mixed dtypes (f32 h, bf16 w) run the fallback products.
+	c, h, v := 19, 48, 300
+	gh, ch := e.in(gpu.F32, 1, c, h)
+	gw, cw := e.in(gpu.BF16, 0.3, v, h)
+	gtg, ctg := e.ids(e.randIDs(c, v))
+	glog, clog := e.out(gpu.F32, c, v)
+	glp, clp := e.out(gpu.F32, c)
+	e.check("logprobs mixed", e.g.LogProbs(glp, gpu.Tensor{}, gh, gw, gtg, 1, false, glog), e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, 1, false, clog))
+	e.compare("logprobs f32 h, bf16 w logp", glp, clp, tolHeavy)
+	gdlp, cdlp := e.in(gpu.F32, 1, c)
+	gdh, cdh := e.out(gpu.F32, c, h)
+	gdw, cdw := e.in(gpu.BF16, 1, v, h)
+	e.check("logprobs mixed backward", e.g.LogProbsBackward(gdh, gdw, gdlp, gpu.Tensor{}, gh, gw, gtg, 1, false, glog),
+		e.c.LogProbsBackward(cdh, cdw, cdlp, gpu.Tensor{}, ch, cw, ctg, 1, false, clog))
+	e.compare("logprobs f32 h, bf16 w dh", gdh, cdh, tolHeavy)
+	e.compare("logprobs f32 h, bf16 w dw", gdw, cdw, tol16)
+}
+
+func TestStreams(t *testing.T) {
+	e := newEnv(t)
+	s, err := e.g.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	on := e.g.On(s)
+	gx, cx := e.in(gpu.F32, 1, 1<<20)
+	gy, cy := e.out(gpu.F32, 1<<20)
+	ga, ca := e.in(gpu.BF16, 1, 64, 256)
+	gb, cb := e.in(gpu.BF16, 1, 128, 256)
+	gc, cc := e.out(gpu.F32, 64, 128)
+	// Streams are non-blocking: the uploads on the default stream must be
+	// done before the side stream reads them.
+	if err := e.g.DefaultStream().Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := on.Copy(gy, gx); err != nil {
+		t.Fatal(err)
+	}
+	if err := on.Scale(gy, 3); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	if err := e.g.DefaultStream().Wait(ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.AddScaled(gy, gx, 1); err != nil { // default stream, after the event
+		t.Fatal(err)
+	}
+	_ = e.c.Copy(cy, cx)
+	_ = e.c.Scale(cy, 3)
+	_ = e.c.AddScaled(cy, cx, 1)
+	if err := ev.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	e.compare("streams and events", gy, cy, 0)
+	// Products on a side stream run without the workspace.
+	e.check("gemm on a stream", on.Gemm(gc, ga, gb, false, true, 1, 0), e.c.Gemm(cc, ca, cb, false, true, 1, 0))
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	e.compare("gemm on a side stream", gc, cc, tolHeavy)
+}
+
+func TestKernelCacheReused(t *testing.T) {
+	backend(t) // skips without a driver
+	t.Setenv("RLPIPE_CACHE_DIR", t.TempDir())
+	before := compiles.Load()
+	b1, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := compiles.Load() - before
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mods, _ := modules()
+	if first != int64(len(mods)) {
+		t.Errorf("first backend compiled %d modules, want %d", first, len(mods))
+	}
+	before = compiles.Load()
+	b2, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if n := compiles.Load() - before; n != 0 {
+		t.Errorf("second backend compiled %d modules, want 0 (cache in %s)", n, cacheDir())
+	}
+	st, err := CompileAll(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !s.Cached || s.Bytes == 0 {
+			t.Errorf("module %s: cached %v, %d bytes", s.Module, s.Cached, s.Bytes)
+		}
+	}
+}
+
+func TestNoDriverSkipsCleanly(t *testing.T) {
+	if _, err := New(0); err != nil && !errors.Is(err, ErrNoDriver) {
+		// With a driver present any error is a real failure, reported by
+		// the other tests; here only the error's shape matters.
+		t.Logf("New: %v", err)
+	} else if err != nil {
+		t.Skip(err.Error()) // "cuda: no driver: ..."
+	}
+}

@@ -1,0 +1,180 @@
+package cuda
+
+/*
+#include "rlcuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// mat is a row-major matrix operand: rows×cols elements at device address a
+// with a row stride of ld elements.
+type mat struct {
+	a          uint64
+	dt         gpu.DType
+	rows, cols int
+	ld         int64
+}
+
+// ltKey identifies a cuBLASLt problem for the algorithm cache.
+type ltKey struct {
+	m, n, k                uint64
+	lda, ldb, ldc          int64
+	ta, tb, at, bt, ct     int32
+	alignA, alignB, alignC uint32
+	ws                     bool
+}
+
+// cudaDataType returns the cudaDataType_t code of a float dtype.
+func cudaDataType(d gpu.DType) int32 {
+	switch d {
+	case gpu.F16:
+		return 2 // CUDA_R_16F
+	case gpu.BF16:
+		return 14 // CUDA_R_16BF
+	}
+	return 0 // CUDA_R_32F
+}
+
+const (
+	cublasCompute32F = 68 // CUBLAS_COMPUTE_32F: float32 accumulation, no TF32.
+	cudaR32F         = 0
+)
+
+// alignOf returns the largest power of two (at most 256) dividing a.
+func alignOf(a uint64) uint32 {
+	if a == 0 {
+		return 256
+	}
+	return uint32(1) << min(bits.TrailingZeros64(a), 8)
+}
+
+// ltSupported reports whether cuBLASLt computes this dtype combination with
+// float32 compute: A and B of one type, C of that type or F32.
+func ltSupported(c, a, bm gpu.DType) bool {
+	return a == bm && a.IsFloat() && (c == a || c == gpu.F32)
+}
+
+// matmul computes c = alpha*op(a)@op(bm) + beta*c on the view's stream:
+// through cuBLASLt (CUBLAS_COMPUTE_32F, so TF32 is never used) when it
+// supports the dtypes, else through the SIMT k_gemm kernel. Row-major
+// operands are handed to column-major cuBLASLt as their transposes: cᵀ =
+// op(b)ᵀ op(a)ᵀ.
+func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32) error {
+	m, k := a.rows, a.cols
+	if transA {
+		m, k = k, m
+	}
+	n := bm.cols
+	if transB {
+		n = bm.rows
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	if k == 0 || !ltSupported(c.dt, a.dt, bm.dt) {
+		gx, gy := uint32((n+63)/64), uint32((m+63)/64)
+		if gy > 65535 {
+			return fmt.Errorf("gemm: %d rows exceed the fallback kernel's grid", m)
+		}
+		args := new(kargs).u64(c.a).dt(c.dt).i64(c.ld).u64(a.a).dt(a.dt).i64(a.ld).i32(b2i(transA)).
+			u64(bm.a).dt(bm.dt).i64(bm.ld).i32(b2i(transB)).i32(m).i32(n).i32(k).f32(alpha).f32(beta)
+		return b.d.do(func() error {
+			return b.d.run(s, launch{name: "k_gemm", gx: gx, gy: gy, gz: 1, bx: 256, by: 1, bz: 1, args: args})
+		})
+	}
+	var call C.rlLtCall
+	call.stream = C.uint64_t(s.h)
+	call.a, call.b, call.c = C.uint64_t(bm.a), C.uint64_t(a.a), C.uint64_t(c.a)
+	call.arows, call.acols, call.lda = C.uint64_t(bm.cols), C.uint64_t(bm.rows), C.int64_t(bm.ld)
+	call.brows, call.bcols, call.ldb = C.uint64_t(a.cols), C.uint64_t(a.rows), C.int64_t(a.ld)
+	call.m, call.n, call.ldc = C.uint64_t(n), C.uint64_t(m), C.int64_t(c.ld)
+	call.transa, call.transb = C.int32_t(b2i(transB)), C.int32_t(b2i(transA))
+	call.atype, call.btype, call.ctype = C.int32_t(cudaDataType(bm.dt)), C.int32_t(cudaDataType(a.dt)), C.int32_t(cudaDataType(c.dt))
+	call.computeType, call.scaleType = cublasCompute32F, cudaR32F
+	call.alignA, call.alignB, call.alignC = C.uint32_t(alignOf(bm.a)), C.uint32_t(alignOf(a.a)), C.uint32_t(alignOf(c.a))
+	call.alpha, call.beta = C.float(alpha), C.float(beta)
+	key := ltKey{m: uint64(call.m), n: uint64(call.n), k: uint64(k), lda: bm.ld, ldb: a.ld, ldc: c.ld,
+		ta: int32(call.transa), tb: int32(call.transb), at: int32(call.atype), bt: int32(call.btype), ct: int32(call.ctype),
+		alignA: uint32(call.alignA), alignB: uint32(call.alignB), alignC: uint32(call.alignC), ws: s.workspace}
+	return b.d.do(func() error {
+		call.handle = b.d.lt
+		if s.workspace {
+			call.workspace, call.wsSize = C.uint64_t(b.d.internal), workspaceBytes
+		}
+		if algo, ok := b.d.algos[key]; ok {
+			call.algo, call.haveAlgo = algo, 1
+		}
+		var stage C.int
+		st := C.rl_lt_matmul(&call, &stage)
+		if st != 0 {
+			steps := []string{"cublasLtMatmulDescCreate", "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate",
+				"cublasLtMatmulPreference", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmul"}
+			return fmt.Errorf("gemm %dx%dx%d (%v@%v->%v): %w", m, n, k, a.dt, bm.dt, c.dt, ltErr(steps[int(stage)], st))
+		}
+		b.d.algos[key] = call.algo
+		return nil
+	})
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// Gemm computes c = alpha*op(a)@op(b) + beta*c with float32 accumulation.
+// Operands whose dtypes cuBLASLt cannot combine (A and B of different
+// types, or a 16-bit C of another type) go through a SIMT kernel instead.
+func (b *Backend) Gemm(c, a, bm gpu.Tensor, transA, transB bool, alpha, beta float32) error {
+	const op = "gemm"
+	for _, x := range []named{{"c", c}, {"a", a}, {"b", bm}} {
+		if err := rank(op, x.n, x.t, 2); err != nil {
+			return err
+		}
+	}
+	m, k := a.Shape[0], a.Shape[1]
+	if transA {
+		m, k = k, m
+	}
+	k2, n := bm.Shape[0], bm.Shape[1]
+	if transB {
+		k2, n = n, k2
+	}
+	if k != k2 {
+		return fmt.Errorf("gemm: inner dimensions differ: op(a) is [%d %d], op(b) is [%d %d]", m, k, k2, n)
+	}
+	if err := need(op, "c", c, m, n); err != nil {
+		return err
+	}
+	if err := noAlias(op, "c", "a", c, a); err != nil {
+		return err
+	}
+	if err := noAlias(op, "c", "b", c, bm); err != nil {
+		return err
+	}
+	ca, err := b.faddr(op, "c", c)
+	if err != nil {
+		return err
+	}
+	aa, err := b.faddr(op, "a", a)
+	if err != nil {
+		return err
+	}
+	ba, err := b.faddr(op, "b", bm)
+	if err != nil {
+		return err
+	}
+	return b.matmul(mat{ca, c.DType, m, n, int64(n)}, mat{aa, a.DType, a.Shape[0], a.Shape[1], int64(a.Shape[1])},
+		mat{ba, bm.DType, bm.Shape[0], bm.Shape[1], int64(bm.Shape[1])}, transA, transB, alpha, beta)
+}

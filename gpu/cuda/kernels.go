@@ -1,0 +1,74 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+// kernelModule is one kernels/*.cu file with the common header prepended.
+type kernelModule struct {
+	name  string
+	src   string
+	funcs []string
+}
+
+var kernelRE = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
+
+// modules lists the embedded kernel modules in name order.
+func modules() ([]kernelModule, error) {
+	common, err := kernelFS.ReadFile("kernels/common.cuh")
+	if err != nil {
+		return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
+	}
+	ents, err := kernelFS.ReadDir("kernels")
+	if err != nil {
+		return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
+	}
+	var mods []kernelModule
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".cu") {
+			continue
+		}
+		b, err := kernelFS.ReadFile(path.Join("kernels", e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
+		}
+		m := kernelModule{name: strings.TrimSuffix(e.Name(), ".cu"), src: string(common) + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)}
+		for _, x := range kernelRE.FindAllStringSubmatch(string(b), -1) {
+			m.funcs = append(m.funcs, x[1])
+		}
+		mods = append(mods, m)
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].name < mods[j].name })
+	return mods, nil
+}
+
+// compileAll compiles (or fetches from the cache) every module for arch, in
+// parallel; NVRTC needs no CUDA context.
+func compileAll(arch string, force bool) ([]kernelModule, []kernelImage, error) {
+	mods, err := modules()
+	if err != nil {
+		return nil, nil, err
+	}
+	imgs := make([]kernelImage, len(mods))
+	errs := make([]error, len(mods))
+	var wg sync.WaitGroup
+	for i, m := range mods {
+		wg.Go(func() { imgs[i], errs[i] = compileCached(m.name, m.src, arch, force) })
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return nil, nil, e
+		}
+	}
+	return mods, imgs, nil
+}

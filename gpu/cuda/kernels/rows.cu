@@ -1,0 +1,165 @@
+// Row kernels: RMSNorm forward and backward, RoPE, embedding gather and
+// scatter. Reductions run in float64 like the CPU reference.
+
+// k_rmsnorm: one block per row of x [rows,h]. dst may be x.
+extern "C" __global__ void k_rmsnorm(void* dst, int dtd, float* rstd, const void* x, int dtx, const void* w, int dtw,
+                                     i64 rows, i64 h, float eps) {
+  __shared__ double sh[33];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    double ss = 0.0;
+    for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
+      double v = (double)ldf(x, dtx, r * h + j);
+      ss += v * v;
+    }
+    ss = block_sum_d(ss, sh);
+    double mean = h > 0 ? ss / (double)h : 0.0;
+    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    if (threadIdx.x == 0) rstd[r] = rv;
+    for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
+      float v = ldf(x, dtx, r * h + j);
+      float o = ldf(w, dtw, j) * rnd(dtx, v * rv);
+      stf(dst, dtd, r * h + j, o);
+    }
+    __syncthreads();
+  }
+}
+
+// k_rmsnorm_bwd computes dx (which may be dy) one block per row.
+extern "C" __global__ void k_rmsnorm_bwd(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx,
+                                         const void* w, int dtw, const float* rstd, i64 rows, i64 h) {
+  __shared__ double sh[33];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    double rv = (double)rstd[r];
+    double dot = 0.0;
+    for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
+      double xn = (double)ldf(x, dtx, r * h + j) * rv;
+      double gw = (double)ldf(dy, dtdy, r * h + j) * (double)ldf(w, dtw, j);
+      dot += gw * xn;
+    }
+    dot = block_sum_d(dot, sh);
+    if (h > 0) dot /= (double)h;
+    for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
+      double xn = (double)ldf(x, dtx, r * h + j) * rv;
+      double gw = (double)ldf(dy, dtdy, r * h + j) * (double)ldf(w, dtw, j);
+      stf(dx, dtdx, r * h + j, (float)(rv * (gw - xn * dot)));
+    }
+    __syncthreads();
+  }
+}
+
+// k_rmsnorm_dw accumulates dw[j] += sum_r dy[r,j]*x[r,j]*rstd[r] in float64.
+// Block (32,8) over 32 columns; the 8 row lanes are reduced in a fixed order.
+extern "C" __global__ void k_rmsnorm_dw(void* dw, int dtdw, const void* dy, int dtdy, const void* x, int dtx,
+                                        const float* rstd, i64 rows, i64 h) {
+  __shared__ double sh[8][33];
+  i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
+  double s = 0.0;
+  if (col < h)
+    for (i64 r = threadIdx.y; r < rows; r += 8) {
+      double xn = (double)ldf(x, dtx, r * h + col) * (double)rstd[r];
+      s += (double)ldf(dy, dtdy, r * h + col) * xn;
+    }
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < h) {
+    double t = 0.0;
+    for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+    stf(dw, dtdw, col, (float)((double)ldf(dw, dtdw, col) + t));
+  }
+}
+
+// InvFreq carries the rotary inverse frequencies by value in the kernel
+// parameters (head dims up to 512).
+struct InvFreq {
+  float v[256];
+};
+
+// k_rope rotates x [rows,heads,d] in place, one block per token: cos and sin
+// are computed once per token in float64 from the float32 angle and rounded
+// to x's dtype, as HF does.
+extern "C" __global__ void k_rope(void* x, int dt, const int* pos, i64 rows, int heads, int d, InvFreq inv,
+                                  int backward) {
+  __shared__ float cs[256], sn[256];
+  int half = d / 2;
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    float p = (float)pos[r];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      double a = (double)(p * inv.v[i]);
+      cs[i] = rnd(dt, (float)cos(a));
+      sn[i] = rnd(dt, (float)sin(a));
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
+      int hd = e / half, i = e - hd * half;
+      i64 off = (r * heads + hd) * (i64)d;
+      float x1 = ldf(x, dt, off + i), x2 = ldf(x, dt, off + i + half);
+      float c = cs[i], s = sn[i];
+      if (backward) s = -s;
+      float y1 = rnd(dt, rnd(dt, x1 * c) + rnd(dt, -x2 * s));
+      float y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
+      stf(x, dt, off + i, y1);
+      stf(x, dt, off + i + half, y2);
+    }
+    __syncthreads();
+  }
+}
+
+// k_embedding gathers dst[t] = table[ids[t]], one block per token. An id
+// outside [0,v) zero-fills its row and raises FLAG_EMBEDDING_IDS.
+extern "C" __global__ void k_embedding(void* dst, int dtd, const void* table, int dtt, const int* ids, i64 rows,
+                                       i64 h, i64 v, int* flag) {
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    int id = ids[r];
+    bool ok = id >= 0 && id < v;
+    if (!ok && threadIdx.x == 0) atomicOr(flag, FLAG_EMBEDDING_IDS);
+    for (i64 j = threadIdx.x; j < h; j += blockDim.x)
+      stf(dst, dtd, r * h + j, ok ? ldf(table, dtt, (i64)id * h + j) : 0.0f);
+  }
+}
+
+// k_embedding_bwd accumulates dTable[ids[t]] += dY[t] with one thread per
+// column walking the tokens in order, so repeated ids add in token order and
+// each sum is rounded to dTable's dtype exactly as the CPU backend does
+// (deterministic, no atomics). Tokens go in groups of 8: when the group's ids
+// are distinct its 8 read-modify-writes are independent and issued
+// together; otherwise they run one by one. Invalid ids are skipped and
+// flagged.
+#define EMB_G 8
+extern "C" __global__ void k_embedding_bwd(void* dt, int dtt, const void* dy, int dtdy, const int* ids, i64 rows,
+                                           i64 h, i64 v, int* flag) {
+  i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= h) return;
+  for (i64 r0 = 0; r0 < rows; r0 += EMB_G) {
+    int id[EMB_G];
+    float g[EMB_G];
+    bool distinct = r0 + EMB_G <= rows;
+#pragma unroll
+    for (int k = 0; k < EMB_G; k++) {
+      i64 r = r0 + k;
+      id[k] = r < rows ? ids[r] : -1;
+      g[k] = r < rows ? ldf(dy, dtdy, r * h + col) : 0.0f;
+      if (id[k] < 0 || id[k] >= v) distinct = false;
+    }
+#pragma unroll
+    for (int a = 0; a < EMB_G; a++)
+#pragma unroll
+      for (int b = a + 1; b < EMB_G; b++)
+        if (id[a] == id[b]) distinct = false;
+    if (distinct) {
+      float cur[EMB_G];
+#pragma unroll
+      for (int k = 0; k < EMB_G; k++) cur[k] = ldf(dt, dtt, (i64)id[k] * h + col);
+#pragma unroll
+      for (int k = 0; k < EMB_G; k++) stf(dt, dtt, (i64)id[k] * h + col, cur[k] + g[k]);
+      continue;
+    }
+    for (int k = 0; k < EMB_G && r0 + k < rows; k++) {
+      if (id[k] < 0 || id[k] >= v) {
+        if (col == 0) atomicOr(flag, FLAG_EMBEDDING_BWD_IDS);
+        continue;
+      }
+      i64 o = (i64)id[k] * h + col;
+      stf(dt, dtt, o, ldf(dt, dtt, o) + g[k]);
+    }
+  }
+}

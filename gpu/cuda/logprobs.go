@@ -1,0 +1,187 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// lpArgs are the checked operands of LogProbs and LogProbsBackward.
+type lpArgs struct {
+	c, hd, v         int
+	h, w, tg, logits uint64
+	hasEntropy       bool
+}
+
+func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperature float32, logits gpu.Tensor) (lpArgs, error) {
+	var a lpArgs
+	if err := rank(op, "h", h, 2); err != nil {
+		return a, err
+	}
+	if err := rank(op, "w", w, 2); err != nil {
+		return a, err
+	}
+	a.c, a.hd, a.v = h.Shape[0], h.Shape[1], w.Shape[0]
+	if err := need(op, "w", w, a.v, a.hd); err != nil {
+		return a, err
+	}
+	if err := need(op, "targets", targets, a.c); err != nil {
+		return a, err
+	}
+	if err := need(op, "logits", logits, a.c, a.v); err != nil {
+		return a, err
+	}
+	a.hasEntropy = !entropy.Empty()
+	if a.hasEntropy {
+		if err := need(op, "entropy", entropy, a.c); err != nil {
+			return a, err
+		}
+	}
+	if !(temperature > 0) || math.IsInf(float64(temperature), 0) {
+		return a, fmt.Errorf("%s: temperature %v must be positive and finite", op, temperature)
+	}
+	if err := noAliasAll(op, "logits", logits, named{"h", h}, named{"w", w}, named{"targets", targets}, named{"entropy", entropy}); err != nil {
+		return a, err
+	}
+	var err error
+	if a.h, err = b.faddr(op, "h", h); err != nil {
+		return a, err
+	}
+	if a.w, err = b.faddr(op, "w", w); err != nil {
+		return a, err
+	}
+	if a.logits, err = b.taddr(op, "logits", logits, gpu.F32); err != nil {
+		return a, err
+	}
+	if a.tg, err = b.taddr(op, "targets", targets, gpu.I32); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// LogProbs computes logits = h@wᵀ into the F32 workspace with cuBLASLt
+// (float32 accumulation; float32 output), then one block per row computes,
+// in float64, the log-softmax of the tempered logits at the target and the
+// entropy. A target outside [0,V) yields NaN and an error at the next Sync.
+func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	const op = "logprobs"
+	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, logits)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "logp", logp, a.c); err != nil {
+		return err
+	}
+	if err := noAliasAll(op, "logp", logp, named{"h", h}, named{"w", w}, named{"targets", targets}, named{"logits", logits}, named{"entropy", entropy}); err != nil {
+		return err
+	}
+	lpa, err := b.taddr(op, "logp", logp, gpu.F32)
+	if err != nil {
+		return err
+	}
+	var ea uint64
+	if a.hasEntropy {
+		if err := noAliasAll(op, "entropy", entropy, named{"h", h}, named{"w", w}, named{"targets", targets}); err != nil {
+			return err
+		}
+		if ea, err = b.taddr(op, "entropy", entropy, gpu.F32); err != nil {
+			return err
+		}
+	}
+	if a.c == 0 {
+		return nil
+	}
+	if err := b.matmul(mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)},
+		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return b.issue(launch{name: "k_lp_fwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
+		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
+			u64(lpa).u64(ea).u64(b.d.flag)})
+}
+
+// LogProbsBackward recomputes the logits, turns them into dlogits in place
+// (float64 per-row statistics) and computes dh = dlogits@w and dw +=
+// dlogitsᵀ@h. When h and w share a 16-bit dtype, the dlogits are rounded to
+// it (packed at the start of each float32 row of the workspace, leading
+// dimension 2V) so that both products run on cuBLASLt's tensor-core path,
+// as under autocast; the extra rounding is 2^-9 relative per element
+// (bf16). Otherwise they stay float32 and products with mixed dtypes use the
+// SIMT kernel.
+func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	const op = "logprobs backward"
+	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, logits)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "dh", dh, a.c, a.hd); err != nil {
+		return err
+	}
+	if err := need(op, "dlogp", dlogp, a.c); err != nil {
+		return err
+	}
+	withDW := dw.Mem != nil
+	if withDW {
+		if err := need(op, "dw", dw, a.v, a.hd); err != nil {
+			return err
+		}
+	}
+	ins := []named{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"dlogp", dlogp}, {"dentropy", dentropy}}
+	if err := noAliasAll(op, "dh", dh, ins...); err != nil {
+		return err
+	}
+	if withDW {
+		if err := noAliasAll(op, "dw", dw, append(ins, named{"dh", dh})...); err != nil {
+			return err
+		}
+	}
+	if err := noAlias(op, "logits", "dlogp", logits, dlogp); err != nil {
+		return err
+	}
+	ga, err := b.taddr(op, "dlogp", dlogp, gpu.F32)
+	if err != nil {
+		return err
+	}
+	var gea uint64
+	if a.hasEntropy {
+		if gea, err = b.taddr(op, "dentropy", dentropy, gpu.F32); err != nil {
+			return err
+		}
+	}
+	dha, err := b.faddr(op, "dh", dh)
+	if err != nil {
+		return err
+	}
+	var dwa uint64
+	if withDW {
+		if dwa, err = b.faddr(op, "dw", dw); err != nil {
+			return err
+		}
+	}
+	if a.c == 0 {
+		return nil
+	}
+	if err := b.matmul(mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)},
+		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	dl := mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}
+	if h.DType == w.DType && h.DType != gpu.F32 {
+		dl.dt, dl.ld = w.DType, 2*int64(a.v)
+	}
+	if err := b.issue(launch{name: "k_lp_bwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
+		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
+			u64(ga).u64(gea).dt(dl.dt).u64(b.d.flag)}); err != nil {
+		return err
+	}
+	if err := b.matmul(mat{dha, dh.DType, a.c, a.hd, int64(a.hd)}, dl, mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, false, 1, 0); err != nil {
+		return fmt.Errorf("%s: dh: %w", op, err)
+	}
+	if withDW {
+		if err := b.matmul(mat{dwa, dw.DType, a.v, a.hd, int64(a.hd)}, dl, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)}, true, false, 1, 1); err != nil {
+			return fmt.Errorf("%s: dw: %w", op, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,507 @@
+package cuda
+
+/*
+#include "rlcuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// elem checks elementwise operands (identical shapes, float dtypes) and
+// returns their addresses.
+func (b *Backend) elem(op string, ts ...named) ([]uint64, error) {
+	as := make([]uint64, len(ts))
+	for i, x := range ts {
+		if x.t.Mem == nil {
+			return nil, fmt.Errorf("%s: %s is missing", op, x.n)
+		}
+		if i > 0 && !gpu.SameShape(x.t.Shape, ts[0].t.Shape) {
+			return nil, fmt.Errorf("%s: %s has shape %v, %s has %v", op, x.n, x.t.Shape, ts[0].n, ts[0].t.Shape)
+		}
+		a, err := b.faddr(op, x.n, x.t)
+		if err != nil {
+			return nil, err
+		}
+		as[i] = a
+	}
+	return as, nil
+}
+
+// flat1 is a 1-D launch of 256-thread blocks over n elements.
+func (b *Backend) flat1(name string, n int64, args *kargs) launch {
+	return launch{name: name, gx: b.d.gridFor(n), gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: args}
+}
+
+// rows1 is a launch of one 256-thread block per row.
+func rows1(name string, rows int64, args *kargs) launch {
+	return launch{name: name, gx: rowGrid(rows), gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: args}
+}
+
+// cols32 is a launch of (32,8) blocks over n columns.
+func cols32(name string, n int64, args *kargs) launch {
+	return launch{name: name, gx: uint32((n + 31) / 32), gy: 1, gz: 1, bx: 32, by: 8, bz: 1, args: args}
+}
+
+// Embedding gathers rows of table by ids. An id outside [0,V) is detected on
+// the device: its row is zero-filled and the next Sync returns an error.
+func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
+	const op = "embedding"
+	if err := rank(op, "table", table, 2); err != nil {
+		return err
+	}
+	if err := rank(op, "ids", ids, 1); err != nil {
+		return err
+	}
+	v, h, t := table.Shape[0], table.Shape[1], ids.Shape[0]
+	if err := need(op, "dst", dst, t, h); err != nil {
+		return err
+	}
+	if err := noAlias(op, "dst", "table", dst, table); err != nil {
+		return err
+	}
+	if err := noAlias(op, "dst", "ids", dst, ids); err != nil {
+		return err
+	}
+	da, err := b.faddr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	ta, err := b.faddr(op, "table", table)
+	if err != nil {
+		return err
+	}
+	ia, err := b.taddr(op, "ids", ids, gpu.I32)
+	if err != nil {
+		return err
+	}
+	return b.issue(rows1("k_embedding", int64(t), new(kargs).u64(da).dt(dst.DType).u64(ta).dt(table.DType).u64(ia).
+		i64(int64(t)).i64(int64(h)).i64(int64(v)).u64(b.d.flag)))
+}
+
+// EmbeddingBackward accumulates dTable[ids[t]] += dY[t]. It is
+// deterministic and rounds like the CPU backend: one thread per column walks
+// the tokens in order (no atomics), so its parallelism is H threads.
+func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
+	const op = "embedding backward"
+	if err := rank(op, "dTable", dTable, 2); err != nil {
+		return err
+	}
+	if err := rank(op, "ids", ids, 1); err != nil {
+		return err
+	}
+	v, h, t := dTable.Shape[0], dTable.Shape[1], ids.Shape[0]
+	if err := need(op, "dY", dY, t, h); err != nil {
+		return err
+	}
+	if err := noAlias(op, "dTable", "dY", dTable, dY); err != nil {
+		return err
+	}
+	if err := noAlias(op, "dTable", "ids", dTable, ids); err != nil {
+		return err
+	}
+	da, err := b.faddr(op, "dTable", dTable)
+	if err != nil {
+		return err
+	}
+	ya, err := b.faddr(op, "dY", dY)
+	if err != nil {
+		return err
+	}
+	ia, err := b.taddr(op, "ids", ids, gpu.I32)
+	if err != nil {
+		return err
+	}
+	if h == 0 || t == 0 {
+		return nil
+	}
+	return b.issue(launch{name: "k_embedding_bwd", gx: uint32((h + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+		args: new(kargs).u64(da).dt(dTable.DType).u64(ya).dt(dY.DType).u64(ia).i64(int64(t)).i64(int64(h)).i64(int64(v)).u64(b.d.flag)})
+}
+
+// RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does.
+func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
+	const op = "rmsnorm"
+	if err := rank(op, "x", x, 2); err != nil {
+		return err
+	}
+	t, h := x.Shape[0], x.Shape[1]
+	if err := need(op, "dst", dst, t, h); err != nil {
+		return err
+	}
+	if err := need(op, "rstd", rstd, t); err != nil {
+		return err
+	}
+	if err := need(op, "w", w, h); err != nil {
+		return err
+	}
+	if err := aliasOK(op, "dst", "x", dst, x); err != nil {
+		return err
+	}
+	if err := noAliasAll(op, "rstd", rstd, named{"x", x}, named{"w", w}, named{"dst", dst}); err != nil {
+		return err
+	}
+	if err := noAlias(op, "dst", "w", dst, w); err != nil {
+		return err
+	}
+	if !(eps >= 0) {
+		return fmt.Errorf("%s: eps %v must be non-negative", op, eps)
+	}
+	xa, err := b.faddr(op, "x", x)
+	if err != nil {
+		return err
+	}
+	da, err := b.faddr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	wa, err := b.faddr(op, "w", w)
+	if err != nil {
+		return err
+	}
+	ra, err := b.taddr(op, "rstd", rstd, gpu.F32)
+	if err != nil {
+		return err
+	}
+	return b.issue(rows1("k_rmsnorm", int64(t), new(kargs).u64(da).dt(dst.DType).u64(ra).u64(xa).dt(x.DType).
+		u64(wa).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)))
+}
+
+// RMSNormBackward computes dx and accumulates dw (float64 column sums over
+// the rows, reduced in a fixed order).
+func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
+	const op = "rmsnorm backward"
+	if err := rank(op, "x", x, 2); err != nil {
+		return err
+	}
+	t, h := x.Shape[0], x.Shape[1]
+	for _, c := range []struct {
+		n string
+		t gpu.Tensor
+		s []int
+	}{{"dx", dx, []int{t, h}}, {"dy", dy, []int{t, h}}, {"w", w, []int{h}}, {"rstd", rstd, []int{t}}} {
+		if err := need(op, c.n, c.t, c.s...); err != nil {
+			return err
+		}
+	}
+	withDW := dw.Mem != nil
+	if withDW {
+		if err := need(op, "dw", dw, h); err != nil {
+			return err
+		}
+		if err := noAliasAll(op, "dw", dw, named{"dx", dx}, named{"dy", dy}, named{"x", x}, named{"w", w}, named{"rstd", rstd}); err != nil {
+			return err
+		}
+	}
+	if err := aliasOK(op, "dx", "dy", dx, dy); err != nil {
+		return err
+	}
+	if err := noAliasAll(op, "dx", dx, named{"x", x}, named{"w", w}, named{"rstd", rstd}); err != nil {
+		return err
+	}
+	dxa, err := b.faddr(op, "dx", dx)
+	if err != nil {
+		return err
+	}
+	dya, err := b.faddr(op, "dy", dy)
+	if err != nil {
+		return err
+	}
+	xa, err := b.faddr(op, "x", x)
+	if err != nil {
+		return err
+	}
+	wa, err := b.faddr(op, "w", w)
+	if err != nil {
+		return err
+	}
+	ra, err := b.taddr(op, "rstd", rstd, gpu.F32)
+	if err != nil {
+		return err
+	}
+	var ls []launch
+	if withDW {
+		dwa, err := b.faddr(op, "dw", dw)
+		if err != nil {
+			return err
+		}
+		// dw first: dx may overwrite dy.
+		ls = append(ls, cols32("k_rmsnorm_dw", int64(h), new(kargs).u64(dwa).dt(dw.DType).u64(dya).dt(dy.DType).
+			u64(xa).dt(x.DType).u64(ra).i64(int64(t)).i64(int64(h))))
+	}
+	ls = append(ls, rows1("k_rmsnorm_bwd", int64(t), new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).
+		u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).i64(int64(t)).i64(int64(h))))
+	return b.issue(ls...)
+}
+
+// AddBias adds b [N] to every row of y [T,N].
+func (b *Backend) AddBias(y, bias gpu.Tensor) error {
+	const op = "addbias"
+	if err := rank(op, "y", y, 2); err != nil {
+		return err
+	}
+	t, n := y.Shape[0], y.Shape[1]
+	if err := need(op, "b", bias, n); err != nil {
+		return err
+	}
+	if err := noAlias(op, "y", "b", y, bias); err != nil {
+		return err
+	}
+	ya, err := b.faddr(op, "y", y)
+	if err != nil {
+		return err
+	}
+	ba, err := b.faddr(op, "b", bias)
+	if err != nil {
+		return err
+	}
+	return b.issue(b.flat1("k_addbias", int64(t)*int64(n), new(kargs).u64(ya).dt(y.DType).u64(ba).dt(bias.DType).i64(int64(t)).i64(int64(n))))
+}
+
+// BiasGrad accumulates the column sums of dy [T,N] into db [N].
+func (b *Backend) BiasGrad(db, dy gpu.Tensor) error {
+	const op = "biasgrad"
+	if err := rank(op, "dy", dy, 2); err != nil {
+		return err
+	}
+	t, n := dy.Shape[0], dy.Shape[1]
+	if err := need(op, "db", db, n); err != nil {
+		return err
+	}
+	if err := noAlias(op, "db", "dy", db, dy); err != nil {
+		return err
+	}
+	dba, err := b.faddr(op, "db", db)
+	if err != nil {
+		return err
+	}
+	dya, err := b.faddr(op, "dy", dy)
+	if err != nil {
+		return err
+	}
+	return b.issue(cols32("k_colsum", int64(n), new(kargs).u64(dba).dt(db.DType).u64(dya).dt(dy.DType).i64(int64(t)).i64(int64(n))))
+}
+
+// RoPE rotates x in place (HF rotate-half convention and roundings).
+func (b *Backend) RoPE(x, pos gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) error {
+	return b.rope("rope", x, pos, theta, scaling, false)
+}
+
+// RoPEBackward rotates dx in place by the negative angle.
+func (b *Backend) RoPEBackward(dx, pos gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) error {
+	return b.rope("rope backward", dx, pos, theta, scaling, true)
+}
+
+// maxRoPEHalf is the size of the inverse-frequency table passed by value.
+const maxRoPEHalf = 256
+
+// rope computes the inverse frequencies on the host with gpu.RoPEInvFreq
+// (HF's float32 order, llama3 and linear scaling included) and passes them
+// by value in the kernel parameters (1 KiB), so no device table is needed.
+func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu.RoPEScaling, backward bool) error {
+	if err := rank(op, "x", x, 3); err != nil {
+		return err
+	}
+	t, heads, d := x.Shape[0], x.Shape[1], x.Shape[2]
+	if err := need(op, "pos", pos, t); err != nil {
+		return err
+	}
+	if err := noAlias(op, "x", "pos", x, pos); err != nil {
+		return err
+	}
+	inv, err := gpu.RoPEInvFreq(d, theta, scaling)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if len(inv) > maxRoPEHalf {
+		return fmt.Errorf("%s: head dim %d exceeds %d", op, d, 2*maxRoPEHalf)
+	}
+	xa, err := b.faddr(op, "x", x)
+	if err != nil {
+		return err
+	}
+	pa, err := b.taddr(op, "pos", pos, gpu.I32)
+	if err != nil {
+		return err
+	}
+	tbl := make([]byte, 4*maxRoPEHalf)
+	for i, f := range inv {
+		u := math.Float32bits(f)
+		tbl[4*i], tbl[4*i+1], tbl[4*i+2], tbl[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b.issue(launch{name: "k_rope", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+		args: new(kargs).u64(xa).dt(x.DType).u64(pa).i64(int64(t)).i32(heads).i32(d).put(tbl).i32(b2i(backward))})
+}
+
+// SwiGLU computes out = silu(gate)*up.
+func (b *Backend) SwiGLU(out, gate, up gpu.Tensor) error {
+	const op = "swiglu"
+	as, err := b.elem(op, named{"out", out}, named{"gate", gate}, named{"up", up})
+	if err != nil {
+		return err
+	}
+	if err := aliasOK(op, "out", "gate", out, gate); err != nil {
+		return err
+	}
+	if err := aliasOK(op, "out", "up", out, up); err != nil {
+		return err
+	}
+	n := int64(out.Numel())
+	return b.issue(b.flat1("k_swiglu", n, new(kargs).u64(as[0]).dt(out.DType).u64(as[1]).dt(gate.DType).u64(as[2]).dt(up.DType).i64(n)))
+}
+
+// SwiGLUBackward computes dGate and dUp.
+func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up gpu.Tensor) error {
+	const op = "swiglu backward"
+	as, err := b.elem(op, named{"dGate", dGate}, named{"dUp", dUp}, named{"dOut", dOut}, named{"gate", gate}, named{"up", up})
+	if err != nil {
+		return err
+	}
+	if err := aliasOK(op, "dGate", "dOut", dGate, dOut); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		o, i   string
+		ot, it gpu.Tensor
+	}{
+		{"dGate", "gate", dGate, gate}, {"dGate", "up", dGate, up}, {"dGate", "dUp", dGate, dUp},
+		{"dUp", "dOut", dUp, dOut}, {"dUp", "gate", dUp, gate}, {"dUp", "up", dUp, up},
+	} {
+		if err := noAlias(op, c.o, c.i, c.ot, c.it); err != nil {
+			return err
+		}
+	}
+	n := int64(dGate.Numel())
+	return b.issue(b.flat1("k_swiglu_bwd", n, new(kargs).u64(as[0]).dt(dGate.DType).u64(as[1]).dt(dUp.DType).
+		u64(as[2]).dt(dOut.DType).u64(as[3]).dt(gate.DType).u64(as[4]).dt(up.DType).i64(n)))
+}
+
+// Add computes dst = a + b.
+func (b *Backend) Add(dst, x, y gpu.Tensor) error {
+	const op = "add"
+	as, err := b.elem(op, named{"dst", dst}, named{"a", x}, named{"b", y})
+	if err != nil {
+		return err
+	}
+	if err := aliasOK(op, "dst", "a", dst, x); err != nil {
+		return err
+	}
+	if err := aliasOK(op, "dst", "b", dst, y); err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	return b.issue(b.flat1("k_add", n, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).u64(as[2]).dt(y.DType).i64(n)))
+}
+
+// Scale computes x *= s.
+func (b *Backend) Scale(x gpu.Tensor, s float32) error {
+	as, err := b.elem("scale", named{"x", x})
+	if err != nil {
+		return err
+	}
+	n := int64(x.Numel())
+	return b.issue(b.flat1("k_scale", n, new(kargs).u64(as[0]).dt(x.DType).i64(n).f32(s)))
+}
+
+// AddScaled computes dst += s*x.
+func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
+	const op = "addscaled"
+	as, err := b.elem(op, named{"dst", dst}, named{"x", x})
+	if err != nil {
+		return err
+	}
+	if err := aliasOK(op, "dst", "x", dst, x); err != nil {
+		return err
+	}
+	n := int64(dst.Numel())
+	return b.issue(b.flat1("k_addscaled", n, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).i64(n).f32(s)))
+}
+
+// AdamW performs one torch.optim.AdamW step with the CPU backend's float32
+// operation order.
+func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDecay float64, step int) error {
+	const op = "adamw"
+	names := []string{"p", "g", "m", "v"}
+	ts := []gpu.Tensor{p, g, m, v}
+	for i, t := range ts {
+		if t.DType != gpu.F32 {
+			return fmt.Errorf("%s: %s must be f32, got %v", op, names[i], t.DType)
+		}
+		for j := range i {
+			if overlap(t, ts[j]) {
+				return fmt.Errorf("%s: %s overlaps %s", op, names[i], names[j])
+			}
+		}
+	}
+	as, err := b.elem(op, named{"p", p}, named{"g", g}, named{"m", m}, named{"v", v})
+	if err != nil {
+		return err
+	}
+	if step < 1 {
+		return fmt.Errorf("%s: step %d must be at least 1", op, step)
+	}
+	if !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) {
+		return fmt.Errorf("%s: betas (%v, %v) must be in [0,1)", op, beta1, beta2)
+	}
+	if !(lr >= 0) || !(eps >= 0) || !(weightDecay >= 0) {
+		return fmt.Errorf("%s: lr %v, eps %v and weight decay %v must be non-negative", op, lr, eps, weightDecay)
+	}
+	decay := float32(1 - lr*weightDecay)
+	w1 := float32(1 - beta1)
+	b2 := float32(beta2)
+	w2 := float32(1 - beta2)
+	bc1 := 1 - math.Pow(beta1, float64(step))
+	bc2 := 1 - math.Pow(beta2, float64(step))
+	stepSize := float32(-(lr / bc1))
+	bc2sqrt := float32(math.Sqrt(bc2))
+	n := int64(p.Numel())
+	return b.issue(b.flat1("k_adamw", n, new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).i64(n).
+		f32(decay).f32(w1).f32(b2).f32(w2).f32(stepSize).f32(bc2sqrt).f32(float32(eps))))
+}
+
+// SumSquares returns Σ x² in float64: fixed-grid per-block float64 partial
+// sums into the stream's scratch, one block adding them in a fixed order,
+// then an 8-byte download (so it waits for the stream).
+func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
+	as, err := b.elem("sumsquares", named{"x", x})
+	if err != nil {
+		return 0, err
+	}
+	s, err := b.stream()
+	if err != nil {
+		return 0, err
+	}
+	n := int64(x.Numel())
+	if n == 0 {
+		return 0, nil
+	}
+	grid := min(b.d.gridFor(n), sumPartials)
+	part := uint64(s.scratch)
+	res := part + 8*sumPartials
+	var out [8]byte
+	err = b.d.do(func() error {
+		if err := b.d.run(s,
+			launch{name: "k_sumsq", gx: grid, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(as[0]).dt(x.DType).i64(n).u64(part)},
+			launch{name: "k_sum_partials", gx: 1, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(part).i32(int(grid)).u64(res)},
+		); err != nil {
+			return err
+		}
+		if err := cuErr("cuMemcpyDtoHAsync", C.cuMemcpyDtoHAsync_(unsafe.Pointer(&out[0]), C.CUdeviceptr(res), 8, C.uint64_t(s.h))); err != nil {
+			return err
+		}
+		return cuErr("cuStreamSynchronize", C.cuStreamSynchronize_(s.h))
+	})
+	if err != nil {
+		return 0, err
+	}
+	var u uint64
+	for i := range out {
+		u |= uint64(out[i]) << (8 * i)
+	}
+	return math.Float64frombits(u), nil
+}

@@ -1,0 +1,156 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// TestPerf times the main ops at Qwen2.5-1.5B-like sizes (8192 tokens as 4
+// sequences of 2048, hidden 1536, 12 query and 2 kv heads of 128, MLP 8960,
+// vocabulary 151936, log-prob chunks of 1024 tokens). It runs only with
+// RLPIPE_CUDA_PERF=1 and checks nothing; it prints a table.
+func TestPerf(t *testing.T) {
+	if os.Getenv("RLPIPE_CUDA_PERF") != "1" {
+		t.Skip("set RLPIPE_CUDA_PERF=1 to time the ops")
+	}
+	b := backend(t)
+	const (
+		T, H, Hq, Hkv, D, I, V, C = 8192, 1536, 12, 2, 128, 8960, 151936, 1024
+	)
+	mem, err := b.Alloc(6 << 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(mem)
+	var off int64
+	ten := func(dt gpu.DType, shape ...int) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, off, dt, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += (x.Bytes() + 255) / 256 * 256
+		if dt != gpu.I32 {
+			if err := b.Fill(x, 0.01); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return x
+	}
+	// Random-ish data: a cheap scrambled pattern through AddScaled.
+	x := ten(gpu.BF16, T, H)
+	w1 := ten(gpu.BF16, I, H)
+	y := ten(gpu.BF16, T, I)
+	q := ten(gpu.BF16, T, Hq, D)
+	k := ten(gpu.BF16, T, Hkv, D)
+	v := ten(gpu.BF16, T, Hkv, D)
+	o := ten(gpu.BF16, T, Hq, D)
+	lse := ten(gpu.F32, Hq, T)
+	dq := ten(gpu.BF16, T, Hq, D)
+	dk := ten(gpu.BF16, T, Hkv, D)
+	dv := ten(gpu.BF16, T, Hkv, D)
+	cu := ten(gpu.I32, 5)
+	_ = b.UploadI32(cu, []int32{0, 2048, 4096, 6144, 8192})
+	rnd := make([]float32, T*Hq*D)
+	for i := range rnd {
+		rnd[i] = float32((i*2654435761)%1000)/1000 - 0.5
+	}
+	_ = b.Upload(q, rnd)
+	_ = b.Upload(k, rnd[:T*Hkv*D])
+	_ = b.Upload(v, rnd[T*Hkv*D:2*T*Hkv*D])
+	_ = b.Upload(x, rnd[:T*H])
+	wv := ten(gpu.BF16, V, H)
+	hc := ten(gpu.BF16, C, H)
+	tg := ten(gpu.I32, C)
+	tgs := make([]int32, C)
+	for i := range tgs {
+		tgs[i] = int32(i * 97 % V)
+	}
+	_ = b.UploadI32(tg, tgs)
+	logits := ten(gpu.F32, C, V)
+	logp := ten(gpu.F32, C)
+	ent := ten(gpu.F32, C)
+	dlogp := ten(gpu.F32, C)
+	dhc := ten(gpu.BF16, C, H)
+	dwv := ten(gpu.F32, V, H)
+	ids := ten(gpu.I32, T)
+	idv := make([]int32, T)
+	for i := range idv {
+		idv[i] = int32(i * 7919 % V)
+	}
+	_ = b.UploadI32(ids, idv)
+	rstd := ten(gpu.F32, T)
+	dx := ten(gpu.BF16, T, H)
+	du := ten(gpu.BF16, T, I)
+	nw := ten(gpu.BF16, H)
+	gate := ten(gpu.BF16, T, I)
+	up := ten(gpu.BF16, T, I)
+	np := 50_000_000
+	p, g, m, vv := ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np)
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	attnFlops := 0.0
+	for range 4 {
+		attnFlops += 2 * 2 * float64(2048) * float64(2048+1) / 2 * D * Hq
+	}
+	cases := []struct {
+		name  string
+		flops float64
+		bytes float64
+		f     func() error
+	}{
+		{"gemm bf16 8192x8960x1536", 2 * T * I * H, 0, func() error { return b.Gemm(y, x, w1, false, true, 1, 0) }},
+		{"attention fwd 4x2048 bf16", attnFlops, 0, func() error { return b.Attention(o, lse, q, k, v, cu, 0.088) }},
+		{"attention bwd 4x2048 bf16", 2.5 * attnFlops, 0, func() error {
+			return b.AttentionBackward(dq, dk, dv, o, o, lse, q, k, v, cu, 0.088)
+		}},
+		{"logprobs fwd 1024x151936 bf16 +entropy", 2 * C * V * H, 0, func() error {
+			return b.LogProbs(logp, ent, hc, wv, tg, 1, false, logits)
+		}},
+		{"logprobs bwd 1024x151936 bf16", 3 * 2 * C * V * H, 0, func() error {
+			return b.LogProbsBackward(dhc, dwv, dlogp, gpu.Tensor{}, hc, wv, tg, 1, false, logits)
+		}},
+		{"rmsnorm fwd 8192x1536 bf16", 0, 2 * 2 * T * H, func() error { return b.RMSNorm(x, rstd, x, nw, 1e-6) }},
+		{"rmsnorm bwd 8192x1536 bf16", 0, 3 * 2 * T * H, func() error {
+			return b.RMSNormBackward(dx, gpu.Tensor{}, dx, x, nw, rstd)
+		}},
+		{"swiglu fwd 8192x8960 bf16", 0, 3 * 2 * T * I, func() error { return b.SwiGLU(y, gate, up) }},
+		{"swiglu bwd 8192x8960 bf16", 0, 5 * 2 * T * I, func() error { return b.SwiGLUBackward(y, du, y, gate, up) }},
+		{"rope fwd 8192x12x128 bf16", 0, 2 * 2 * T * Hq * D, func() error { return b.RoPE(q, ids, 1e6, nil) }},
+		{"embedding bwd 8192x1536 into f32", 0, 3 * 4 * T * H, func() error { return b.EmbeddingBackward(dwv, x, ids) }},
+		{"adamw 50M f32", 0, 7 * 4 * float64(np), func() error { return b.AdamW(p, g, m, vv, 1e-5, 0.9, 0.999, 1e-8, 0.01, 1) }},
+		{"sumsquares 50M f32", 0, 4 * float64(np), func() error { _, err := b.SumSquares(g); return err }},
+	}
+	fmt.Printf("%-42s %10s %12s %10s\n", "op", "ms", "TFLOP/s", "GB/s")
+	for _, c := range cases {
+		if err := c.f(); err != nil { // warm-up
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := b.Sync(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		n := 5
+		start := time.Now()
+		for range n {
+			if err := c.f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		ms := float64(time.Since(start).Microseconds()) / 1000 / float64(n)
+		tf, gb := "", ""
+		if c.flops > 0 {
+			tf = fmt.Sprintf("%.1f", c.flops/ms/1e9)
+		}
+		if c.bytes > 0 {
+			gb = fmt.Sprintf("%.0f", c.bytes/ms/1e6)
+		}
+		fmt.Printf("%-42s %10.3f %12s %10s\n", c.name, ms, tf, gb)
+	}
+}
