@@ -17,25 +17,24 @@ import (
 	"github.com/rlpipe/rlpipe/stages/rollout"
 )
 
-// Device memory outside the arena. These are estimates of what the CUDA
-// driver and libraries take on an H100 (context, module images, cuBLASLt
-// handle) and what NCCL takes for its channels; the GPU tests check the
-// NVML-measured process memory against arena + reserve.
+// Device memory outside the arena. The CUDA context and NCCL figures are
+// estimates of what the driver and libraries take on an H100 (context,
+// module images, cuBLASLt handle; NCCL's channels); the cuBLASLt workspace
+// and the device error flag are what the CUDA backend allocates itself at
+// start. The GPU test checks the NVML-measured process memory against
+// arena + reserves.
 const (
 	CUDAContextReserve = 768 << 20
 	NCCLReserve        = 512 << 20
-	CUBLASWorkspace    = 32 << 20
+	BackendReserve     = 32<<20 + 4096
 )
 
 // Plan builds the per-device memory plan of the job: every stage in order
 // declares its ops and buffers, then the builder assigns arena offsets.
 func Plan(j *Job) (*plan.Plan, error) {
 	b := plan.NewBuilder()
-	b.BeginStage("(runtime)", "runtime", "setup")
-	op := b.Op("create context, cuBLAS handle")
-	b.Persistent("cublas.workspace", plan.Workspace, CUBLASWorkspace, false, op)
-	b.EndStage()
-	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt (estimate)"})
+	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt handle (estimate)"})
+	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace and error flag, allocated by the CUDA backend at start"})
 	if j.Spec.Mesh.WorldSize() > 1 {
 		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "NCCL channel buffers (estimate)"})
 	}
@@ -182,16 +181,6 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena, data)
 	res.Ranks[id] = r
-	// The runtime's own op (context, cuBLAS workspace).
-	if err := arena.StartStage("(runtime)"); err != nil {
-		return err
-	}
-	if err := arena.EnterNamed("create context, cuBLAS handle"); err != nil {
-		return err
-	}
-	if _, err := arena.Tensor("cublas.workspace", gpu.I32, CUBLASWorkspace/4); err != nil {
-		return err
-	}
 	runStage := func(ctx context.Context, n *rt.Node) error {
 		if err := arena.StartStage(n.Stage.ID); err != nil {
 			return err

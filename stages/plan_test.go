@@ -87,7 +87,6 @@ func TestPlanTinyByHand(t *testing.T) {
 	}
 
 	// Everything live during ref's "layer0 qkv" op, by hand:
-	//   cuBLAS workspace                        32 MiB
 	//   actor params, grads, m, v               4 x 7424
 	//   ref params                              3840
 	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
@@ -95,7 +94,7 @@ func TestPlanTinyByHand(t *testing.T) {
 	//   fp32 residual                           512
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := int64(32<<20) + 4*fp32Shards + bf16Shards + 6*256 + 2*1280 + 512 + 4*256
+	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 2*1280 + 512 + 4*256
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}

@@ -22,11 +22,10 @@ const (
 	Logits      Kind = "logits"      // one token chunk of fp32 logits
 	Comm        Kind = "comm"        // collective send/receive and host<->device staging
 	IO          Kind = "io"          // packed micro-batch inputs and per-token outputs
-	Workspace   Kind = "workspace"   // library workspaces (cuBLAS)
 )
 
 // Kinds lists every category in display order.
-var Kinds = []Kind{Params, Gathered, Grads, Optimizer, Activations, Logits, Comm, IO, Workspace}
+var Kinds = []Kind{Params, Gathered, Grads, Optimizer, Activations, Logits, Comm, IO}
 
 // Align is the byte alignment of every buffer offset and size in an arena.
 const Align = 256

@@ -54,18 +54,25 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
 	fmt.Fprintf(w, "per-GPU device memory in use at each stage's peak op (%s)\n", u.name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	cols := []string{"stage", "kind", "peak op"}
+	// Print only the categories some stage uses.
+	var kinds []Kind
 	for _, k := range Kinds {
+		for _, s := range p.Budget {
+			if s.ByKind[k] > 0 {
+				kinds = append(kinds, k)
+				break
+			}
+		}
+	}
+	cols := []string{"stage", "kind", "peak op"}
+	for _, k := range kinds {
 		cols = append(cols, short[k])
 	}
 	cols = append(cols, "total", "host", "")
 	fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
 	for _, s := range p.Budget {
-		if s.Kind == "runtime" {
-			continue
-		}
 		row := []string{s.Stage, s.Kind, s.PeakOp}
-		for _, k := range Kinds {
+		for _, k := range kinds {
 			row = append(row, u.format(s.ByKind[k]))
 		}
 		mark := ""
@@ -97,7 +104,7 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 
 // short are the column titles of the categories.
 var short = map[Kind]string{Params: "params", Gathered: "gather", Grads: "grads", Optimizer: "optim",
-	Activations: "activ", Logits: "logits", Comm: "comm", IO: "io", Workspace: "wksp"}
+	Activations: "activ", Logits: "logits", Comm: "comm", IO: "io"}
 
 func (p *Plan) deviceBuffers() int {
 	n := 0
