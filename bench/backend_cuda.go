@@ -1,11 +1,6 @@
-//go:build cuda
-
-// This file is compiled only with `-tags cuda`:
-//
-//	go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench
-//
-// It needs the package github.com/rlpipe/rlpipe/gpu/cuda (cgo, the CUDA
-// toolkit at build time, the driver at run time).
+// The CUDA backend builds with gcc alone (it loads the CUDA libraries at
+// run time), so it is always registered; without a driver cuda.New returns
+// an error wrapping cuda.ErrNoDriver.
 
 package bench
 

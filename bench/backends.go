@@ -23,9 +23,7 @@ var (
 )
 
 // RegisterBackend makes a backend selectable by name (rlbench --backend).
-// Backends that need cgo or a driver register themselves from a file behind
-// a build tag, so that the harness builds without them: backend_cuda.go,
-// built with `go build -tags cuda`, registers "cuda".
+// backend_cuda.go registers "cuda".
 func RegisterBackend(name string, fn NewBackend) {
 	backendsMu.Lock()
 	defer backendsMu.Unlock()
@@ -52,11 +50,7 @@ func lookupBackend(name string) (NewBackend, error) {
 	defer backendsMu.RUnlock()
 	fn, ok := backends[name]
 	if !ok {
-		hint := ""
-		if name == "cuda" {
-			hint = " (build with -tags cuda: go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench)"
-		}
-		return nil, fmt.Errorf("unknown backend %q; this binary has: %s%s", name, strings.Join(BackendNames(), ", "), hint)
+		return nil, fmt.Errorf("unknown backend %q; this binary has: %s", name, strings.Join(BackendNames(), ", "))
 	}
 	return fn, nil
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark on one GPU, in one call: the PyTorch FSDP2 peer and rlpipe
-# (.devbin/rlbench, built with `go build -tags cuda -o .devbin/rlbench
+# (.devbin/rlbench, built with `go build -o .devbin/rlbench
 # ./bench/cmd/rlbench`) on Qwen2.5-0.5B and -1.5B shapes, without and with
 # offload; JSON and logs to $OUT; the comparison table printed last.
 #
@@ -62,7 +62,7 @@ grep -E '^torch ' "$OUT/env.txt" | tee -a "$SUMMARY"
 have_rlbench=1
 if [[ -z ${BENCH_SKIP_RLPIPE:-} ]]; then
 	if [[ ! -x $RLBENCH ]]; then
-		say "rlbench: $RLBENCH missing (build: go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench); rlpipe runs skipped"
+		say "rlbench: $RLBENCH missing (build: go build -o .devbin/rlbench ./bench/cmd/rlbench); rlpipe runs skipped"
 		have_rlbench=0
 	else
 		# A seconds-long end-to-end check of the CUDA backend on the tiny model.

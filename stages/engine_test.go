@@ -15,11 +15,20 @@ import (
 type runOut struct {
 	steps []StepResult // rank 0
 	peak  []int64      // per rank: arena high-water
-	plan  int64
+	plan  int64        // the plan's peak
+	arena int64        // the plan's device arena
+	total int64        // the plan's device total: arena + reserves
 }
 
 // runSpec resolves, plans and runs a spec file on the CPU backend.
 func runSpec(t *testing.T, path string, mutate func(s *spec.Spec)) runOut {
+	t.Helper()
+	return runSpecWith(t, path, mutate, RunOptions{})
+}
+
+// runSpecWith is runSpec with run options; an AfterStep of opts is called
+// after the one that records rank 0's steps.
+func runSpecWith(t *testing.T, path string, mutate func(s *spec.Spec), opts RunOptions) runOut {
 	t.Helper()
 	s, err := spec.Load(path)
 	if err != nil {
@@ -38,15 +47,20 @@ func runSpec(t *testing.T, path string, mutate func(s *spec.Spec)) runOut {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	out := runOut{plan: p.PeakBytes}
-	res, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
+	out := runOut{plan: p.PeakBytes, arena: p.DeviceArena, total: p.DeviceTotal()}
+	after := opts.AfterStep
+	opts.AfterStep = func(r *Rank, sr StepResult) error {
 		if r.ID == 0 {
 			mu.Lock()
 			out.steps = append(out.steps, sr)
 			mu.Unlock()
 		}
+		if after != nil {
+			return after(r, sr)
+		}
 		return nil
-	}})
+	}
+	res, err := Run(context.Background(), j, g, p, data, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -288,8 +288,10 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 		if err := b.Upload(red.t, vals); err != nil {
 			return err
 		}
-		if err := r.Comm.AllReduce(p.ctx, red.t, nccl.Sum); err != nil {
-			return err
+		if r.Comm.Size() > 1 {
+			if err := r.Comm.AllReduce(p.ctx, red.t, nccl.Sum); err != nil {
+				return err
+			}
 		}
 		if err := b.Download(vals, red.t); err != nil {
 			return err

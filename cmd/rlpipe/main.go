@@ -50,6 +50,7 @@ func commands() []command {
 		{"run", "run the job (or --resume a run) and record it under ./runs", cmdRun},
 		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
+		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
 		{"version", "print the version", cmdVersion},
 	}
 }

@@ -26,7 +26,8 @@ func cmdRun(ctx context.Context, env *cli, args []string) int {
        rlpipe run [flags] --resume RUN
 
 Runs the job: setup stages once, then the step stages for every training
-step, on the CPU backend with one in-process rank per dp rank. Each run gets
+step, with one in-process rank per dp rank, on the CUDA backend when a GPU
+is found (dp 1 for now) and on the CPU backend otherwise. Each run gets
 a directory under --runs with the spec, the resolved spec, the plan, a log,
 metrics.jsonl, checkpoints and, at the end, the actor exported as an HF
 checkpoint. --resume continues a run from its latest checkpoint.
@@ -35,6 +36,7 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		fs.PrintDefaults()
 	}
 	g := gpuFlag(fs)
+	backend := backendFlag(fs)
 	root := fs.String("runs", jobs.DefaultRoot, "directory of run records")
 	resume := fs.String("resume", "", "resume the run with this id (or id prefix) from its latest checkpoint")
 	steps := fs.Int("steps", 0, "stop after this step (default train.steps)")
@@ -65,6 +67,10 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		return env.report(err)
 	}
 	if err := l.job.CheckRunnable(); err != nil {
+		return env.report(err)
+	}
+	newBackend, backendName, err := chooseBackend(*backend, l.spec)
+	if err != nil {
 		return env.report(err)
 	}
 	p, err := stages.Plan(l.job)
@@ -125,14 +131,14 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	}
 	defer logf.Close()
 	log := zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
-	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
+	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Str("backend", backendName).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
 		Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
 
 	prog := jobs.NewProgress(env.stderr, total, isTerminal(env.stderr))
 	if first > stopAt {
 		return env.report(fmt.Errorf("run %s is already past step %d", rec.ID()[:8], stopAt))
 	}
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel}
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: newBackend}
 	if resumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(resumeDir) }
 	}
@@ -141,6 +147,11 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0)
 		if r.ID == 0 {
 			m := metricsOf(sr)
+			if backendName == "cuda" {
+				if n, ok := deviceMemory(0); ok {
+					m.Extra["nvml_bytes"] = float64(n)
+				}
+			}
 			if err := rec.AppendMetrics(m); err != nil {
 				return err
 			}

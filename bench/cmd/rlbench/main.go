@@ -6,7 +6,7 @@
 //
 // The CUDA backend is compiled in only with the cuda build tag:
 //
-//	go build -tags cuda -o .devbin/rlbench ./bench/cmd/rlbench
+//	go build -o .devbin/rlbench ./bench/cmd/rlbench
 //	.devbin/rlbench --backend cuda --config examples/models/qwen2.5-0.5b/config.json --out r.json
 //
 // Exit codes: 0 ok (also when --budget-s cut the timed steps short: status
@@ -39,7 +39,7 @@ func run(args []string) int {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.Config, "config", "", "HF config.json of the model (or its directory)")
-	fs.StringVar(&o.Backend, "backend", o.Backend, "backend: "+strings.Join(bench.BackendNames(), ", ")+" (cuda needs -tags cuda)")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "backend: "+strings.Join(bench.BackendNames(), ", ")+"")
 	fs.IntVar(&o.Device, "device", 0, "GPU index")
 	fs.IntVar(&o.Threads, "threads", 0, "CPU backend worker goroutines (0: all cores)")
 	fs.IntVar(&o.Steps, "steps", o.Steps, "timed steps")

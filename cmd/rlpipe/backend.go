@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cuda"
+	"github.com/rlpipe/rlpipe/gpu/nvml"
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// backendFlag registers --backend on fs.
+func backendFlag(fs *flag.FlagSet) *string {
+	return fs.String("backend", "auto", "compute backend: cpu, cuda, or auto (cuda when a driver and GPU are found, else cpu)")
+}
+
+// chooseBackend resolves --backend into a per-rank constructor and the name
+// of the backend. The CPU backend returns a nil constructor (the engine's
+// default).
+func chooseBackend(name string, s *spec.Spec) (func(rank int) (gpu.Backend, error), string, error) {
+	switch name {
+	case "cpu":
+		return nil, "cpu", nil
+	case "auto", "cuda":
+		info, err := cuda.Versions()
+		if err != nil || len(info.Devices) == 0 {
+			if name == "auto" && (err == nil || errors.Is(err, cuda.ErrNoDriver)) {
+				return nil, "cpu", nil
+			}
+			if err == nil {
+				err = errors.New("no CUDA devices")
+			}
+			return nil, "", fmt.Errorf("--backend cuda: %w", err)
+		}
+		if s.Mesh.DP > 1 {
+			// Ranks exchange shards through a communicator; the loopback one
+			// works on host memory only, and the NCCL one is not written yet.
+			return nil, "", fmt.Errorf("the CUDA backend runs one rank (dp 1) until rlpipe has its NCCL communicator; this spec has dp %d (use --backend cpu to run it on the CPU)", s.Mesh.DP)
+		}
+		n := len(info.Devices)
+		return func(rank int) (gpu.Backend, error) { return cuda.New(rank % n) }, "cuda", nil
+	default:
+		return nil, "", fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
+	}
+}
+
+// deviceMemory reads the device memory the process uses on GPU index, from
+// NVML: the process's own figure when NVML attributes one, else the device's
+// used memory. ok is false without NVML.
+func deviceMemory(index int) (bytes int64, ok bool) {
+	if n, err := nvml.ProcessMemory(index); err == nil {
+		return n, true
+	}
+	devs, err := nvml.Devices()
+	if err != nil || index >= len(devs) {
+		return 0, false
+	}
+	return devs[index].UsedBytes, true
+}
+
+func cmdDoctor(_ context.Context, env *cli, args []string) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(env.stderr, "Usage: rlpipe doctor [--force]\n\nReports the CUDA driver, NVRTC and cuBLASLt versions and where they were\nfound, the GPUs (CUDA and NVML), and compiles every kernel once for GPU 0\n(filling the kernel cache). Without a driver it says so: the CPU backend\nneeds none of it.\n\n")
+		fs.PrintDefaults()
+	}
+	force := fs.Bool("force", false, "recompile kernels that are already cached")
+	if code, ok := parseFlags(fs, env, args); !ok {
+		return code
+	}
+	fmt.Fprintf(env.stdout, "rlpipe %s\n", version)
+	if devs, err := nvml.Devices(); err != nil {
+		fmt.Fprintf(env.stdout, "nvml: %v\n", err)
+	} else {
+		for _, d := range devs {
+			fmt.Fprintf(env.stdout, "nvml: GPU %d %s, %.1f GiB, %s\n", d.Index, d.Name, float64(d.MemoryBytes)/(1<<30), d.UUID)
+		}
+	}
+	info, err := cuda.Versions()
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			fmt.Fprintf(env.stdout, "cuda: %v\nbackends: cpu (the CUDA backend needs an NVIDIA driver)\n", err)
+			return exitOK
+		}
+		fmt.Fprintf(env.stderr, "rlpipe doctor: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintln(env.stdout, info.String())
+	if len(info.Devices) == 0 {
+		fmt.Fprintln(env.stdout, "backends: cpu (no CUDA devices)")
+		return exitOK
+	}
+	st, err := cuda.CompileAll(0, *force)
+	for _, k := range st {
+		how := "compiled"
+		if k.Cached {
+			how = "cached"
+		}
+		fmt.Fprintf(env.stdout, "kernels %-12s %-8s %7d bytes  %d entry points\n", k.Module, how, k.Bytes, len(k.Kernels))
+	}
+	if err != nil {
+		fmt.Fprintf(env.stderr, "rlpipe doctor: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintln(env.stdout, "backends: cpu, cuda")
+	return exitOK
+}
