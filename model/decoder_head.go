@@ -176,86 +176,22 @@ func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi 
 	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, temperature, false, ws)
 }
 
-// rowViews checks that idx is I32 [N], dst has N rows and src rows of the
-// same size, and returns idx on the host with both tensors viewed as
-// [rows, rowElems].
-func rowViews(b gpu.Backend, op string, dst, src, idx gpu.Tensor, dstIndexed bool) ([]int32, gpu.Tensor, gpu.Tensor, error) {
-	if idx.Mem == nil || idx.DType != gpu.I32 || len(idx.Shape) != 1 {
-		return nil, dst, src, fmt.Errorf("%s: idx must be i32 [N], got %v", op, idx)
-	}
-	n := idx.Shape[0]
-	if n == 0 {
-		return nil, dst, src, nil
-	}
-	plain, indexed := dst, src
-	if dstIndexed {
-		plain, indexed = src, dst
-	}
-	if plain.Mem == nil || len(plain.Shape) == 0 || plain.Shape[0] != n {
-		return nil, dst, src, fmt.Errorf("%s: %v must have %d rows", op, plain, n)
-	}
-	if indexed.Mem == nil || len(indexed.Shape) == 0 {
-		return nil, dst, src, fmt.Errorf("%s: indexed tensor %v has no rows", op, indexed)
-	}
-	rowElems := plain.Numel() / max(n, 1)
-	m := indexed.Shape[0]
-	if m*rowElems != indexed.Numel() {
-		return nil, dst, src, fmt.Errorf("%s: rows of %v and %v differ in size", op, dst, src)
-	}
-	ids := make([]int32, n)
-	if err := b.DownloadI32(ids, idx); err != nil {
-		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
-	}
-	for i, id := range ids {
-		if id < 0 || int(id) >= m {
-			return nil, dst, src, fmt.Errorf("%s: index %d is %d, outside [0,%d)", op, i, id, m)
-		}
-	}
-	d, err := dst.Reshape(dst.Shape[0], rowElems)
-	if err != nil {
-		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
-	}
-	s, err := src.Reshape(src.Shape[0], rowElems)
-	if err != nil {
-		return nil, dst, src, fmt.Errorf("%s: %w", op, err)
-	}
-	return ids, d, s, nil
-}
-
 // SelectRows copies dst[i] = src[idx[i]] (casting to dst's dtype). idx is
-// I32 [N] on the device, dst has N rows and src rows of the same size. The
-// indices are read back to the host and each row is one Backend.Copy; a
-// gather kernel would replace this on the GPU.
+// I32 [N], dst [N,H] and src [T,H]. It is the embedding gather with src as
+// the table.
 func SelectRows(b gpu.Backend, dst, src, idx gpu.Tensor) error {
-	ids, d, s, err := rowViews(b, "select rows", dst, src, idx, false)
-	if err != nil {
-		return err
-	}
-	for i, id := range ids {
-		dr, _ := d.Rows(i, i+1)
-		sr, _ := s.Rows(int(id), int(id)+1)
-		if err := b.Copy(dr, sr); err != nil {
-			return fmt.Errorf("select rows: %w", err)
-		}
+	if err := b.Embedding(dst, src, idx); err != nil {
+		return fmt.Errorf("select rows: %w", err)
 	}
 	return nil
 }
 
-// ScatterAddRows accumulates dst[idx[i]] += src[i]. idx is I32 [N] on the
-// device, src has N rows and dst rows of the same size; repeated indices
-// add up. The indices are read back to the host and each row is one
-// Backend.AddScaled.
+// ScatterAddRows accumulates dst[idx[i]] += src[i]. idx is I32 [N], src
+// [N,H] and dst [T,H]; repeated indices add up. It is the embedding
+// backward with dst as the table's gradient.
 func ScatterAddRows(b gpu.Backend, dst, src, idx gpu.Tensor) error {
-	ids, d, s, err := rowViews(b, "scatter-add rows", dst, src, idx, true)
-	if err != nil {
-		return err
-	}
-	for i, id := range ids {
-		dr, _ := d.Rows(int(id), int(id)+1)
-		sr, _ := s.Rows(i, i+1)
-		if err := b.AddScaled(dr, sr, 1); err != nil {
-			return fmt.Errorf("scatter-add rows: %w", err)
-		}
+	if err := b.EmbeddingBackward(dst, src, idx); err != nil {
+		return fmt.Errorf("scatter-add rows: %w", err)
 	}
 	return nil
 }
