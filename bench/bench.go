@@ -61,6 +61,7 @@ type Options struct {
 	CacheDir      string  // where random checkpoints are kept for reuse; "": inside the work directory
 	Seed          int64
 	PlanOnly      bool // resolve and plan the job, run nothing (no weights are written)
+	Profile       bool // time every op (syncing the backend at each op boundary) and report the last step's breakdown
 
 	// Progress, when set, is called with the partial result after every
 	// step and once at the end (to write it out as the run goes).
@@ -182,12 +183,13 @@ type Result struct {
 
 	Memory Memory `json:"memory"`
 
-	SetupS         float64            `json:"setup_s"`         // load + shard, from the job's start to the first step
-	CheckpointS    float64            `json:"checkpoint_s"`    // generating the random checkpoint (0 when cached)
-	StageS         map[string]float64 `json:"stage_s"`         // runtime.Report durations of the last step (no device sync: launch time on an async backend)
-	LastMetrics    map[string]float64 `json:"last_metrics"`    // loss metrics of the last step
-	CheckpointPath string             `json:"checkpoint_path"` // the random-weights checkpoint
-	SpecYAML       string             `json:"spec_yaml"`       // the job
+	SetupS         float64            `json:"setup_s"`             // load + shard, from the job's start to the first step
+	CheckpointS    float64            `json:"checkpoint_s"`        // generating the random checkpoint (0 when cached)
+	StageS         map[string]float64 `json:"stage_s"`             // runtime.Report durations of the last step (no device sync: launch time on an async backend)
+	ProfileS       map[string]float64 `json:"profile_s,omitempty"` // with Profile: the last step's seconds per kind of op
+	LastMetrics    map[string]float64 `json:"last_metrics"`        // loss metrics of the last step
+	CheckpointPath string             `json:"checkpoint_path"`     // the random-weights checkpoint
+	SpecYAML       string             `json:"spec_yaml"`           // the job
 	Started        time.Time          `json:"started"`
 	GoMaxProcs     int                `json:"gomaxprocs"`
 }
@@ -387,7 +389,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 	}
 	var backendName string
-	opts := stages.RunOptions{Steps: total}
+	opts := stages.RunOptions{Steps: total, Profile: o.Profile}
 	opts.Backend = func(rank int) (gpu.Backend, error) {
 		threads := o.Threads
 		if threads <= 0 {
@@ -431,6 +433,12 @@ func run(ctx context.Context, o Options, res *Result) error {
 		if sr.Report != nil {
 			for _, st := range sr.Report.Stages {
 				res.StageS[st.ID] = st.Duration.Seconds()
+			}
+		}
+		if sr.Profile != nil {
+			res.ProfileS = map[string]float64{}
+			for k, v := range sr.Profile {
+				res.ProfileS[k] = v.Seconds()
 			}
 		}
 		clear(res.LastMetrics)

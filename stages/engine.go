@@ -65,6 +65,9 @@ type RunOptions struct {
 	Steps int
 	// Resume, when set, is called on every rank after setup to restore state.
 	Resume func(r *Rank) error
+	// Profile times every op (see Rank.Profile) and reports the step's
+	// breakdown in StepResult.Profile.
+	Profile bool
 	// Export names a model whose rows every rank downloads after the last
 	// step into Result.Export (for ExportHF).
 	Export string
@@ -82,6 +85,8 @@ type StepResult struct {
 	Report *rt.Report
 	InUse  int64 // arena bytes in use at the high-water mark so far
 	Tokens int64
+	// Profile is the step's time per kind of op, with RunOptions.Profile.
+	Profile map[string]time.Duration
 }
 
 // Result is the outcome of a run.
@@ -201,6 +206,9 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 	}
 	for step := first; step <= steps; step++ {
 		r.Step = step
+		if opts.Profile {
+			r.Profile = map[string]time.Duration{}
+		}
 		t0 := time.Now()
 		rep, err := rt.Execute(ctx, g, spec.Step, env, runStage)
 		if err != nil {
@@ -210,7 +218,7 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
 		}
 		hw, _ := arena.HighWater()
-		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens}
+		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens, Profile: r.Profile}
 		if opts.AfterStep != nil {
 			if err := opts.AfterStep(r, sr); err != nil {
 				return fmt.Errorf("rank %d: after step %d: %w", id, step, err)

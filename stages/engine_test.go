@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -235,5 +236,28 @@ func TestExportRoundTrip(t *testing.T) {
 			}
 		}
 		got.Close()
+	}
+}
+
+// TestProfile checks that the profile charges time to op kinds without
+// their units and changes no number.
+func TestProfile(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	short := func(s *spec.Spec) { s.Train.Steps = 2 }
+	base := runSpec(t, path, short)
+	prof := runSpecWith(t, path, short, RunOptions{Profile: true})
+	p := prof.steps[1].Profile
+	for _, k := range []string{"attention backward", "gather", "head log-prob chunks", "grad norm + AdamW", "qkv"} {
+		if p[k] <= 0 {
+			t.Errorf("no time charged to %q; profile %v", k, p)
+		}
+	}
+	for k := range p {
+		if strings.Contains(k, "layer") {
+			t.Errorf("profile key %q keeps its unit", k)
+		}
+	}
+	if prof.steps[1].Stats.Values["loss"] != base.steps[1].Stats.Values["loss"] {
+		t.Error("profiling changed the loss")
 	}
 }

@@ -55,6 +55,7 @@ func (p *prog) op(name string) int {
 		if err := p.ctx.Err(); err != nil {
 			p.fail(err)
 		} else {
+			p.fail(p.r.profileOp(name))
 			p.fail(p.r.Arena.EnterNamed(name))
 		}
 	}

@@ -45,6 +45,7 @@ func (pc *PlanContext) run(program func(*prog)) error {
 func (rc *RunContext) run(ctx context.Context, program func(*prog)) error {
 	p := rc.prog(ctx)
 	program(p)
+	p.fail(rc.Rank.profileOp(""))
 	return p.done()
 }
 

@@ -1,6 +1,10 @@
 package stages
 
 import (
+	"regexp"
+	"strings"
+	"time"
+
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/stages/rl"
@@ -31,6 +35,34 @@ type Rank struct {
 
 	data    *Data
 	advLogP float64
+
+	// Profile, when not nil, accumulates the wall time of each kind of op
+	// (the op name without its unit: "attention backward", "gather"), with
+	// the backend synchronised at every op boundary. RunOptions.Profile
+	// turns it on; it costs the overlap of consecutive ops.
+	Profile  map[string]time.Duration
+	profOp   string
+	profLast time.Time
+}
+
+// unitName matches the unit in an op name.
+var unitName = regexp.MustCompile(`\b(layer\d+|embed)\b ?`)
+
+// profileOp closes the timing of the current op and opens next's ("" ends
+// the stage's last op).
+func (r *Rank) profileOp(next string) error {
+	if r.Profile == nil {
+		return nil
+	}
+	if err := r.B.Sync(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if r.profOp != "" {
+		r.Profile[strings.TrimSpace(unitName.ReplaceAllString(r.profOp, ""))] += now.Sub(r.profLast)
+	}
+	r.profOp, r.profLast = next, now
+	return nil
 }
 
 // StepStats are the train stage's per-step results on a rank (identical on

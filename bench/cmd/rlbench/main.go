@@ -61,6 +61,7 @@ func run(args []string) int {
 	fs.StringVar(&o.CacheDir, "cache", "", "directory keeping random checkpoints between runs (default: inside the work directory)")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the weights and rollouts")
 	fs.BoolVar(&o.PlanOnly, "plan-only", false, "resolve and plan the job and report the plan's memory; run nothing")
+	fs.BoolVar(&o.Profile, "profile", false, "time every op, syncing the backend at each op boundary, and report the last step's seconds per kind of op (profile_s)")
 	out := fs.String("out", "", "write the result JSON here")
 	quiet := fs.Bool("q", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
