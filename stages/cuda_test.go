@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -26,7 +27,33 @@ func TestRunTinyCUDA(t *testing.T) {
 	}
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	const steps = 4
-	short := func(s *spec.Spec) { s.Train.Steps = steps }
+	for _, offload := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on device", true: "offloaded"}[offload], func(t *testing.T) {
+			short := func(s *spec.Spec) {
+				s.Train.Steps = steps
+				if offload {
+					// Params and optimizer state in pinned memory: units
+					// stream to the GPU on the side stream.
+					for _, src := range []struct {
+						e   **spec.Expr
+						src string
+					}{{&s.Policies.Offload, "true"}, {&s.Policies.OffloadOptimizer, "model.trainable"}} {
+						e, err := spec.Compile(src.src, spec.Pos{File: "test"}, reflect.Bool)
+						if err != nil {
+							t.Fatal(err)
+						}
+						*src.e = e
+					}
+				}
+			}
+			checkCUDARun(t, path, short)
+		})
+	}
+}
+
+// checkCUDARun runs the spec at path on the CPU and on GPU 0 and compares.
+func checkCUDARun(t *testing.T, path string, short func(*spec.Spec)) {
+	t.Helper()
 	cpuRun := runSpec(t, path, short)
 	var nvmlPeak int64
 	gpuRun := runSpecWith(t, path, short, RunOptions{

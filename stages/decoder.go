@@ -34,6 +34,7 @@ type decoder struct {
 	mb     *rollout.Packed // running only
 
 	gathered []*ref
+	ready    map[*ref]gpu.Event // gathered buffers still being filled on the side stream
 	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
 	acts     []*model.LayerActs // per decoder unit: the activations forward wrote (kept ones are reused by backward)
 	layerIn  []*ref             // per decoder unit: its fp32 input
@@ -64,6 +65,7 @@ func newDecoder(p *prog, name string, chunk int) *decoder {
 	}
 	n := len(st.Units)
 	d.gathered = make([]*ref, n)
+	d.ready = map[*ref]gpu.Event{}
 	d.saved = make([][]*ref, n)
 	d.acts = make([]*model.LayerActs, n)
 	d.layerIn = make([]*ref, n)
@@ -180,6 +182,21 @@ func (d *decoder) gather(i int, tag string) *ref {
 	}
 	p.do(func() error {
 		b := d.b()
+		side := d.p.r.Side
+		if side != nil {
+			// The gathered buffer may reuse the memory of a unit the
+			// compute stream has not finished with: start after everything
+			// issued so far on it.
+			ev, err := b.DefaultStream().Record()
+			if err != nil {
+				return err
+			}
+			if err := side.Wait(ev); err != nil {
+				return err
+			}
+			ev.Close()
+			b = b.On(side)
+		}
 		for k, s := range u.Slots {
 			src, err := d.st.paramShard(u, s)
 			if err != nil {
@@ -219,9 +236,27 @@ func (d *decoder) gather(i int, tag string) *ref {
 				return fmt.Errorf("all-gather %s: %w", s.Name, err)
 			}
 		}
+		if side != nil {
+			ev, err := side.Record()
+			if err != nil {
+				return err
+			}
+			d.ready[g] = ev
+		}
 		return nil
 	})
 	return g
+}
+
+// await makes the compute stream wait until gathered buffer g is filled.
+func (d *decoder) await(g *ref) error {
+	ev, ok := d.ready[g]
+	if !ok {
+		return nil
+	}
+	delete(d.ready, g)
+	defer ev.Close()
+	return d.b().DefaultStream().Wait(ev)
 }
 
 // forward runs the embedding and the decoder layers. With train set, every
@@ -253,6 +288,9 @@ func (d *decoder) embedForward() {
 	p.op("embed forward")
 	d.resid = p.buf(d.name("resid", "embed"), plan.Activations, gpu.F32, d.T, d.cfg.HiddenSize)
 	p.do(func() error {
+		if err := d.await(d.gathered[0]); err != nil {
+			return err
+		}
 		w, err := model.SlotView(d.st.Units[0].Slots[0], d.gathered[0].t)
 		if err != nil {
 			return err
@@ -373,6 +411,9 @@ func (d *decoder) layerForward(i int, train bool) {
 		d.acts[i] = la
 	}
 	p.do(func() error {
+		if err := d.await(d.gathered[i]); err != nil {
+			return err
+		}
 		w, err := d.cfg.LayerWeightsFrom(u.Unit, u.Slots, d.gathered[i].t)
 		if err != nil {
 			return err
@@ -402,6 +443,9 @@ func (d *decoder) headForward(train bool) int {
 	until(ch, d.head.rows, d.head.xn, d.head.rstd)
 	logits := p.buf(d.name("head", "logits"), plan.Logits, gpu.F32, d.C, V)
 	p.do(func() error {
+		if err := d.await(d.gathered[h]); err != nil {
+			return err
+		}
 		u := d.st.Units[h]
 		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
 		if err != nil {
@@ -564,6 +608,9 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			rc = append(rc, r)
 		}
 		p.do(func() error {
+			if err := d.await(g); err != nil {
+				return err
+			}
 			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
 			if err != nil {
 				return err
@@ -608,6 +655,9 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			*x.field(gb) = p.buf(d.name("bwd", u.Name, x.name), plan.Activations, dt, x.shape...).t
 		}
 		p.do(func() error {
+			if err := d.await(g); err != nil {
+				return err
+			}
 			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
 			if err != nil {
 				return err

@@ -185,6 +185,10 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 	}
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena, data)
+	if r.Side, err = b.NewStream(); err != nil {
+		return fmt.Errorf("rank %d: side stream: %w", id, err)
+	}
+	defer r.Side.Close()
 	res.Ranks[id] = r
 	runStage := func(ctx context.Context, n *rt.Node) error {
 		if err := arena.StartStage(n.Stage.ID); err != nil {

@@ -20,6 +20,10 @@ type Rank struct {
 	Arena *Arena
 	Step  int // 1-based training step; 0 during setup
 
+	// Side is the stream units are gathered on, so that gathering the next
+	// unit overlaps computing this one (nil: everything on the default stream).
+	Side gpu.Stream
+
 	Shards map[string]*ShardState
 	// Micro holds this step's packed micro-batches of this rank (set by pack).
 	Micro []*rollout.Packed
