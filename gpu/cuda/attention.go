@@ -15,6 +15,51 @@ const (
 	attKBQ  = 32
 )
 
+// Tile sizes of the tensor-core kernels (k_fa_* in kernels/attention.cu):
+// 64 query rows per forward and dq CTA, 64 keys per dk/dv CTA, 64-key tiles
+// in the forward and dq kernels, 64-row query tiles in the dk/dv kernel;
+// 128 threads each. Shared memory, in 64-row tiles of faTile(d) bytes: the
+// forward holds Q, K, V (3 tiles); the dq kernel Q, dout, K, V (4); the
+// dk/dv kernel K, V and two buffers of Q and dout (6, plus lse, delta and
+// sequence starts of two query tiles).
+const (
+	faBM = 64
+	faBN = 64
+)
+
+// attnSIMTOnly makes Attention and AttentionBackward always use the SIMT
+// kernels (tests and timing probes compare the two paths).
+var attnSIMTOnly bool
+
+// faSuffix returns the "<dtype>_<D>" suffix of the tensor-core kernels that
+// handle a call whose head dim is d and whose tensors (16-bit operands and
+// results) are ts at device addresses as, or "" when the SIMT kernels must
+// run: the tensor-core path needs one 16-bit float dtype for every tensor,
+// a head dim of 64 or 128, and 16-byte aligned addresses.
+func faSuffix(d int, ts []gpu.Tensor, as []uint64) string {
+	if attnSIMTOnly || (d != 64 && d != 128) || len(ts) == 0 {
+		return ""
+	}
+	dt := ts[0].DType
+	if dt != gpu.BF16 && dt != gpu.F16 {
+		return ""
+	}
+	for i, x := range ts {
+		if x.DType != dt || as[i]%16 != 0 {
+			return ""
+		}
+	}
+	name := "bf16"
+	if dt == gpu.F16 {
+		name = "f16"
+	}
+	return fmt.Sprintf("%s_%d", name, d)
+}
+
+// faTile is the shared-memory bytes of one 64-row tile of head dim d (rows
+// padded by 8 elements).
+func faTile(d int) int { return faBM * (d + 8) * 2 }
+
 // attnArgs are the checked operands of an attention call.
 type attnArgs struct {
 	t, hq, hkv, d, ns1 int
@@ -78,7 +123,9 @@ func (b *Backend) checkCu(a attnArgs) launch {
 }
 
 // Attention computes causal varlen GQA attention with an online softmax
-// (SIMT kernel; O(T) memory; saves lse [Hq,T]).
+// (O(T) memory; saves lse [Hq,T]). bf16 and f16 calls with head dim 64 or
+// 128 run the tensor-core kernel k_fa_fwd_*; the rest (f32 included) run
+// the SIMT kernel k_attn_fwd.
 func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float32) error {
 	const op = "attention"
 	a, err := b.attnCheck(op, q, k, v, cuSeqlens, scale)
@@ -110,6 +157,11 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 		return nil
 	}
 	d := a.d
+	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" {
+		return b.issue(b.checkCu(a), launch{name: "k_fa_fwd_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1,
+			bx: 128, by: 1, bz: 1, smem: 3 * faTile(d),
+			args: new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)})
+	}
 	smem := 4 * (attBK*(d+1) + attBK*d + attFBQ*d)
 	return b.issue(b.checkCu(a), launch{name: "k_attn_fwd", gx: uint32((a.t + attFBQ - 1) / attFBQ), gy: uint32(a.hq), gz: 1,
 		bx: 128, by: 1, bz: 1, smem: smem,
@@ -119,7 +171,11 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 
 // AttentionBackward computes dq, dk and dv in two passes (dq per query
 // block; dk and dv per key block, summing the group's query heads in the
-// block, so K and V are never replicated and no atomics are used).
+// block, so K and V are never replicated and no atomics are used). On the
+// tensor-core path a first pass k_fa_pre_* stores delta = rowsum(dout∘out)
+// (fp32) in the first 4 bytes of each [token, head] row of dq, which the
+// dk/dv pass reads and the dq pass, launched last, overwrites: the backward
+// needs no workspace and is deterministic.
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float32) error {
 	const op = "attention backward"
 	a, err := b.attnCheck(op, q, k, v, cuSeqlens, scale)
@@ -162,6 +218,21 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		return nil
 	}
 	d := a.d
+	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out, dout, dq, dk, dv},
+		[]uint64{a.q, a.k, a.v, as[4], as[3], as[0], as[1], as[2]}); sfx != "" {
+		rows := a.t * a.hq
+		common := func(l *kargs) *kargs {
+			return l.u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)
+		}
+		return b.issue(b.checkCu(a),
+			launch{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
+			launch{name: "k_fa_dkv_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hkv), gz: 1, bx: 128, by: 1, bz: 1,
+				smem: 2*faTile(d) + 4*faBN*(d+8)*2 + 2*faBN*3*4,
+				args: common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))},
+			launch{name: "k_fa_dq_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1, bx: 128, by: 1, bz: 1,
+				smem: 4 * faTile(d), args: common(new(kargs).u64(as[0]).u64(as[3]))})
+	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
 	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 3*attKBQ)
 	return b.issue(b.checkCu(a),

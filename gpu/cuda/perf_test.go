@@ -97,6 +97,46 @@ func TestPerf(t *testing.T) {
 	for range 4 {
 		attnFlops += 2 * 2 * float64(2048) * float64(2048+1) / 2 * D * Hq
 	}
+	// One packed batch of 8 sequences of 2048 tokens (16384 tokens), at
+	// head dims 128 (Qwen2.5-1.5B: 12 query and 2 kv heads) and 64
+	// (Qwen2.5-0.5B: 14 and 2).
+	const T8 = 8 * 2048
+	cu8 := ten(gpu.I32, 9)
+	cu8v := make([]int32, 9)
+	for i := range cu8v {
+		cu8v[i] = int32(i * 2048)
+	}
+	_ = b.UploadI32(cu8, cu8v)
+	type attn8 struct{ q, k, v, o, lse, dq, dk, dv gpu.Tensor }
+	mk8 := func(hq, hkv, d int) attn8 {
+		a := attn8{q: ten(gpu.BF16, T8, hq, d), k: ten(gpu.BF16, T8, hkv, d), v: ten(gpu.BF16, T8, hkv, d),
+			o: ten(gpu.BF16, T8, hq, d), lse: ten(gpu.F32, hq, T8), dq: ten(gpu.BF16, T8, hq, d),
+			dk: ten(gpu.BF16, T8, hkv, d), dv: ten(gpu.BF16, T8, hkv, d)}
+		r := make([]float32, T8*hq*d)
+		for i := range r {
+			r[i] = float32((i*2654435761)%1000)/1000 - 0.5
+		}
+		_ = b.Upload(a.q, r)
+		_ = b.Upload(a.k, r[:T8*hkv*d])
+		_ = b.Upload(a.v, r[T8*hkv*d:2*T8*hkv*d])
+		_ = b.Upload(a.o, r[len(r)-T8*hq*d:])
+		return a
+	}
+	a128, a64 := mk8(Hq, Hkv, D), mk8(14, 2, 64)
+	flops8 := func(hq, d int) float64 { return 8 * 2 * 2 * 2048 * 2049 / 2 * float64(d*hq) }
+	simt := func(f func() error) func() error {
+		return func() error {
+			attnSIMTOnly = true
+			defer func() { attnSIMTOnly = false }()
+			return f()
+		}
+	}
+	fwd8 := func(a attn8, scale float32) func() error {
+		return func() error { return b.Attention(a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
+	}
+	bwd8 := func(a attn8, scale float32) func() error {
+		return func() error { return b.AttentionBackward(a.dq, a.dk, a.dv, a.o, a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
+	}
 	cases := []struct {
 		name  string
 		flops float64
@@ -108,6 +148,12 @@ func TestPerf(t *testing.T) {
 		{"attention bwd 4x2048 bf16", 2.5 * attnFlops, 0, func() error {
 			return b.AttentionBackward(dq, dk, dv, o, o, lse, q, k, v, cu, 0.088)
 		}},
+		{"attention fwd 8x2048 h12/2 d128 SIMT", flops8(Hq, D), 0, simt(fwd8(a128, 0.088))},
+		{"attention bwd 8x2048 h12/2 d128 SIMT", 2.5 * flops8(Hq, D), 0, simt(bwd8(a128, 0.088))},
+		{"attention fwd 8x2048 h12/2 d128", flops8(Hq, D), 0, fwd8(a128, 0.088)},
+		{"attention bwd 8x2048 h12/2 d128", 2.5 * flops8(Hq, D), 0, bwd8(a128, 0.088)},
+		{"attention fwd 8x2048 h14/2 d64", flops8(14, 64), 0, fwd8(a64, 0.125)},
+		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},
 		{"logprobs fwd 1024x151936 bf16 +entropy", 2 * C * V * H, 0, func() error {
 			return b.LogProbs(logp, ent, hc, wv, tg, 1, false, logits)
 		}},

@@ -1,7 +1,9 @@
-// Causal varlen grouped-query attention, forward and backward, as SIMT
-// kernels with an online softmax (O(T) memory; tensor cores are a later
-// optimisation). q [T,Hq,D], k and v [T,Hkv,D], cu [S+1] sequence offsets.
-// Head dims up to MAXD. Shared memory is dynamic and sized from D by the
+// Causal varlen grouped-query attention, forward and backward, with an
+// online softmax (O(T) memory). q [T,Hq,D], k and v [T,Hkv,D], cu [S+1]
+// sequence offsets. Two families: the SIMT kernels k_attn_* (any float
+// dtype, exact fp32 arithmetic) and, further down, the tensor-core kernels
+// k_fa_* (bf16 and f16, head dims 64 and 128). The SIMT kernels handle
+// head dims up to MAXD. Their shared memory is dynamic and sized from D by the
 // host. Rows are padded by one float where lanes walk rows, so that the
 // 32 lanes of a warp hit 32 different banks.
 
@@ -339,4 +341,665 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dkv(void* dk, int d
       stf(dv, dtdv, o, dVs[e]);
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Tensor-core attention (FlashAttention-2 style) for bf16 and f16 operands
+// with head dims 64 and 128. Every tensor is [T,H,D] of one 16-bit dtype;
+// the host checks dtypes, head dim and 16-byte alignment, and uses the SIMT
+// kernels above for anything else (f32 included, which stays exact).
+//
+// Layout: a CTA is 4 warps (128 threads). Tiles hold 64 rows of D elements
+// in shared memory with a row stride of D+8 elements, so that the 8 rows an
+// ldmatrix reads start 16 bytes apart and hit different banks. Global tiles
+// arrive through cp.async (16 bytes a thread, zero-filled past T), each
+// load issued while the CTA computes on other tiles. Products use mma.sync m16n8k16 with fp32 accumulators;
+// softmax statistics stay in fp32 registers. Scores are handled in the
+// log2 domain: x = (q·k)·scale·log2(e), p = 2^(x − m).
+//
+// Fragment conventions of m16n8k16 (g = lane/4, c = lane%4): A (16x16)
+// regs a0 (row g, k 2c..2c+1), a1 (row g+8), a2 (row g, k 2c+8..), a3
+// (row g+8, k 2c+8..); B (16x8) b0 (k 2c..2c+1, col g), b1 (k 2c+8..,
+// col g); C (16x8) c0,c1 (row g, cols 2c..2c+1), c2,c3 (row g+8).
+// ---------------------------------------------------------------------------
+
+#define FA_BM 64           // query rows per forward / dq CTA, keys per dk/dv CTA
+#define FA_BK 64           // keys per tile in the forward and dq kernels
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+__device__ __forceinline__ u32 fa_smem(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// fa_cp16 copies 16 bytes from global to shared memory asynchronously; with
+// ok false it writes zeros and reads nothing.
+__device__ __forceinline__ void fa_cp16(u32 dst, const void* src, bool ok) {
+  int n = ok ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fa_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void fa_ldsm4(u32 addr, u32* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void fa_ldsm4t(u32 addr, u32* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// fa_mma accumulates d += a*b for one m16n8k16 tile.
+template <bool F16>
+__device__ __forceinline__ void fa_mma(float* d, const u32* a, u32 b0, u32 b1) {
+  if (F16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// fa_pack rounds lo and hi to the 16-bit dtype (nearest even) and packs
+// them, lo in the low half.
+template <bool F16>
+__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
+  u32 r;
+  if (F16) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <bool F16>
+__device__ __forceinline__ float fa_tof(u16 h) {
+  return F16 ? h2f(h) : bf2f(h);
+}
+
+__device__ __forceinline__ float fa_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// fa_lane_addr is the ldmatrix row address of this lane for the four 8x8
+// matrices at (row0 + rsel*8, col0 + csel*8), where matrix m = lane/8 has
+// rsel = m&1, csel = m>>1 (A operands and trans B operands) or rsel = m>>1,
+// csel = m&1 (B operands stored as [n][k]).
+__device__ __forceinline__ u32 fa_addr_a(u32 base, int ld, int row0, int col0) {
+  int l = threadIdx.x & 31, m = l >> 3;
+  return base + 2u * (u32)((row0 + (m & 1) * 8 + (l & 7)) * ld + col0 + (m >> 1) * 8);
+}
+__device__ __forceinline__ u32 fa_addr_b(u32 base, int ld, int row0, int col0) {
+  int l = threadIdx.x & 31, m = l >> 3;
+  return base + 2u * (u32)((row0 + (m >> 1) * 8 + (l & 7)) * ld + col0 + (m & 1) * 8);
+}
+
+// fa_load_rows issues cp.async for rows [r0, r0+n) of head h of a [T,H,D]
+// tensor into a shared tile of stride LD, zero-filling rows outside [0,t).
+template <int D, int N>
+__device__ __forceinline__ void fa_load_rows(u16* dst, const u16* src, int r0, int t, int heads, int h) {
+  constexpr int LD = D + 8, CH = D / 8;
+  u32 base = fa_smem(dst);
+#pragma unroll
+  for (int e = threadIdx.x; e < N * CH; e += 128) {
+    int r = e / CH, c = e - r * CH, i = r0 + r;
+    bool ok = i >= 0 && i < t;
+    const u16* p = ok ? src + ((i64)i * heads + h) * D + c * 8 : src;
+    fa_cp16(base + 2u * (u32)(r * LD + c * 8), p, ok);
+  }
+}
+
+// fa_store_rows writes the 16 staged rows of a warp (shared tile rows
+// [w*16, w*16+16)) to rows [r0, r0+16) of head h of a [T,H,D] tensor,
+// skipping rows at or past t, 16 bytes a lane.
+template <int D>
+__device__ __forceinline__ void fa_store_rows(u16* dst, const u16* tile, int w, int r0, int t, int heads, int h) {
+  constexpr int LD = D + 8, CH = D / 8;
+  int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int e = lane; e < 16 * CH; e += 32) {
+    int r = e / CH, c = e - r * CH, i = r0 + r;
+    if (i < t) *(uint4*)(dst + ((i64)i * heads + h) * D + c * 8) = *(const uint4*)(tile + (w * 16 + r) * LD + c * 8);
+  }
+}
+
+// fa_stage writes a warp's 16xD fp32 accumulator fragments, times mul, into
+// its 16 rows of a shared tile as the 16-bit dtype.
+template <int D, bool F16>
+__device__ __forceinline__ void fa_stage(u16* tile, int w, float (*acc)[4], float mul_a, float mul_b) {
+  constexpr int LD = D + 8;
+  int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    *(u32*)(tile + (w * 16 + g) * LD + dt * 8 + 2 * c) = fa_pack<F16>(acc[dt][0] * mul_a, acc[dt][1] * mul_a);
+    *(u32*)(tile + (w * 16 + g + 8) * LD + dt * 8 + 2 * c) = fa_pack<F16>(acc[dt][2] * mul_b, acc[dt][3] * mul_b);
+  }
+}
+
+__device__ __forceinline__ float fa_quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float fa_quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// fa_delta reads delta (rowsum(dout*out), fp32) for row i of head h from the
+// first 4 bytes of dq's row, where k_fa_bwd_pre left it.
+template <int D>
+__device__ __forceinline__ float fa_delta(const u16* dq, int i, int hq, int h) {
+  return *(const float*)(dq + ((i64)i * hq + h) * D);
+}
+
+// fa_fwd: CTA = 64 query rows [q0, q0+64) of head blockIdx.y; warp w owns
+// rows 16w..16w+15 and keeps its Q fragments in registers. Key tiles run
+// from the start of the first row's sequence to the last row; scores of
+// keys outside a row's sequence prefix [start, i] are masked, so tiles may
+// straddle sequence boundaries. K and V have one buffer each (Q, K, V: 3
+// tiles, so 3 CTAs fit an SM): the load of V overlaps QKᵀ and the softmax,
+// the load of the next K overlaps PV.
+template <int D, bool F16>
+__device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu,
+                                       int ns1, int t, int hq, int hkv, float scale) {
+  constexpr int LD = D + 8, KD = D / 16, ND = D / 8, TILE = FA_BM * LD;
+  extern __shared__ __align__(16) u16 fa_sm[];
+  u16* Qs = fa_sm;
+  u16* Ks = Qs + TILE;
+  u16* Vs = Ks + TILE;
+  int h = blockIdx.y, hk = h / (hq / hkv);
+  int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BM;  // heavy (late) tiles start first
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int qlast = min(q0 + FA_BM - 1, t - 1);
+  int kmin = seq_start(cu, ns1, q0);
+  int ntiles = (qlast - kmin) / FA_BK + 1;
+  fa_load_rows<D, FA_BM>(Qs, q, q0, t, hq, h);
+  fa_load_rows<D, FA_BK>(Ks, k, kmin, t, hkv, hk);
+  fa_commit();
+  fa_load_rows<D, FA_BK>(Vs, v, kmin, t, hkv, hk);
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;               // first row of the warp
+  int wi1 = min(wi0 + 15, t - 1);         // last valid row of the warp
+  int ia = wi0 + g, ib = ia + 8;
+  int sta = ia < t ? seq_start(cu, ns1, ia) : t;
+  int stb = ib < t ? seq_start(cu, ns1, ib) : t;
+  int wst0 = wi0 < t ? seq_start(cu, ns1, wi0) : t;
+  int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  float sl2 = scale * FA_LOG2E;
+
+  u32 qf[KD][4];
+  float o[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
+
+  for (int n = 0; n < ntiles; n++) {
+    int j0 = kmin + n * FA_BK;
+    // Pending groups here: K(n) (with Q at n = 0), then V(n).
+    fa_wait<1>();
+    __syncthreads();
+    if (n == 0) {
+      u32 qb = fa_smem(Qs);
+#pragma unroll
+      for (int kk = 0; kk < KD; kk++) fa_ldsm4(fa_addr_a(qb, LD, warp * 16, kk * 16), qf[kk]);
+    }
+    bool skip = wi0 >= t || j0 > wi1 || j0 + FA_BK - 1 < wst0;
+    u32 kb = fa_smem(Ks), vb = fa_smem(Vs);
+    float s[FA_BK / 8][4];
+    if (!skip) {
+#pragma unroll
+      for (int nt = 0; nt < FA_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+        for (int np = 0; np < FA_BK / 16; np++) {
+          u32 b[4];
+          fa_ldsm4(fa_addr_b(kb, LD, np * 16, kk * 16), b);
+          fa_mma<F16>(s[2 * np], qf[kk], b[0], b[1]);
+          fa_mma<F16>(s[2 * np + 1], qf[kk], b[2], b[3]);
+        }
+      }
+      bool need = j0 + FA_BK - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+      float mxa = -F_INF, mxb = -F_INF;
+#pragma unroll
+      for (int nt = 0; nt < FA_BK / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float x = s[nt][e] * sl2;
+          if (need) {
+            int j = j0 + nt * 8 + 2 * c + (e & 1);
+            bool ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
+            if (!ok) x = -F_INF;
+          }
+          s[nt][e] = x;
+        }
+        mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
+        mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
+      }
+      mxa = fa_quad_max(mxa);
+      mxb = fa_quad_max(mxb);
+      float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+      float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
+      float ca = fa_exp2(ma - ba), cb = fa_exp2(mb - bb);
+      ma = mna;
+      mb = mnb;
+      float ra = 0.0f, rb = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < FA_BK / 8; nt++) {
+        s[nt][0] = fa_exp2(s[nt][0] - ba);
+        s[nt][1] = fa_exp2(s[nt][1] - ba);
+        s[nt][2] = fa_exp2(s[nt][2] - bb);
+        s[nt][3] = fa_exp2(s[nt][3] - bb);
+        ra += s[nt][0] + s[nt][1];
+        rb += s[nt][2] + s[nt][3];
+      }
+      la = la * ca + ra;
+      lb = lb * cb + rb;
+#pragma unroll
+      for (int dt = 0; dt < ND; dt++) {
+        o[dt][0] *= ca;
+        o[dt][1] *= ca;
+        o[dt][2] *= cb;
+        o[dt][3] *= cb;
+      }
+    }
+    // V(n) has landed and every warp is done with K(n): load K(n+1).
+    fa_wait<0>();
+    __syncthreads();
+    if (n + 1 < ntiles) {
+      fa_load_rows<D, FA_BK>(Ks, k, j0 + FA_BK, t, hkv, hk);
+      fa_commit();
+    }
+    if (!skip) {
+#pragma unroll
+      for (int kk = 0; kk < FA_BK / 16; kk++) {
+        u32 a[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
+                    fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                    fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < ND / 2; dp++) {
+          u32 b[4];
+          fa_ldsm4t(fa_addr_a(vb, LD, kk * 16, dp * 16), b);
+          fa_mma<F16>(o[2 * dp], a, b[0], b[1]);
+          fa_mma<F16>(o[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    // Every warp is done with V(n): load V(n+1).
+    __syncthreads();
+    if (n + 1 < ntiles) {
+      fa_load_rows<D, FA_BK>(Vs, v, j0 + FA_BK, t, hkv, hk);
+      fa_commit();
+    }
+  }
+  la = fa_quad_sum(la);
+  lb = fa_quad_sum(lb);
+  // Each warp stages its rows into its own rows of Qs (only it read them).
+  fa_stage<D, F16>(Qs, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
+  __syncwarp();
+  fa_store_rows<D>(out, Qs, warp, wi0, t, hq, h);
+  if (c == 0) {
+    if (ia < t) lse[(i64)h * t + ia] = (ma + log2f(la)) * FA_LN2;
+    if (ib < t) lse[(i64)h * t + ib] = (mb + log2f(lb)) * FA_LN2;
+  }
+}
+
+// fa_bwd_pre stores delta = rowsum(dout*out) (fp32, from the 16-bit values)
+// in the first 4 bytes of each [i,h] row of dq, which the dk/dv kernel reads
+// and the dq kernel overwrites last: the backward needs no workspace. D/8
+// lanes share a row, 8 elements each.
+template <int D, bool F16>
+__device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* out, int rows) {
+  constexpr int CH = D / 8;
+  i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 r = e / CH;
+  int cc = (int)(e % CH);
+  float s = 0.0f;
+  if (r < rows) {
+    uint4 a = *(const uint4*)(dout + r * D + cc * 8);
+    uint4 b = *(const uint4*)(out + r * D + cc * 8);
+    const u16* pa = (const u16*)&a;
+    const u16* pb = (const u16*)&b;
+#pragma unroll
+    for (int x = 0; x < 8; x++) s = __fmaf_rn(fa_tof<F16>(pa[x]), fa_tof<F16>(pb[x]), s);
+  }
+#pragma unroll
+  for (int o = 1; o < CH; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (r < rows && cc == 0) *(float*)(dq + r * D) = s;
+}
+
+// fa_bwd_dq: CTA = 64 query rows of head blockIdx.y (like the forward); Q
+// and dout stay in shared memory, K/V tiles stream. P is recomputed from the
+// saved lse, dS = P∘(dP − delta), dq = scale·dS·K. Deterministic. K and V
+// have one buffer each (4 tiles, so 3 CTAs fit an SM): the load of the
+// next V overlaps dS·K.
+template <int D, bool F16>
+__device__ __forceinline__ void fa_bwd_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
+                                          const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  constexpr int LD = D + 8, KD = D / 16, ND = D / 8, TILE = FA_BM * LD;
+  extern __shared__ __align__(16) u16 fa_sm[];
+  u16* Qs = fa_sm;
+  u16* Gs = Qs + TILE;
+  u16* Ks = Gs + TILE;
+  u16* Vs = Ks + TILE;
+  int h = blockIdx.y, hk = h / (hq / hkv);
+  int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BM;  // heavy (late) tiles start first
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int qlast = min(q0 + FA_BM - 1, t - 1);
+  int kmin = seq_start(cu, ns1, q0);
+  int ntiles = (qlast - kmin) / FA_BK + 1;
+  fa_load_rows<D, FA_BM>(Qs, q, q0, t, hq, h);
+  fa_load_rows<D, FA_BM>(Gs, dout, q0, t, hq, h);
+  fa_load_rows<D, FA_BK>(Ks, k, kmin, t, hkv, hk);
+  fa_load_rows<D, FA_BK>(Vs, v, kmin, t, hkv, hk);
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;
+  int wi1 = min(wi0 + 15, t - 1);
+  int ia = wi0 + g, ib = ia + 8;
+  int sta = ia < t ? seq_start(cu, ns1, ia) : t;
+  int stb = ib < t ? seq_start(cu, ns1, ib) : t;
+  int wst0 = wi0 < t ? seq_start(cu, ns1, wi0) : t;
+  int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  float sl2 = scale * FA_LOG2E;
+  float La = ia < t ? lse[(i64)h * t + ia] * FA_LOG2E : 0.0f;
+  float Lb = ib < t ? lse[(i64)h * t + ib] * FA_LOG2E : 0.0f;
+  float Da = ia < t ? fa_delta<D>(dq, ia, hq, h) : 0.0f;
+  float Db = ib < t ? fa_delta<D>(dq, ib, hq, h) : 0.0f;
+
+  float acc[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  u32 qb = fa_smem(Qs), gb = fa_smem(Gs);
+
+  for (int n = 0; n < ntiles; n++) {
+    int j0 = kmin + n * FA_BK;
+    fa_wait<0>();  // K(n) and V(n)
+    __syncthreads();
+    bool skip = wi0 >= t || j0 > wi1 || j0 + FA_BK - 1 < wst0;
+    u32 kb = fa_smem(Ks), vb = fa_smem(Vs);
+    float s[FA_BK / 8][4];
+    if (!skip) {
+      float dp[FA_BK / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < FA_BK / 8; nt++) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < KD; kk++) {
+        u32 a[4], ag[4];
+        fa_ldsm4(fa_addr_a(qb, LD, warp * 16, kk * 16), a);
+        fa_ldsm4(fa_addr_a(gb, LD, warp * 16, kk * 16), ag);
+#pragma unroll
+        for (int np = 0; np < FA_BK / 16; np++) {
+          u32 b[4];
+          fa_ldsm4(fa_addr_b(kb, LD, np * 16, kk * 16), b);
+          fa_mma<F16>(s[2 * np], a, b[0], b[1]);
+          fa_mma<F16>(s[2 * np + 1], a, b[2], b[3]);
+          fa_ldsm4(fa_addr_b(vb, LD, np * 16, kk * 16), b);
+          fa_mma<F16>(dp[2 * np], ag, b[0], b[1]);
+          fa_mma<F16>(dp[2 * np + 1], ag, b[2], b[3]);
+        }
+      }
+      bool need = j0 + FA_BK - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+#pragma unroll
+      for (int nt = 0; nt < FA_BK / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          bool ok = true;
+          if (need) {
+            int j = j0 + nt * 8 + 2 * c + (e & 1);
+            ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
+          }
+          float L = e < 2 ? La : Lb, Dl = e < 2 ? Da : Db;
+          float p = ok ? fa_exp2(s[nt][e] * sl2 - L) : 0.0f;
+          s[nt][e] = p * (dp[nt][e] - Dl);
+        }
+      }
+    }
+    // Every warp is done with V(n): load V(n+1).
+    __syncthreads();
+    if (n + 1 < ntiles) {
+      fa_load_rows<D, FA_BK>(Vs, v, j0 + FA_BK, t, hkv, hk);
+      fa_commit();
+    }
+    if (!skip) {
+#pragma unroll
+      for (int kk = 0; kk < FA_BK / 16; kk++) {
+        u32 a[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
+                    fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                    fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dq2 = 0; dq2 < ND / 2; dq2++) {
+          u32 b[4];
+          fa_ldsm4t(fa_addr_a(kb, LD, kk * 16, dq2 * 16), b);
+          fa_mma<F16>(acc[2 * dq2], a, b[0], b[1]);
+          fa_mma<F16>(acc[2 * dq2 + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    // Every warp is done with K(n): load K(n+1).
+    __syncthreads();
+    if (n + 1 < ntiles) {
+      fa_load_rows<D, FA_BK>(Ks, k, j0 + FA_BK, t, hkv, hk);
+      fa_commit();
+    }
+  }
+  // Each warp stages its rows into its own rows of Qs (only it read them).
+  fa_stage<D, F16>(Qs, warp, acc, scale, scale);
+  __syncwarp();
+  fa_store_rows<D>(dq, Qs, warp, wi0, t, hq, h);
+}
+
+// fa_bwd_dkv: CTA = 64 keys [k0, k0+64) of kv head blockIdx.y; warp w owns
+// keys 16w..16w+15 and accumulates their dK and dV rows in registers over
+// every query head of the group and every tile of BN query rows that can
+// see the keys (from k0 to the end of the last key's sequence), so the
+// group sum needs no atomics. Per tile: Sᵀ = K·Qᵀ, dPᵀ = V·doutᵀ, Pᵀ from
+// the saved lse, dV += Pᵀ·dout, dSᵀ = Pᵀ∘(dPᵀ − delta), dK += dSᵀ·Q.
+template <int D, int BN, bool F16>
+__device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
+                                           const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t,
+                                           int hq, int hkv, float scale) {
+  constexpr int LD = D + 8, KD = D / 16, ND = D / 8, TILE = FA_BM * LD, QT = BN * LD;
+  extern __shared__ __align__(16) u16 fa_sm[];
+  u16* Ks = fa_sm;
+  u16* Vs = Ks + TILE;
+  u16* Qs = Vs + TILE;      // 2 buffers of BN rows
+  u16* Gs = Qs + 2 * QT;    // 2 buffers of BN rows
+  float* Ls = (float*)(Gs + 2 * QT);  // 2 x BN: lse·log2(e)
+  float* Ds = Ls + 2 * BN;            // 2 x BN: delta
+  int* Ss = (int*)(Ds + 2 * BN);      // 2 x BN: sequence start (t past the end)
+  int hk = blockIdx.y, group = hq / hkv;
+  int k0 = blockIdx.x * FA_BM;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int klast = min(k0 + FA_BM - 1, t - 1);
+  int qend = seq_end(cu, ns1, klast, t);
+  int nqt = (qend - k0 + BN - 1) / BN;
+  int total = group * nqt;
+
+  fa_load_rows<D, FA_BM>(Ks, k, k0, t, hkv, hk);
+  fa_load_rows<D, FA_BM>(Vs, v, k0, t, hkv, hk);
+  // stage issues the loads of step n (query head, query tile) into buffer b.
+  auto stage = [&](int n, int b) {
+    int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
+    fa_load_rows<D, BN>(Qs + b * QT, q, i0, t, hq, h);
+    fa_load_rows<D, BN>(Gs + b * QT, dout, i0, t, hq, h);
+    if (threadIdx.x < BN) {
+      int i = i0 + threadIdx.x;
+      bool ok = i < t;
+      Ls[b * BN + threadIdx.x] = ok ? lse[(i64)h * t + i] * FA_LOG2E : 0.0f;
+      Ds[b * BN + threadIdx.x] = ok ? fa_delta<D>(dq, i, hq, h) : 0.0f;
+      Ss[b * BN + threadIdx.x] = ok ? seq_start(cu, ns1, i) : t;
+    }
+  };
+  stage(0, 0);
+  fa_commit();
+
+  int kw0 = k0 + warp * 16;
+  int ja = kw0 + g, jb = ja + 8;
+  float sl2 = scale * FA_LOG2E;
+  float dka[ND][4], dva[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) {
+    dka[dt][0] = dka[dt][1] = dka[dt][2] = dka[dt][3] = 0.0f;
+    dva[dt][0] = dva[dt][1] = dva[dt][2] = dva[dt][3] = 0.0f;
+  }
+  u32 kb = fa_smem(Ks), vb = fa_smem(Vs);
+
+  for (int n = 0; n < total; n++) {
+    int b = n & 1;
+    int i0 = k0 + (n % nqt) * BN;
+    if (n + 1 < total) {
+      stage(n + 1, b ^ 1);
+      fa_commit();
+      fa_wait<1>();
+    } else {
+      fa_wait<0>();
+    }
+    __syncthreads();
+    const float* L = Ls + b * BN;
+    const float* Dl = Ds + b * BN;
+    const int* St = Ss + b * BN;
+    bool skip = kw0 >= t || i0 + BN - 1 < kw0 || St[0] > kw0 + 15;
+    if (!skip) {
+      u32 qb = fa_smem(Qs + b * QT), gb = fa_smem(Gs + b * QT);
+      float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; nt++) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < KD; kk++) {
+        u32 a[4], av[4];
+        fa_ldsm4(fa_addr_a(kb, LD, warp * 16, kk * 16), a);
+        fa_ldsm4(fa_addr_a(vb, LD, warp * 16, kk * 16), av);
+#pragma unroll
+        for (int np = 0; np < BN / 16; np++) {
+          u32 bb[4];
+          fa_ldsm4(fa_addr_b(qb, LD, np * 16, kk * 16), bb);
+          fa_mma<F16>(s[2 * np], a, bb[0], bb[1]);
+          fa_mma<F16>(s[2 * np + 1], a, bb[2], bb[3]);
+          fa_ldsm4(fa_addr_b(gb, LD, np * 16, kk * 16), bb);
+          fa_mma<F16>(dp[2 * np], av, bb[0], bb[1]);
+          fa_mma<F16>(dp[2 * np + 1], av, bb[2], bb[3]);
+        }
+      }
+      bool need = i0 < kw0 + 15 || St[BN - 1] > kw0 || i0 + BN > t;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int ci = nt * 8 + 2 * c + (e & 1);
+          bool ok = true;
+          if (need) {
+            int i = i0 + ci, j = e < 2 ? ja : jb;
+            ok = j <= i && j >= St[ci];
+          }
+          float p = ok ? fa_exp2(s[nt][e] * sl2 - L[ci]) : 0.0f;
+          s[nt][e] = p;
+          dp[nt][e] = p * (dp[nt][e] - Dl[ci]);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) {
+        u32 ap[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
+                     fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                     fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        u32 ad[4] = {fa_pack<F16>(dp[2 * kk][0], dp[2 * kk][1]), fa_pack<F16>(dp[2 * kk][2], dp[2 * kk][3]),
+                     fa_pack<F16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                     fa_pack<F16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+        for (int d2 = 0; d2 < ND / 2; d2++) {
+          u32 bb[4];
+          fa_ldsm4t(fa_addr_a(gb, LD, kk * 16, d2 * 16), bb);
+          fa_mma<F16>(dva[2 * d2], ap, bb[0], bb[1]);
+          fa_mma<F16>(dva[2 * d2 + 1], ap, bb[2], bb[3]);
+          fa_ldsm4t(fa_addr_a(qb, LD, kk * 16, d2 * 16), bb);
+          fa_mma<F16>(dka[2 * d2], ad, bb[0], bb[1]);
+          fa_mma<F16>(dka[2 * d2 + 1], ad, bb[2], bb[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // Each warp stages its rows into its own rows of Ks and Vs (only it read
+  // them).
+  fa_stage<D, F16>(Ks, warp, dka, scale, scale);
+  fa_stage<D, F16>(Vs, warp, dva, 1.0f, 1.0f);
+  __syncwarp();
+  fa_store_rows<D>(dk, Ks, warp, kw0, t, hkv, hk);
+  fa_store_rows<D>(dv, Vs, warp, kw0, t, hkv, hk);
+}
+
+// Entry points, one per dtype and head dim (k_fa_<op>_<dtype>_<D>). They are
+// spelled out because the host finds kernel names in this source text.
+
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_64(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<64, false>(dq, dout, out, rows);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dkv<64, 64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_128(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<128, false>(dq, dout, out, rows);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dkv<128, 64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_64(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<64, true>(dq, dout, out, rows);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dkv<64, 64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_128(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<128, true>(dq, dout, out, rows);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  fa_bwd_dkv<128, 64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
 }
