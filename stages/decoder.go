@@ -35,6 +35,7 @@ type decoder struct {
 
 	gathered []*ref
 	ready    map[*ref]gpu.Event // gathered buffers still being filled on the side stream
+	staging  map[*ref][]*ref    // per gathered buffer, the staging buffers its gather reads on the side stream
 	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
 	acts     []*model.LayerActs // per decoder unit: the activations forward wrote (kept ones are reused by backward)
 	layerIn  []*ref             // per decoder unit: its fp32 input
@@ -66,6 +67,7 @@ func newDecoder(p *prog, name string, chunk int) *decoder {
 	n := len(st.Units)
 	d.gathered = make([]*ref, n)
 	d.ready = map[*ref]gpu.Event{}
+	d.staging = map[*ref][]*ref{}
 	d.saved = make([][]*ref, n)
 	d.acts = make([]*model.LayerActs, n)
 	d.layerIn = make([]*ref, n)
@@ -180,6 +182,14 @@ func (d *decoder) gather(i int, tag string) *ref {
 	if d.dp > 1 && needCast {
 		send = p.buf(d.name(tag+"send", u.Name), plan.Comm, dt, int(u.SliceElems))
 	}
+	// The side stream reads the staging buffers until the gather completes,
+	// which may be as late as the unit's first use: they live as long as
+	// the gathered buffer (see untilGathered).
+	for _, r := range []*ref{h2d, send} {
+		if r != nil {
+			d.staging[g] = append(d.staging[g], r)
+		}
+	}
 	p.do(func() error {
 		b := d.b()
 		side := d.p.r.Side
@@ -248,6 +258,13 @@ func (d *decoder) gather(i int, tag string) *ref {
 	return g
 }
 
+// untilGathered extends gathered buffer g, and the staging buffers its
+// gather reads, to op i.
+func (d *decoder) untilGathered(i int, g *ref) {
+	until(i, g)
+	until(i, d.staging[g]...)
+}
+
 // await makes the compute stream wait until gathered buffer g is filled.
 func (d *decoder) await(g *ref) error {
 	ev, ok := d.ready[g]
@@ -276,7 +293,7 @@ func (d *decoder) forward(train bool) {
 		} else {
 			d.layerForward(i, train)
 		}
-		until(d.p.now(), d.gathered[i])
+		d.untilGathered(d.p.now(), d.gathered[i])
 		if prefetch == 0 {
 			d.gathered[i+1] = d.gather(i+1, "")
 		}
@@ -460,7 +477,7 @@ func (d *decoder) headForward(train bool) int {
 	if train {
 		d.saved[h] = []*ref{d.head.rows, d.head.xn, d.head.rstd}
 	} else {
-		until(ch, d.gathered[h])
+		d.untilGathered(ch, d.gathered[h])
 	}
 	return ch
 }
@@ -560,7 +577,7 @@ func (d *decoder) headBackward() (dres *ref) {
 		return d.cfg.HeadBackward(d.b(), w, dw, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t,
 			d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.temp)
 	})
-	until(p.now(), d.gathered[h])
+	d.untilGathered(p.now(), d.gathered[h])
 	until(p.now(), d.saved[h]...)
 	return d.headScatter(grad, drows)
 }
@@ -670,7 +687,8 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 		})
 	}
 	end := p.now()
-	until(end, append(append(d.saved[i], rc...), d.layerIn[i], g, dres, grad)...)
+	until(end, append(append(d.saved[i], rc...), d.layerIn[i], dres, grad)...)
+	d.untilGathered(end, g)
 	d.reduce(i, grad)
 }
 
