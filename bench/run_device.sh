@@ -10,7 +10,7 @@
 # and the whole script keeps to BENCH_BUDGET_S seconds (default 470): a run
 # gets at most what is left, and is skipped when too little is.
 # Knobs: PYTHON, RLBENCH, BENCH_BUDGET_S, BENCH_MODELS ("qwen2.5-0.5b qwen2.5-1.5b"),
-# BENCH_SKIP_PEER=1, BENCH_SKIP_RLPIPE=1, BENCH_SKIP_OFFLOAD=1.
+# BENCH_SKIP_PEER=1, BENCH_SKIP_RLPIPE=1, BENCH_SKIP_OFFLOAD=1, BENCH_ONLY_OFFLOAD=1.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S)}
@@ -97,10 +97,12 @@ rlpipe() { # rlpipe MODEL OFFLOAD(0|1) LIMIT
 		--cache "$CACHE" --out "$OUT/$name.json"
 }
 
-for m in $MODELS; do
-	peer "$m" 0 150
-	rlpipe "$m" 0 150
-done
+if [[ -z ${BENCH_ONLY_OFFLOAD:-} ]]; then
+	for m in $MODELS; do
+		peer "$m" 0 150
+		rlpipe "$m" 0 150
+	done
+fi
 if [[ -z ${BENCH_SKIP_OFFLOAD:-} ]]; then
 	for m in $MODELS; do
 		peer "$m" 1 120
