@@ -41,7 +41,7 @@ type Rank struct {
 	advLogP float64
 
 	// Profile, when not nil, accumulates the wall time of each kind of op
-	// (the op name without its unit: "attention backward", "gather"), with
+	// (the op name without its layer index: "attention backward", "gather", "embed forward"), with
 	// the backend synchronised at every op boundary. RunOptions.Profile
 	// turns it on; it costs the overlap of consecutive ops.
 	Profile  map[string]time.Duration
@@ -50,7 +50,7 @@ type Rank struct {
 }
 
 // unitName matches the unit in an op name.
-var unitName = regexp.MustCompile(`\b(layer\d+|embed)\b ?`)
+var unitName = regexp.MustCompile(`\blayer\d+\b ?`)
 
 // profileOp closes the timing of the current op and opens next's ("" ends
 // the stage's last op).
