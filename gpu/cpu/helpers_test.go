@@ -126,10 +126,3 @@ func dot64(a, b []float64) float64 {
 	return s
 }
 
-func to32(x []float64) []float32 {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = float32(v)
-	}
-	return out
-}

@@ -143,7 +143,6 @@ func libPath(l library) string {
 
 func doLoad(l library) loaded {
 	dirs := searchDirs()
-	var tried []string
 	var lastErr string
 	for _, d := range dirs {
 		for _, so := range l.sonames() {
@@ -155,7 +154,6 @@ func doLoad(l library) loaded {
 				}
 			}
 			h, msg := dlopen(p, false)
-			tried = append(tried, p)
 			if h == nil {
 				lastErr = msg
 				continue
