@@ -125,4 +125,3 @@ func dot64(a, b []float64) float64 {
 	}
 	return s
 }
-
