@@ -15,6 +15,22 @@ import (
 	"github.com/rlpipe/rlpipe/stages/rl"
 )
 
+// testBackends are the backends the parity tests run on: the CPU always;
+// decoder_cuda_test.go adds CUDA, whose subtests skip without a driver.
+var testBackends = []struct {
+	name string
+	new  func(t *testing.T) gpu.Backend
+}{{"cpu", func(*testing.T) gpu.Backend { return cpu.New() }}}
+
+// forBackends runs f for every test backend and family as subtests.
+func forBackends(t *testing.T, f func(t *testing.T, b gpu.Backend, fam string)) {
+	for _, tb := range testBackends {
+		for _, fam := range families {
+			t.Run(tb.name+"/"+fam, func(t *testing.T) { f(t, tb.new(t), fam) })
+		}
+	}
+}
+
 // testArena bump-allocates tensors from one backend allocation.
 type testArena struct {
 	t   *testing.T
@@ -537,154 +553,151 @@ func TestDecoderParityHF(t *testing.T) {
 		normTol  = 1e-5 // relative
 		paramTol = 2e-6 // absolute, after the AdamW step
 	)
-	for _, fam := range families {
-		t.Run(fam, func(t *testing.T) {
-			dir := filepath.Join("testdata", "hf", fam)
-			g := loadGolden(t, dir)
-			b := cpu.New()
-			a := newTestArena(t, b, 24<<20)
-			m := loadTestModel(t, a, dir)
-			p := packSamples(g)
-			r := newRun(t, a, m, p, gpu.F32, gpu.F32)
+	forBackends(t, func(t *testing.T, b gpu.Backend, fam string) {
+		dir := filepath.Join("testdata", "hf", fam)
+		g := loadGolden(t, dir)
+		a := newTestArena(t, b, 24<<20)
+		m := loadTestModel(t, a, dir)
+		p := packSamples(g)
+		r := newRun(t, a, m, p, gpu.F32, gpu.F32)
 
-			// Log-probs at temperature 0.7, then 1.0 (kept for backward).
-			lp07, _ := r.forward(0.7)
-			abs, rel := maxErr(lp07, g.TemperatureCases["0.7"].LogP, 1e-2)
-			t.Logf("logp T=0.7: max abs %.3g, max rel %.3g", abs, rel)
+		// Log-probs at temperature 0.7, then 1.0 (kept for backward).
+		lp07, _ := r.forward(0.7)
+		abs, rel := maxErr(lp07, g.TemperatureCases["0.7"].LogP, 1e-2)
+		t.Logf("logp T=0.7: max abs %.3g, max rel %.3g", abs, rel)
+		if rel > logpTol {
+			t.Errorf("logp T=0.7: max rel error %.3g > %g", rel, logpTol)
+		}
+		logp, ent := r.forward(1)
+		for _, q := range []struct {
+			name string
+			got  []float32
+			want []float64
+		}{
+			{"logp T=1", logp, g.TemperatureCases["1.0"].LogP},
+			{"entropy T=1", ent, g.TemperatureCases["1.0"].Entropy},
+		} {
+			abs, rel := maxErr(q.got, q.want, 1e-2)
+			t.Logf("%s: max abs %.3g, max rel %.3g", q.name, abs, rel)
 			if rel > logpTol {
-				t.Errorf("logp T=0.7: max rel error %.3g > %g", rel, logpTol)
+				t.Errorf("%s: max rel error %.3g > %g", q.name, rel, logpTol)
 			}
-			logp, ent := r.forward(1)
-			for _, q := range []struct {
-				name string
-				got  []float32
-				want []float64
-			}{
-				{"logp T=1", logp, g.TemperatureCases["1.0"].LogP},
-				{"entropy T=1", ent, g.TemperatureCases["1.0"].Entropy},
-			} {
-				abs, rel := maxErr(q.got, q.want, 1e-2)
-				t.Logf("%s: max abs %.3g, max rel %.3g", q.name, abs, rel)
-				if rel > logpTol {
-					t.Errorf("%s: max rel error %.3g > %g", q.name, rel, logpTol)
-				}
-			}
+		}
 
-			// Loss and metrics.
-			cfg, lb, scale := lossInputs(g, p, logp, ent)
-			var out rl.Output
-			if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
+		// Loss and metrics.
+		cfg, lb, scale := lossInputs(g, p, logp, ent)
+		var out rl.Output
+		if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
+			t.Fatal(err)
+		}
+		met := out.Metrics
+		worst := 0.0
+		for _, q := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"loss", out.Loss, g.Loss},
+			{"pg_loss", met.PGLoss, g.MetricsSum["pg_loss"]},
+			{"kl", met.KLLoss, g.MetricsSum["kl"]},
+			{"entropy", met.EntropyLoss, g.MetricsSum["entropy"]},
+			{"clipfrac", met.PGClipFrac, g.MetricsSum["clipfrac"]},
+		} {
+			d := relDiff(q.got, q.want)
+			worst = max(worst, d)
+			if d > lossTol {
+				t.Errorf("%s = %.9g, golden %.9g (rel %.3g > %g)", q.name, q.got, q.want, d, lossTol)
+			}
+		}
+		t.Logf("loss and metric sums: max rel %.3g", worst)
+
+		// Gradients.
+		grads := r.backward(out.DLogP, out.DEntropy, false)
+		gotG := r.params(grads)
+		wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
+		if len(gotG) != len(wantG) {
+			t.Fatalf("%d gradients, golden has %d", len(gotG), len(wantG))
+		}
+		worstG, worstN, total := 0.0, 0.0, 0.0
+		for name, want := range wantG {
+			got, ok := gotG[name]
+			if !ok {
+				t.Fatalf("no gradient for %s", name)
+			}
+			e := relL2(got, want)
+			worstG = max(worstG, e)
+			if e > gradTol {
+				t.Errorf("grad %s: rel L2 error %.3g > %g", name, e, gradTol)
+			}
+			var ss float64
+			for _, v := range got {
+				ss += float64(v) * float64(v)
+			}
+			total += ss
+			d := relDiff(math.Sqrt(ss), g.GradNorms[name])
+			worstN = max(worstN, d)
+			if d > normTol {
+				t.Errorf("grad norm %s: %.9g, golden %.9g", name, math.Sqrt(ss), g.GradNorms[name])
+			}
+		}
+		total = math.Sqrt(total)
+		t.Logf("grads: max rel L2 %.3g; grad norms: max rel %.3g; total norm %.9g (golden %.9g, rel %.3g)",
+			worstG, worstN, total, g.TotalGradNorm, relDiff(total, g.TotalGradNorm))
+		if d := relDiff(total, g.TotalGradNorm); d > normTol {
+			t.Errorf("total grad norm %.9g, golden %.9g", total, g.TotalGradNorm)
+		}
+
+		// Activation checkpointing: recomputed activations give
+		// bit-identical gradients.
+		grads2 := r.backward(out.DLogP, out.DEntropy, true)
+		for i := range grads {
+			x, y := make([]byte, grads[i].Bytes()), make([]byte, grads2[i].Bytes())
+			if err := b.DownloadBytes(x, grads[i]); err != nil {
 				t.Fatal(err)
 			}
-			met := out.Metrics
-			worst := 0.0
-			for _, q := range []struct {
-				name      string
-				got, want float64
-			}{
-				{"loss", out.Loss, g.Loss},
-				{"pg_loss", met.PGLoss, g.MetricsSum["pg_loss"]},
-				{"kl", met.KLLoss, g.MetricsSum["kl"]},
-				{"entropy", met.EntropyLoss, g.MetricsSum["entropy"]},
-				{"clipfrac", met.PGClipFrac, g.MetricsSum["clipfrac"]},
-			} {
-				d := relDiff(q.got, q.want)
-				worst = max(worst, d)
-				if d > lossTol {
-					t.Errorf("%s = %.9g, golden %.9g (rel %.3g > %g)", q.name, q.got, q.want, d, lossTol)
-				}
+			if err := b.DownloadBytes(y, grads2[i]); err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("loss and metric sums: max rel %.3g", worst)
+			if !bytes.Equal(x, y) {
+				t.Errorf("unit %d: gradients with recomputed activations differ from saved ones", i)
+			}
+		}
 
-			// Gradients.
-			grads := r.backward(out.DLogP, out.DEntropy, false)
-			gotG := r.params(grads)
-			wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
-			if len(gotG) != len(wantG) {
-				t.Fatalf("%d gradients, golden has %d", len(gotG), len(wantG))
-			}
-			worstG, worstN, total := 0.0, 0.0, 0.0
-			for name, want := range wantG {
-				got, ok := gotG[name]
-				if !ok {
-					t.Fatalf("no gradient for %s", name)
-				}
-				e := relL2(got, want)
-				worstG = max(worstG, e)
-				if e > gradTol {
-					t.Errorf("grad %s: rel L2 error %.3g > %g", name, e, gradTol)
-				}
-				var ss float64
-				for _, v := range got {
-					ss += float64(v) * float64(v)
-				}
-				total += ss
-				d := relDiff(math.Sqrt(ss), g.GradNorms[name])
-				worstN = max(worstN, d)
-				if d > normTol {
-					t.Errorf("grad norm %s: %.9g, golden %.9g", name, math.Sqrt(ss), g.GradNorms[name])
-				}
-			}
-			total = math.Sqrt(total)
-			t.Logf("grads: max rel L2 %.3g; grad norms: max rel %.3g; total norm %.9g (golden %.9g, rel %.3g)",
-				worstG, worstN, total, g.TotalGradNorm, relDiff(total, g.TotalGradNorm))
-			if d := relDiff(total, g.TotalGradNorm); d > normTol {
-				t.Errorf("total grad norm %.9g, golden %.9g", total, g.TotalGradNorm)
-			}
-
-			// Activation checkpointing: recomputed activations give
-			// bit-identical gradients.
-			grads2 := r.backward(out.DLogP, out.DEntropy, true)
-			for i := range grads {
-				x, y := make([]byte, grads[i].Bytes()), make([]byte, grads2[i].Bytes())
-				if err := b.DownloadBytes(x, grads[i]); err != nil {
-					t.Fatal(err)
-				}
-				if err := b.DownloadBytes(y, grads2[i]); err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(x, y) {
-					t.Errorf("unit %d: gradients with recomputed activations differ from saved ones", i)
-				}
-			}
-
-			// Clip by global norm, then one AdamW step.
-			r.step(g, grads)
-			wantP := readF32Safetensors(t, filepath.Join(dir, "after_step.safetensors"))
-			gotP := r.params(r.m.master)
-			lr := g.Optimizer.LR
-			var maxAbs, looseGrad float64
-			loose, elems := 0, 0
-			for name, want := range wantP {
-				got := gotP[name]
-				for i := range want {
-					d := math.Abs(float64(got[i]) - float64(want[i]))
-					elems++
-					if d > paramTol {
-						loose++
-						looseGrad = max(looseGrad, math.Abs(float64(wantG[name][i])))
-						if d > 2*lr+paramTol {
-							t.Errorf("after step %s[%d] = %.9g, golden %.9g (grad %.3g)", name, i, got[i], want[i], wantG[name][i])
-						}
-						continue
+		// Clip by global norm, then one AdamW step.
+		r.step(g, grads)
+		wantP := readF32Safetensors(t, filepath.Join(dir, "after_step.safetensors"))
+		gotP := r.params(r.m.master)
+		lr := g.Optimizer.LR
+		var maxAbs, looseGrad float64
+		loose, elems := 0, 0
+		for name, want := range wantP {
+			got := gotP[name]
+			for i := range want {
+				d := math.Abs(float64(got[i]) - float64(want[i]))
+				elems++
+				if d > paramTol {
+					loose++
+					looseGrad = max(looseGrad, math.Abs(float64(wantG[name][i])))
+					if d > 2*lr+paramTol {
+						t.Errorf("after step %s[%d] = %.9g, golden %.9g (grad %.3g)", name, i, got[i], want[i], wantG[name][i])
 					}
-					maxAbs = max(maxAbs, d)
+					continue
 				}
+				maxAbs = max(maxAbs, d)
 			}
-			t.Logf("after step: %d/%d elements within %g abs (max %.3g), %d within 2·lr only (their golden |grad| <= %.3g)",
-				elems-loose, elems, paramTol, maxAbs, loose, looseGrad)
-			if loose > elems/1000 {
-				t.Errorf("%d elements differ by more than %g after the step", loose, paramTol)
-			}
-			r.gather()
-			lpAfter, _ := r.forward(1)
-			abs, rel = maxErr(lpAfter, g.AfterStep.LogP, 1e-2)
-			t.Logf("after-step logp: max abs %.3g, max rel %.3g", abs, rel)
-			if rel > logpTol {
-				t.Errorf("after-step logp: max rel error %.3g > %g", rel, logpTol)
-			}
-		})
-	}
+		}
+		t.Logf("after step: %d/%d elements within %g abs (max %.3g), %d within 2·lr only (their golden |grad| <= %.3g)",
+			elems-loose, elems, paramTol, maxAbs, loose, looseGrad)
+		if loose > elems/1000 {
+			t.Errorf("%d elements differ by more than %g after the step", loose, paramTol)
+		}
+		r.gather()
+		lpAfter, _ := r.forward(1)
+		abs, rel = maxErr(lpAfter, g.AfterStep.LogP, 1e-2)
+		t.Logf("after-step logp: max abs %.3g, max rel %.3g", abs, rel)
+		if rel > logpTol {
+			t.Errorf("after-step logp: max rel error %.3g > %g", rel, logpTol)
+		}
+	})
 }
 
 // step clips the gradients by their global norm and applies one AdamW step
@@ -741,52 +754,49 @@ func TestDecoderBF16(t *testing.T) {
 		logpAbs = 3e-2 // max abs error of logp and entropy
 		gradTol = 4e-2 // rel L2 per parameter
 	)
-	for _, fam := range families {
-		t.Run(fam, func(t *testing.T) {
-			dir := filepath.Join("testdata", "hf", fam)
-			g := loadGolden(t, dir)
-			b := cpu.New()
-			a := newTestArena(t, b, 24<<20)
-			m := loadTestModel(t, a, dir)
-			p := packSamples(g)
-			r := newRun(t, a, m, p, gpu.BF16, gpu.BF16)
-			logp, ent := r.forward(1)
-			for _, q := range []struct {
-				name string
-				got  []float32
-				want []float64
-			}{
-				{"logp", logp, g.TemperatureCases["1.0"].LogP},
-				{"entropy", ent, g.TemperatureCases["1.0"].Entropy},
-			} {
-				abs, _ := maxErr(q.got, q.want, 1e-2)
-				t.Logf("bf16 %s: max abs %.3g", q.name, abs)
-				if abs > logpAbs {
-					t.Errorf("bf16 %s: max abs error %.3g > %g", q.name, abs, logpAbs)
-				}
+	forBackends(t, func(t *testing.T, b gpu.Backend, fam string) {
+		dir := filepath.Join("testdata", "hf", fam)
+		g := loadGolden(t, dir)
+		a := newTestArena(t, b, 24<<20)
+		m := loadTestModel(t, a, dir)
+		p := packSamples(g)
+		r := newRun(t, a, m, p, gpu.BF16, gpu.BF16)
+		logp, ent := r.forward(1)
+		for _, q := range []struct {
+			name string
+			got  []float32
+			want []float64
+		}{
+			{"logp", logp, g.TemperatureCases["1.0"].LogP},
+			{"entropy", ent, g.TemperatureCases["1.0"].Entropy},
+		} {
+			abs, _ := maxErr(q.got, q.want, 1e-2)
+			t.Logf("bf16 %s: max abs %.3g", q.name, abs)
+			if abs > logpAbs {
+				t.Errorf("bf16 %s: max abs error %.3g > %g", q.name, abs, logpAbs)
 			}
-			// Backward from the loss of our bf16 log-probs and the golden's
-			// other loss inputs, with recomputed activations.
-			cfg, lb, scale := lossInputs(g, p, logp, ent)
-			var out rl.Output
-			if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
-				t.Fatal(err)
+		}
+		// Backward from the loss of our bf16 log-probs and the golden's
+		// other loss inputs, with recomputed activations.
+		cfg, lb, scale := lossInputs(g, p, logp, ent)
+		var out rl.Output
+		if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
+			t.Fatal(err)
+		}
+		grads := r.backward(out.DLogP, out.DEntropy, true)
+		gotG := r.params(grads)
+		wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
+		worst, worstName := 0.0, ""
+		for name, want := range wantG {
+			if e := relL2(gotG[name], want); e > worst {
+				worst, worstName = e, name
 			}
-			grads := r.backward(out.DLogP, out.DEntropy, true)
-			gotG := r.params(grads)
-			wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
-			worst, worstName := 0.0, ""
-			for name, want := range wantG {
-				if e := relL2(gotG[name], want); e > worst {
-					worst, worstName = e, name
-				}
-			}
-			t.Logf("bf16 grads: max rel L2 %.3g (%s)", worst, worstName)
-			if worst > gradTol {
-				t.Errorf("bf16 grads: max rel L2 %.3g (%s) > %g", worst, worstName, gradTol)
-			}
-		})
-	}
+		}
+		t.Logf("bf16 grads: max rel L2 %.3g (%s)", worst, worstName)
+		if worst > gradTol {
+			t.Errorf("bf16 grads: max rel L2 %.3g (%s) > %g", worst, worstName, gradTol)
+		}
+	})
 }
 
 // TestLayout checks padded per-parameter layouts, including the tied
