@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func TestBrokenSpec(t *testing.T) {
 
 // TestExamples runs validate and plan on every shipped example.
 func TestExamples(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "examples", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples found: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestExamples(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
-	ex := filepath.Join("..", "..", "examples", "qwen2.5-7b-grpo-8xh100.yaml")
+	ex := filepath.Join("..", "..", "..", "examples", "qwen2.5-7b-grpo-8xh100.yaml")
 	tests := []struct {
 		name string
 		args []string
@@ -111,7 +111,7 @@ func TestExitCodes(t *testing.T) {
 		{"plan needs one file", []string{"plan"}, exitUsage, "Usage"},
 		{"stages lists kinds", []string{"stages"}, exitOK, "update_ref"},
 		{"version", []string{"version"}, exitOK, "rlpipe"},
-		{"run needs weights and data", []string{"run", "--runs", "testdata/no-runs", filepath.Join("..", "..", "examples", "qwen2.5-0.5b-grpo-1gpu.yaml")}, exitInvalid, "no model.safetensors"},
+		{"run needs weights and data", []string{"run", "--runs", "testdata/no-runs", filepath.Join("..", "..", "..", "examples", "qwen2.5-0.5b-grpo-1gpu.yaml")}, exitInvalid, "no model.safetensors"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,5 +123,41 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s%s", tt.text, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestReadmeRecipe validates the recipe the README shows, as if it were
+// saved in examples/ (its model paths are relative to that directory), so
+// the first page cannot drift from the spec.
+func TestReadmeRecipe(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "## A recipe\n\n```yaml\n")
+	if !ok {
+		t.Fatal("README has no yaml block under \"## A recipe\"")
+	}
+	recipe, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README's recipe block is not closed")
+	}
+	dir := t.TempDir()
+	models, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(models, filepath.Join(dir, "models")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "readme.yaml")
+	if err := os.WriteFile(path, []byte(recipe), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "validate", path); code != exitOK {
+		t.Fatalf("the README's recipe does not validate (exit %d):\n%s", code, stderr)
+	}
+	if code, out, _ := runCLI(t, "plan", path); code != exitOK || !strings.Contains(out, "FITS") {
+		t.Errorf("plan of the README's recipe: exit %d\n%s", code, out)
 	}
 }

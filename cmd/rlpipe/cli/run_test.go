@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 	"github.com/rlpipe/rlpipe/model"
 )
 
-var tinySpec = filepath.Join("..", "..", "examples", "tiny-grpo.yaml")
+var tinySpec = filepath.Join("..", "..", "..", "examples", "tiny-grpo.yaml")
 
 func onlyRun(t *testing.T, root string) *jobs.Run {
 	t.Helper()
@@ -84,7 +84,7 @@ func TestRunResumeExport(t *testing.T) {
 		t.Errorf("exported checkpoint: %v", err)
 	}
 	// The export holds the trained weights, not the initial ones.
-	init, err := model.OpenCheckpoint(filepath.Join("..", "..", "examples", "models", "tiny-qwen2"))
+	init, err := model.OpenCheckpoint(filepath.Join("..", "..", "..", "examples", "models", "tiny-qwen2"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,123 @@
+// Package cli is the rlpipe command line: validate, plan, graph, run, jobs,
+// stages, doctor, version. cmd/rlpipe is a two-line main around Main; a
+// build of rlpipe with extra stage plugins is the same main with the
+// plugins' packages imported for their init-time stages.Register calls.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1 // the job (or a command) failed at run time
+	exitUsage    = 2 // bad command line
+	exitInvalid  = 3 // the spec has errors
+	exitNoFit    = 4 // the plan does not fit on the GPU
+	exitCanceled = 130
+)
+
+// version is set at build time with
+// -ldflags "-X github.com/rlpipe/rlpipe/cmd/rlpipe/cli.version=...".
+var version = "dev"
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *cli, args []string) int
+}
+
+// cli holds the process-wide streams and logger.
+type cli struct {
+	stdout io.Writer
+	stderr io.Writer
+	log    zerolog.Logger
+}
+
+func commands() []command {
+	return []command{
+		{"validate", "check a job spec and report every problem with file:line:col", cmdValidate},
+		{"plan", "print the per-GPU memory budget of every stage", cmdPlan},
+		{"graph", "print the stage DAG (text, --json or --dot)", cmdGraph},
+		{"run", "run the job (or --resume a run) and record it under ./runs", cmdRun},
+		{"jobs", "list run records, or show one", cmdJobs},
+		{"stages", "list the registered stage kinds", cmdStages},
+		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
+		{"version", "print the version", cmdVersion},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "rlpipe: declarative RL post-training pipelines.\n\nUsage:\n  rlpipe <command> [flags] [args]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'rlpipe <command> -h' for a command's flags.\n")
+}
+
+func newLogger(w io.Writer) zerolog.Logger {
+	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	}
+	return zerolog.New(w).With().Timestamp().Logger()
+}
+
+// Main runs the command line with args (without the program name) and
+// returns the process exit code. It stops on SIGINT (Ctrl-C) cleanly: a run
+// in progress records itself as canceled.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return run(ctx, args, stdout, stderr)
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := &cli{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, env, args[1:])
+		}
+	}
+	fmt.Fprintf(stderr, "rlpipe: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+// parseFlags parses a subcommand's flags; it returns (code, false) when the
+// command should stop (help asked, or a usage error).
+func parseFlags(fs *flag.FlagSet, env *cli, args []string) (int, bool) {
+	fs.SetOutput(env.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+func cmdVersion(_ context.Context, env *cli, _ []string) int {
+	fmt.Fprintf(env.stdout, "rlpipe %s\n", version)
+	return exitOK
+}
