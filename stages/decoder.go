@@ -34,6 +34,7 @@ type decoder struct {
 	mb     *rollout.Packed // running only
 
 	gathered []*ref
+	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
 	ready    map[*ref]gpu.Event // gathered buffers still being filled on the side stream
 	staging  map[*ref][]*ref    // per gathered buffer, the staging buffers its gather reads on the side stream
 	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
@@ -585,11 +586,10 @@ func (d *decoder) headBackward() (dres *ref) {
 func (d *decoder) headScatter(grad, drows *ref) *ref {
 	p := d.p
 	h := len(d.st.Units) - 1
-	var next *ref
-	if d.st.Fsdp.Prefetch > 0 && h-1 > 0 {
-		next = d.gather(h-1, "bwd.")
+	d.bwdNext = nil
+	if d.st.Fsdp.ReshardAfterForward && d.st.Fsdp.Prefetch > 0 && h-1 > 0 {
+		d.bwdNext = d.gather(h-1, "bwd.")
 	}
-	d.gathered[h-1] = next
 	sc := p.op("head backward scatter")
 	until(sc, drows)
 	dres := p.buf(d.name("bwd", "dresid"), plan.Activations, gpu.F32, d.T, d.cfg.HiddenSize)
@@ -692,14 +692,20 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	d.reduce(i, grad)
 }
 
-// backward runs the head backward, the decoder layers in reverse with
-// re-gathered units (prefetching the next), and the embedding backward.
+// backward runs the head backward, the decoder layers in reverse, and the
+// embedding backward. With reshard_after_forward (the default) each unit is
+// gathered again for its backward, prefetching the next; without it the
+// units gathered in the forward stay until their backward.
 func (d *decoder) backward() {
 	p := d.p
 	dres := d.headBackward()
 	h := len(d.st.Units) - 1
-	next := d.gathered[h-1] // prefetched during the head backward, or nil
+	next := d.bwdNext
 	for i := h - 1; i >= 1; i-- {
+		if !d.st.Fsdp.ReshardAfterForward {
+			d.layerBackward(i, d.gathered[i], dres)
+			continue
+		}
 		g := next
 		if g == nil {
 			g = d.gather(i, "bwd.")

@@ -261,3 +261,47 @@ func TestProfile(t *testing.T) {
 		t.Error("profiling changed the loss")
 	}
 }
+
+// TestNoReshard runs the tiny job with reshard_after_forward false: the
+// units gathered in the forward stay until their backward (no re-gather),
+// which the plan shows, and the numbers are unchanged.
+func TestNoReshard(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	short := func(s *spec.Spec) { s.Train.Steps = 2 }
+	base := runSpec(t, path, short)
+	s, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short(s)
+	j, g := resolveSpec(t, s)
+	j.Stages["shard_actor"].(*ApplyFSDP2).ReshardAfterForward = false
+	p, err := Plan(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.Buffer("train.bwd.gathered.layer0"); b != nil {
+		t.Error("a unit is gathered again for its backward without resharding")
+	}
+	fwd := p.Buffer("train.gathered.layer0")
+	bwd := opIndex(t, p, "train", "layer0 norm1 backward")
+	if fwd == nil || fwd.End < bwd {
+		t.Errorf("layer0's forward gather %+v does not last to its backward (op %d)", fwd, bwd)
+	}
+	data, err := ReadData(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
+		if want := base.steps[sr.Step-1].Stats.Values["loss"]; sr.Stats.Values["loss"] != want {
+			t.Errorf("step %d: loss %v without resharding, %v with", sr.Step, sr.Stats.Values["loss"], want)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hw, _ := res.Ranks[0].Arena.HighWater(); hw != p.PeakBytes {
+		t.Errorf("arena high-water %d, plan peak %d", hw, p.PeakBytes)
+	}
+}
