@@ -305,3 +305,41 @@ func TestNoReshard(t *testing.T) {
 		t.Errorf("arena high-water %d, plan peak %d", hw, p.PeakBytes)
 	}
 }
+
+// TestLogProbEntropy checks that a log-prob stage with entropy: true keeps
+// its per-token entropies, each within [0, ln V].
+func TestLogProbEntropy(t *testing.T) {
+	s, err := spec.Load(filepath.Join("..", "examples", "tiny-grpo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Train.Steps = 1
+	j, g := resolveSpec(t, s)
+	j.Stages["old_logp"].(*LogProb).Entropy = true
+	p, err := Plan(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := ReadData(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ent [][]float32
+	if _, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
+		ent = r.Entropy["old_logp"]
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ent) == 0 || len(ent[0]) == 0 {
+		t.Fatal("no entropies kept")
+	}
+	for _, mb := range ent {
+		for _, h := range mb {
+			// The entropy of a 256-way softmax lies in [0, ln 256].
+			if !(h >= 0 && h <= 5.546) {
+				t.Fatalf("entropy %v outside [0, ln 256]", h)
+			}
+		}
+	}
+}

@@ -32,6 +32,9 @@ type Rank struct {
 	Advantages map[int]float64
 	// LogP holds per-token log-probs by stage id and micro-batch.
 	LogP map[string][][]float32
+	// Entropy holds per-token entropies of the log-prob stages that compute
+	// them (entropy: true), by stage id and micro-batch.
+	Entropy map[string][][]float32
 	// Metrics accumulates this step's loss metrics over micro-batches.
 	Metrics rl.Metrics
 	// Stats holds the step's scalar results of the train stage.
@@ -85,5 +88,5 @@ type Data struct {
 }
 
 func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena, d *Data) *Rank {
-	return &Rank{ID: id, Comm: comm, B: b, Arena: a, Shards: map[string]*ShardState{}, LogP: map[string][][]float32{}, data: d}
+	return &Rank{ID: id, Comm: comm, B: b, Arena: a, Shards: map[string]*ShardState{}, LogP: map[string][][]float32{}, Entropy: map[string][][]float32{}, data: d}
 }

@@ -76,7 +76,7 @@ func (s *LogProb) program(p *prog) {
 		return
 	}
 	n := d.microBatches()
-	outs := make([][]float32, n)
+	outs, ents := make([][]float32, n), make([][]float32, n)
 	start := p.now() + 1
 	var host *ref
 	for mb := 0; mb < n; mb++ {
@@ -86,25 +86,50 @@ func (s *LogProb) program(p *prog) {
 		d.setBatch(mb)
 		io := d.inputs(false, s.Entropy)
 		if host == nil {
-			host = p.persistent(p.stage.ID+".out", plan.IO, true, gpu.F32, stepTokens(p.job.Spec))
+			// Per-token results go device -> pinned host: log-probs, then
+			// entropies when asked for.
+			outputs := 1
+			if s.Entropy {
+				outputs = 2
+			}
+			host = p.persistent(p.stage.ID+".out", plan.IO, true, gpu.F32, outputs*stepTokens(p.job.Spec))
 		}
 		d.forward(false)
 		last := d.headForward(false)
 		until(last, io...)
 		p.do(func() error {
-			out, err := host.t.Flat(0, d.N)
-			if err != nil {
-				return err
+			results := []struct {
+				src gpu.Tensor
+				dst *[]float32
+			}{{d.io.logp.t, &outs[mb]}}
+			if s.Entropy {
+				results = append(results, struct {
+					src gpu.Tensor
+					dst *[]float32
+				}{d.io.entropy.t, &ents[mb]})
 			}
-			if err := p.r.B.Copy(out, d.io.logp.t); err != nil {
-				return err
+			for k, r := range results {
+				off := k * stepTokens(p.job.Spec)
+				out, err := host.t.Flat(off, off+d.N)
+				if err != nil {
+					return err
+				}
+				if err := p.r.B.Copy(out, r.src); err != nil {
+					return err
+				}
+				*r.dst = make([]float32, d.N)
+				if err := p.r.B.Download(*r.dst, out); err != nil {
+					return err
+				}
 			}
-			outs[mb] = make([]float32, d.N)
-			return p.r.B.Download(outs[mb], out)
+			return nil
 		})
 	}
 	if p.running() {
 		p.r.LogP[p.stage.ID] = outs
+		if s.Entropy {
+			p.r.Entropy[p.stage.ID] = ents
+		}
 	}
 }
 
