@@ -25,12 +25,11 @@ type Arena struct {
 	inUse  int64
 	high   int64
 	highOp int
-	strict bool
 }
 
 // NewArena allocates the plan's device and host arenas on b.
 func NewArena(b gpu.Backend, p *plan.Plan) (*Arena, error) {
-	a := &Arena{plan: p, byName: make(map[string]*plan.Buffer, len(p.Buffers)), cur: -1, used: map[*plan.Buffer]bool{}, strict: true}
+	a := &Arena{plan: p, byName: make(map[string]*plan.Buffer, len(p.Buffers)), cur: -1, used: map[*plan.Buffer]bool{}}
 	for _, buf := range p.Buffers {
 		a.byName[buf.Name] = buf
 	}
@@ -58,7 +57,7 @@ func (a *Arena) Enter(i int, name string) error {
 	if op.Name != name {
 		return fmt.Errorf("arena: the executor ran %q where the plan has op %d %q", name, i, op.Name)
 	}
-	if a.strict && i != a.cur+1 && !(i <= a.cur && a.cur >= 0 && a.plan.Ops[a.cur].Stage == op.Stage) {
+	if i != a.cur+1 && !(i <= a.cur && a.cur >= 0 && a.plan.Ops[a.cur].Stage == op.Stage) {
 		return fmt.Errorf("arena: op %d %q entered after op %d; the plan runs them in order", i, name, a.cur)
 	}
 	a.cur = i
