@@ -79,16 +79,26 @@ func rowsOf(t gpu.Tensor, n, lo, hi int) (gpu.Tensor, error) {
 	return r, nil
 }
 
+// Sampling is how the head takes log-probs and entropies from the logits.
+type Sampling struct {
+	// Temperature divides the logits of the log-probs (the rollout
+	// temperature); it must be positive.
+	Temperature float32
+	// EntropyTempered takes the entropy of softmax(logits/Temperature)
+	// instead of softmax(logits), slime's default.
+	EntropyTempered bool
+}
+
 // HeadForward computes the log-probs (and entropies) of N target tokens.
 // rows (fp32 [N,H]) are the residual-stream rows at the logit positions;
 // the final RMSNorm writes xn ([N,H], compute dtype) and rstd (F32 [N]),
 // which HeadBackward reuses. Then, chunk rows at a time, the logits xn·Wᵀ
 // go into the F32 workspace logits ([C,V], C >= min(chunk, N)) and
-// logp[i] = log_softmax(logits/temperature)[targets[i]] (F32 [N]) and,
-// unless entropy is the zero Tensor, entropy[i] (F32 [N]) of the
-// untempered logits are written. targets is I32 [N].
-func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targets, logp, entropy, logits gpu.Tensor, chunk int, temperature float32) error {
-	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, temperature)
+// logp[i] = log_softmax(logits/s.Temperature)[targets[i]] (F32 [N]) and,
+// unless entropy is the zero Tensor, entropy[i] (F32 [N]) of the logits
+// (tempered when s.EntropyTempered) are written. targets is I32 [N].
+func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targets, logp, entropy, logits gpu.Tensor, chunk int, s Sampling) error {
+	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, s.Temperature)
 	if err != nil {
 		return fmt.Errorf("head forward: %w", err)
 	}
@@ -97,7 +107,7 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, temperature, false); err != nil {
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, false); err != nil {
 			return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -112,8 +122,8 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 // (fp32 [N,H]) and accumulates dw.Norm. rows, xn and rstd are those of
 // HeadForward. dw.LMHead or dw.Norm may be zero Tensors to skip them. For a
 // tied model dw.LMHead is the embedding's gradient.
-func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, temperature float32) error {
-	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, temperature)
+func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, s Sampling) error {
+	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, s.Temperature)
 	if err != nil {
 		return fmt.Errorf("head backward: %w", err)
 	}
@@ -128,7 +138,7 @@ func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, 
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, temperature, true); err != nil {
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, true); err != nil {
 			return fmt.Errorf("head backward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -141,7 +151,7 @@ func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, 
 // headChunk runs LogProbs (forward) or LogProbsBackward on rows [lo,hi).
 // In the forward, lp and ent are logp and entropy; in the backward, dlogp
 // and dentropy, with dxn the output.
-func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, temperature float32, backward bool) error {
+func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, s Sampling, backward bool) error {
 	n := a.n
 	xc, err := a.xn.Rows(lo, hi)
 	if err != nil {
@@ -167,13 +177,13 @@ func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi 
 		return err
 	}
 	if !backward {
-		return b.LogProbs(lc, ec, xc, w.LMHead, tc, temperature, false, ws)
+		return b.LogProbs(lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 	}
 	dc, err := dxn.Rows(lo, hi)
 	if err != nil {
 		return err
 	}
-	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, temperature, false, ws)
+	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 }
 
 // SelectRows copies dst[i] = src[idx[i]] (casting to dst's dtype). idx is

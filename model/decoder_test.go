@@ -396,7 +396,7 @@ func (r *run) forward(temp float32) ([]float32, []float32) {
 		r.t.Fatal(err)
 	}
 	hw := r.headWeights(r.gathered[len(r.gathered)-1])
-	if err := c.HeadForward(b, hw, r.rows, r.xn, r.rstd, r.targets, r.logp, r.entropy, r.logits, r.chunk, temp); err != nil {
+	if err := c.HeadForward(b, hw, r.rows, r.xn, r.rstd, r.targets, r.logp, r.entropy, r.logits, r.chunk, Sampling{Temperature: temp}); err != nil {
 		r.t.Fatal(err)
 	}
 	return r.a.down(r.logp), r.a.down(r.entropy)
@@ -427,7 +427,7 @@ func (r *run) backward(dlogp, dent []float32, recompute bool) []gpu.Tensor {
 	}
 	hu := len(r.m.units) - 1
 	hw, dhw := r.headWeights(r.gathered[hu]), r.headWeights(grads[hu])
-	if err := c.HeadBackward(b, hw, dhw, r.rows, r.xn, r.rstd, r.targets, dl, de, dxn, drows, r.logits, r.chunk, 1); err != nil {
+	if err := c.HeadBackward(b, hw, dhw, r.rows, r.xn, r.rstd, r.targets, dl, de, dxn, drows, r.logits, r.chunk, Sampling{Temperature: 1}); err != nil {
 		r.t.Fatal(err)
 	}
 	if err := ScatterAddRows(b, dres, drows, r.logitPos); err != nil {

@@ -28,7 +28,7 @@ type decoder struct {
 	prefix string
 	T, N   int // tokens and response tokens of the micro-batch (the budget while planning)
 	C      int // log-prob chunk
-	temp   float32
+	samp   model.Sampling
 	dts    []gpu.DType
 	rc     []bool
 	mb     *rollout.Packed // running only
@@ -45,7 +45,7 @@ type decoder struct {
 	io       struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
 }
 
-func newDecoder(p *prog, name string, chunk int) *decoder {
+func newDecoder(p *prog, name string, chunk int, entropyTempered bool) *decoder {
 	st := p.shards()[name]
 	if st == nil {
 		p.fail(fmt.Errorf("model %q has no sharded state (is its apply_fsdp2 stage earlier?)", name))
@@ -56,7 +56,8 @@ func newDecoder(p *prog, name string, chunk int) *decoder {
 		tokens = p.job.Stages[ps.ID].(*Pack).Tokens(p.job.Spec)
 	}
 	d := &decoder{p: p, st: st, cfg: st.Model.Config, dp: p.job.Spec.Mesh.DP, prefix: p.stage.ID,
-		T: tokens, N: tokens, C: min(chunk, tokens), temp: float32(p.job.Spec.Data.Temperature)}
+		T: tokens, N: tokens, C: min(chunk, tokens),
+		samp: model.Sampling{Temperature: float32(p.job.Spec.Data.Temperature), EntropyTempered: entropyTempered}}
 	for _, u := range st.Units {
 		dt, err := p.job.Precision(st.Model, u.Unit, p.stage)
 		p.fail(err)
@@ -473,7 +474,7 @@ func (d *decoder) headForward(train bool) int {
 		if d.io.entropy != nil {
 			ent = d.io.entropy.t
 		}
-		return d.cfg.HeadForward(d.b(), w, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t, d.io.logp.t, ent, logits.t, d.C, d.temp)
+		return d.cfg.HeadForward(d.b(), w, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t, d.io.logp.t, ent, logits.t, d.C, d.samp)
 	})
 	if train {
 		d.saved[h] = []*ref{d.head.rows, d.head.xn, d.head.rstd}
@@ -576,7 +577,7 @@ func (d *decoder) headBackward() (dres *ref) {
 			return err
 		}
 		return d.cfg.HeadBackward(d.b(), w, dw, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t,
-			d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.temp)
+			d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.samp)
 	})
 	d.untilGathered(p.now(), d.gathered[h])
 	until(p.now(), d.saved[h]...)

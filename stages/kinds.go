@@ -88,9 +88,10 @@ func (s *Pack) Tokens(sp *spec.Spec) int {
 
 // LogProb computes per-token log-probs (ref_logprob, actor_logprob).
 type LogProb struct {
-	Model       string `yaml:"model"`
-	ChunkTokens int    `yaml:"chunk_tokens"`
-	Entropy     bool   `yaml:"entropy"`
+	Model           string `yaml:"model"`
+	ChunkTokens     int    `yaml:"chunk_tokens"`
+	Entropy         bool   `yaml:"entropy"`
+	EntropyTempered bool   `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z)
 }
 
 // Validate checks the model and the chunk size.

@@ -71,7 +71,7 @@ func (s *LogProb) Plan(pc *PlanContext) error { return pc.run(s.program) }
 func (s *LogProb) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *LogProb) program(p *prog) {
-	d := newDecoder(p, s.Model, s.ChunkTokens)
+	d := newDecoder(p, s.Model, s.ChunkTokens, s.EntropyTempered)
 	if d == nil {
 		return
 	}
@@ -140,7 +140,7 @@ func (s *Train) Plan(pc *PlanContext) error { return pc.run(s.program) }
 func (s *Train) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 func (s *Train) program(p *prog) {
-	d := newDecoder(p, s.Model, s.ChunkTokens)
+	d := newDecoder(p, s.Model, s.ChunkTokens, s.EntropyTempered)
 	if d == nil {
 		return
 	}

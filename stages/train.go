@@ -18,7 +18,8 @@ type Train struct {
 	KLCoef             float64 `yaml:"kl_coef"`
 	KLUnbiased         bool    `yaml:"kl_unbiased"`
 	EntropyCoef        float64 `yaml:"entropy_coef"`
-	Aggregation        string  `yaml:"aggregation"` // sample_mean | token_sum
+	EntropyTempered    bool    `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z) (slime: off)
+	Aggregation        string  `yaml:"aggregation"`      // sample_mean | token_sum
 	UseRolloutLogProbs bool    `yaml:"use_rollout_log_probs"`
 	Ref                string  `yaml:"ref"` // the ref_logprob stage whose log-probs the KL term uses
 	Old                string  `yaml:"old"` // the actor_logprob stage whose log-probs are l_old
