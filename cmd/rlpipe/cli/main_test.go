@@ -161,3 +161,32 @@ func TestReadmeRecipe(t *testing.T) {
 		t.Errorf("plan of the README's recipe: exit %d\n%s", code, out)
 	}
 }
+
+// TestReadmePlanOutput checks that the `rlpipe plan` output the README shows
+// is what rlpipe prints today.
+func TestReadmePlanOutput(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cmd = "$ rlpipe plan examples/qwen2.5-0.5b-grpo-1gpu.yaml\n"
+	_, rest, ok := strings.Cut(string(readme), cmd)
+	if !ok {
+		t.Fatalf("README does not show %q", cmd)
+	}
+	shown, _, _ := strings.Cut(rest, "```")
+	code, out, stderr := runCLI(t, "plan", filepath.Join("..", "..", "..", "examples", "qwen2.5-0.5b-grpo-1gpu.yaml"))
+	if code != exitOK {
+		t.Fatalf("plan exit %d: %s", code, stderr)
+	}
+	trim := func(s string) string {
+		lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+		return strings.Join(lines, "\n")
+	}
+	if trim(shown) != trim(out) {
+		t.Errorf("README's plan output is stale; rlpipe prints:\n%s", out)
+	}
+}
