@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-
 	"github.com/rlpipe/rlpipe/gpu"
 )
 
@@ -27,32 +25,8 @@ type gemmScratch struct {
 // Gemm computes c = alpha*op(a)@op(b) + beta*c.
 func (b *Backend) Gemm(c, a, bm gpu.Tensor, transA, transB bool, alpha, beta float32) error {
 	const op = "gemm"
-	for _, x := range []struct {
-		n string
-		t gpu.Tensor
-	}{{"c", c}, {"a", a}, {"b", bm}} {
-		if err := rank(op, x.n, x.t, 2); err != nil {
-			return err
-		}
-	}
-	m, k := a.Shape[0], a.Shape[1]
-	if transA {
-		m, k = k, m
-	}
-	k2, n := bm.Shape[0], bm.Shape[1]
-	if transB {
-		k2, n = n, k2
-	}
-	if k != k2 {
-		return fmt.Errorf("gemm: inner dimensions differ: op(a) is [%d %d], op(b) is [%d %d]", m, k, k2, n)
-	}
-	if err := need(op, "c", c, m, n); err != nil {
-		return err
-	}
-	if err := noAlias(op, "c", "a", c, a); err != nil {
-		return err
-	}
-	if err := noAlias(op, "c", "b", c, bm); err != nil {
+	m, n, _, err := gpu.GemmDims(c, a, bm, transA, transB)
+	if err != nil {
 		return err
 	}
 	cv, err := floatView(op, "c", c)

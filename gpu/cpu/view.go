@@ -135,56 +135,11 @@ func (v fview) set(i int, x float32) {
 	}
 }
 
-// shapeErr reports a shape mismatch.
-func shapeErr(op, name string, t gpu.Tensor, want ...int) error {
-	return fmt.Errorf("%s: %s has shape %v, want %v", op, name, t.Shape, want)
-}
-
-// need checks that t has exactly the given shape.
-func need(op, name string, t gpu.Tensor, want ...int) error {
-	if !gpu.SameShape(t.Shape, want) {
-		return shapeErr(op, name, t, want...)
-	}
-	return nil
-}
-
-// rank checks that t has r dimensions.
-func rank(op, name string, t gpu.Tensor, r int) error {
-	if t.Mem == nil {
-		return fmt.Errorf("%s: %s is missing", op, name)
-	}
-	if len(t.Shape) != r {
-		return fmt.Errorf("%s: %s must have %d dimensions, has shape %v", op, name, r, t.Shape)
-	}
-	return nil
-}
-
-// overlap reports whether the byte ranges of a and b intersect in the same
-// memory.
-func overlap(a, b gpu.Tensor) bool {
-	if a.Mem == nil || b.Mem == nil || a.Mem != b.Mem {
-		return false
-	}
-	return a.Off < b.Off+b.Bytes() && b.Off < a.Off+a.Bytes()
-}
-
-// same reports whether a and b are the same view.
-func same(a, b gpu.Tensor) bool {
-	return a.Mem == b.Mem && a.Off == b.Off && a.DType == b.DType && a.Numel() == b.Numel()
-}
-
-// aliasOK returns an error when out overlaps in without being the same view.
-func aliasOK(op, outName, inName string, out, in gpu.Tensor) error {
-	if overlap(out, in) && !same(out, in) {
-		return fmt.Errorf("%s: %s partially overlaps %s", op, outName, inName)
-	}
-	return nil
-}
-
-// noAlias returns an error when out overlaps in at all.
-func noAlias(op, outName, inName string, out, in gpu.Tensor) error {
-	if overlap(out, in) {
-		return fmt.Errorf("%s: %s must not overlap %s", op, outName, inName)
-	}
-	return nil
-}
+// The argument checks are the gpu package's, shared with every backend.
+var (
+	need    = gpu.CheckShape
+	rank    = gpu.CheckRank
+	overlap = gpu.Overlap
+	aliasOK = gpu.CheckAlias
+	noAlias = gpu.CheckNoAlias
+)

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
@@ -16,35 +15,10 @@ type lpArgs struct {
 
 func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperature float32, logits gpu.Tensor) (lpArgs, error) {
 	var a lpArgs
-	if err := rank(op, "h", h, 2); err != nil {
-		return a, err
-	}
-	if err := rank(op, "w", w, 2); err != nil {
-		return a, err
-	}
-	a.c, a.hd, a.v = h.Shape[0], h.Shape[1], w.Shape[0]
-	if err := need(op, "w", w, a.v, a.hd); err != nil {
-		return a, err
-	}
-	if err := need(op, "targets", targets, a.c); err != nil {
-		return a, err
-	}
-	if err := need(op, "logits", logits, a.c, a.v); err != nil {
-		return a, err
-	}
-	a.hasEntropy = !entropy.Empty()
-	if a.hasEntropy {
-		if err := need(op, "entropy", entropy, a.c); err != nil {
-			return a, err
-		}
-	}
-	if !(temperature > 0) || math.IsInf(float64(temperature), 0) {
-		return a, fmt.Errorf("%s: temperature %v must be positive and finite", op, temperature)
-	}
-	if err := noAliasAll(op, "logits", logits, named{"h", h}, named{"w", w}, named{"targets", targets}, named{"entropy", entropy}); err != nil {
-		return a, err
-	}
 	var err error
+	if a.c, a.hd, a.v, a.hasEntropy, err = gpu.LogProbsDims(op, entropy, h, w, targets, temperature, logits); err != nil {
+		return a, err
+	}
 	if a.h, err = b.faddr(op, "h", h); err != nil {
 		return a, err
 	}
