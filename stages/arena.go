@@ -22,7 +22,6 @@ type Arena struct {
 	byName map[string]*plan.Buffer
 	cur    int // current op index; -1 before the first op
 	used   map[*plan.Buffer]bool
-	inUse  int64
 	high   int64
 	highOp int
 }
@@ -78,7 +77,6 @@ func (a *Arena) account() {
 			n += b.Bytes
 		}
 	}
-	a.inUse = n
 	if n > a.high {
 		a.high, a.highOp = n, a.cur
 	}

@@ -39,7 +39,7 @@ func (r *Rank) shardTensors() []struct {
 				if buf == nil {
 					return
 				}
-				t, err := unitSection(buf, off, dt, u.ShardElems)
+				t, err := section(buf.t, off, dt, u.ShardElems)
 				if err == nil {
 					out = append(out, struct {
 						name string

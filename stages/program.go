@@ -139,11 +139,6 @@ func (st *ShardState) fp32Shard(buf *ref, u *Unit, s model.Slot) (gpu.Tensor, er
 	return section(buf.t, o.GradOff+s.ShardOffset*4, gpu.F32, s.ShardElems())
 }
 
-// unitSection is the view of unit u's whole section of a per-unit buffer.
-func unitSection(buf *ref, off int64, dt gpu.DType, elems int64) (gpu.Tensor, error) {
-	return section(buf.t, off, dt, elems)
-}
-
 // section views elems elements of dt at byte offset off of t's memory.
 func section(t gpu.Tensor, off int64, dt gpu.DType, elems int64) (gpu.Tensor, error) {
 	return gpu.NewTensor(t.Mem, t.Off+off, dt, int(elems))
@@ -308,11 +303,11 @@ func (s *UpdateRef) program(p *prog) {
 		from, to := p.r.Shards[s.From], p.r.Shards[s.To]
 		for i, u := range from.Units {
 			v := to.Units[i]
-			src, err := unitSection(from.Params, u.Off, u.Master, u.ShardElems)
+			src, err := section(from.Params.t, u.Off, u.Master, u.ShardElems)
 			if err != nil {
 				return err
 			}
-			dst, err := unitSection(to.Params, v.Off, v.Master, v.ShardElems)
+			dst, err := section(to.Params.t, v.Off, v.Master, v.ShardElems)
 			if err != nil {
 				return err
 			}

@@ -294,7 +294,7 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 		r, b := p.r, p.r.B
 		var sumsq float64
 		for _, u := range st.Units {
-			g, err := unitSection(st.Grads, u.GradOff, gpu.F32, u.ShardElems)
+			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
 			if err != nil {
 				return err
 			}
@@ -355,13 +355,13 @@ func adamw(p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64) er
 	b, tr := p.r.B, p.job.Spec.Train
 	views := make([]gpu.Tensor, 4)
 	for k, buf := range []*ref{st.Grads, st.AdamM, st.AdamV} {
-		v, err := unitSection(buf, u.GradOff, gpu.F32, u.ShardElems)
+		v, err := section(buf.t, u.GradOff, gpu.F32, u.ShardElems)
 		if err != nil {
 			return err
 		}
 		views[k] = v
 	}
-	pv, err := unitSection(st.Params, u.Off, u.Master, u.ShardElems)
+	pv, err := section(st.Params.t, u.Off, u.Master, u.ShardElems)
 	if err != nil {
 		return err
 	}
