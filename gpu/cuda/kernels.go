@@ -20,7 +20,9 @@ type kernelModule struct {
 	funcs []string
 }
 
-var kernelRE = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
+// kernelRE finds the kernels of a module: `extern "C" __global__ void`,
+// optionally `__launch_bounds__(...)`, then the name, across line breaks.
+var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(`)
 
 // modules lists the embedded kernel modules in name order.
 func modules() ([]kernelModule, error) {
