@@ -19,14 +19,14 @@ import (
 
 // Device memory outside the arena. The CUDA context and NCCL figures are
 // estimates of what the driver and libraries take on an H100 (context,
-// module images, cuBLASLt handle; NCCL's channels); the cuBLASLt workspace
-// and the device error flag are what the CUDA backend allocates itself at
-// start. The GPU test checks the NVML-measured process memory against
+// module images, cuBLASLt handle; NCCL's channels); the backend reserve is
+// what the CUDA backend allocates itself: the cuBLASLt workspace, the device
+// error flag and a 4 MiB reduction scratch for each of its two streams. The GPU test checks the NVML-measured process memory against
 // arena + reserves.
 const (
 	CUDAContextReserve = 768 << 20
 	NCCLReserve        = 512 << 20
-	BackendReserve     = 32<<20 + 4096
+	BackendReserve     = 32<<20 + 4096 + 2*(4<<20)
 )
 
 // Plan builds the per-device memory plan of the job: every stage in order
@@ -34,7 +34,7 @@ const (
 func Plan(j *Job) (*plan.Plan, error) {
 	b := plan.NewBuilder()
 	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt handle (estimate)"})
-	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace and error flag, allocated by the CUDA backend at start"})
+	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace, error flag and two streams' reduction scratch, allocated by the CUDA backend"})
 	if j.Spec.Mesh.WorldSize() > 1 {
 		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "NCCL channel buffers (estimate)"})
 	}

@@ -25,9 +25,10 @@ const (
 	// flagBytes holds the device error flag at the end of the internal
 	// allocation.
 	flagBytes = 256
-	// streamScratchBytes is each stream's own small device buffer for
-	// reduction partials (SumSquares).
-	streamScratchBytes = 16 << 10
+	// streamScratchBytes is each stream's own device buffer for reduction
+	// partials (SumSquares, RMSNorm's weight gradient). The memory plan's
+	// backend reserve counts it for two streams.
+	streamScratchBytes = 4 << 20
 	// sumPartials is the number of per-block partial sums SumSquares uses.
 	sumPartials = 1024
 )

@@ -309,19 +309,22 @@ func TestTransfers(t *testing.T) {
 func TestCopyFillZero(t *testing.T) {
 	e := newEnv(t)
 	types := append(append([]gpu.DType(nil), floatTypes...), gpu.I32)
-	for _, sdt := range types {
-		for _, ddt := range types {
-			gs, cs := e.alloc(sdt, 300, 7)
-			vals := e.randn(gs.Numel(), 1000, gpu.F32)
-			if sdt != gpu.I32 {
-				for i := range vals {
-					vals[i] = gpu.Round(sdt, vals[i]/100)
+	// 2100 elements take the scalar cast, 2104 the 8-wide one.
+	for _, n := range []int{2100, 2104} {
+		for _, sdt := range types {
+			for _, ddt := range types {
+				gs, cs := e.alloc(sdt, n)
+				vals := e.randn(gs.Numel(), 1000, gpu.F32)
+				if sdt != gpu.I32 {
+					for i := range vals {
+						vals[i] = gpu.Round(sdt, vals[i]/100)
+					}
 				}
+				e.set(gs, cs, vals)
+				gd, cd := e.out(ddt, n)
+				e.check("copy", e.g.Copy(gd, gs), e.c.Copy(cd, cs))
+				e.compare(fmt.Sprintf("copy %v->%v", sdt, ddt), gd, cd, 0)
 			}
-			e.set(gs, cs, vals)
-			gd, cd := e.out(ddt, 2100)
-			e.check("copy", e.g.Copy(gd, gs), e.c.Copy(cd, cs))
-			e.compare(fmt.Sprintf("copy %v->%v", sdt, ddt), gd, cd, 0)
 		}
 	}
 	// Pinned host memory on either side, with and without a cast.
@@ -383,47 +386,57 @@ func TestCopyFillZero(t *testing.T) {
 func TestElementwise(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range floatTypes {
-		for _, odt := range []gpu.DType{dt, gpu.F32} {
-			tol := tolFor(false, dt, odt)
-			shape := []int{129, 77}
-			ga, ca := e.in(dt, 1, shape...)
-			gb, cb := e.in(odt, 1, shape...)
-			gd, cd := e.out(odt, shape...)
-			e.check("add", e.g.Add(gd, ga, gb), e.c.Add(cd, ca, cb))
-			e.compare(fmt.Sprintf("add %v+%v->%v", dt, odt, odt), gd, cd, tol)
-			e.check("add in place", e.g.Add(gb, ga, gb), e.c.Add(cb, ca, cb))
-			e.compare("add in place "+odt.String(), gb, cb, tol)
-			e.check("scale", e.g.Scale(ga, 0.37), e.c.Scale(ca, 0.37))
-			e.compare("scale "+dt.String(), ga, ca, tol)
-			e.check("addscaled", e.g.AddScaled(gb, ga, -1.3), e.c.AddScaled(cb, ca, -1.3))
-			e.compare(fmt.Sprintf("addscaled %v+=%v", odt, dt), gb, cb, tol)
+		// {129,77} runs the scalar kernels, {129,80} the 8-wide ones.
+		for _, shape := range [][]int{{129, 77}, {129, 80}} {
+			for _, odt := range []gpu.DType{dt, gpu.F32} {
+				tol := tolFor(false, dt, odt)
+				ga, ca := e.in(dt, 1, shape...)
+				gb, cb := e.in(odt, 1, shape...)
+				gd, cd := e.out(odt, shape...)
+				e.check("add", e.g.Add(gd, ga, gb), e.c.Add(cd, ca, cb))
+				e.compare(fmt.Sprintf("add %v+%v->%v", dt, odt, odt), gd, cd, tol)
+				e.check("add in place", e.g.Add(gb, ga, gb), e.c.Add(cb, ca, cb))
+				e.compare("add in place "+odt.String(), gb, cb, tol)
+				e.check("scale", e.g.Scale(ga, 0.37), e.c.Scale(ca, 0.37))
+				e.compare("scale "+dt.String(), ga, ca, tol)
+				e.check("addscaled", e.g.AddScaled(gb, ga, -1.3), e.c.AddScaled(cb, ca, -1.3))
+				e.compare(fmt.Sprintf("addscaled %v+=%v", odt, dt), gb, cb, tol)
 
-			gg, cg := e.in(dt, 2, shape...)
-			gu, cu := e.in(dt, 1, shape...)
-			go_, co := e.out(odt, shape...)
-			e.check("swiglu", e.g.SwiGLU(go_, gg, gu), e.c.SwiGLU(co, cg, cu))
-			e.compare(fmt.Sprintf("swiglu %v->%v", dt, odt), go_, co, tol)
-			gdo, cdo := e.in(odt, 1, shape...)
-			gdg, cdg := e.out(dt, shape...)
-			gdu, cdu := e.out(odt, shape...)
-			e.check("swiglu backward", e.g.SwiGLUBackward(gdg, gdu, gdo, gg, gu), e.c.SwiGLUBackward(cdg, cdu, cdo, cg, cu))
-			e.compare("swiglu backward dGate "+dt.String(), gdg, cdg, tol)
-			e.compare("swiglu backward dUp "+dt.String(), gdu, cdu, tol)
-			// dGate aliasing dOut.
-			gdo2, cdo2 := e.in(dt, 1, shape...)
-			gdu2, cdu2 := e.out(dt, shape...)
-			e.check("swiglu backward in place", e.g.SwiGLUBackward(gdo2, gdu2, gdo2, gg, gu), e.c.SwiGLUBackward(cdo2, cdu2, cdo2, cg, cu))
-			e.compare("swiglu backward in place "+dt.String(), gdo2, cdo2, tol)
+				gg, cg := e.in(dt, 2, shape...)
+				gu, cu := e.in(dt, 1, shape...)
+				go_, co := e.out(odt, shape...)
+				e.check("swiglu", e.g.SwiGLU(go_, gg, gu), e.c.SwiGLU(co, cg, cu))
+				e.compare(fmt.Sprintf("swiglu %v->%v", dt, odt), go_, co, tol)
+				gdo, cdo := e.in(odt, 1, shape...)
+				gdg, cdg := e.out(dt, shape...)
+				gdu, cdu := e.out(odt, shape...)
+				e.check("swiglu backward", e.g.SwiGLUBackward(gdg, gdu, gdo, gg, gu), e.c.SwiGLUBackward(cdg, cdu, cdo, cg, cu))
+				e.compare("swiglu backward dGate "+dt.String(), gdg, cdg, tol)
+				e.compare("swiglu backward dUp "+dt.String(), gdu, cdu, tol)
+				// dGate aliasing dOut.
+				gdo2, cdo2 := e.in(dt, 1, shape...)
+				gdu2, cdu2 := e.out(dt, shape...)
+				e.check("swiglu backward in place", e.g.SwiGLUBackward(gdo2, gdu2, gdo2, gg, gu), e.c.SwiGLUBackward(cdo2, cdu2, cdo2, cg, cu))
+				e.compare("swiglu backward in place "+dt.String(), gdo2, cdo2, tol)
 
-			gy, cy := e.in(dt, 1, shape...)
-			gbias, cbias := e.in(odt, 1, shape[1])
-			e.check("addbias", e.g.AddBias(gy, gbias), e.c.AddBias(cy, cbias))
-			e.compare(fmt.Sprintf("addbias %v+%v", dt, odt), gy, cy, tol)
-			gdb, cdb := e.in(odt, 1, shape[1])
-			e.check("biasgrad", e.g.BiasGrad(gdb, gy), e.c.BiasGrad(cdb, cy))
-			e.compare(fmt.Sprintf("biasgrad %v<-%v", odt, dt), gdb, cdb, tol)
+				gy, cy := e.in(dt, 1, shape...)
+				gbias, cbias := e.in(odt, 1, shape[1])
+				e.check("addbias", e.g.AddBias(gy, gbias), e.c.AddBias(cy, cbias))
+				e.compare(fmt.Sprintf("addbias %v+%v", dt, odt), gy, cy, tol)
+				gdb, cdb := e.in(odt, 1, shape[1])
+				e.check("biasgrad", e.g.BiasGrad(gdb, gy), e.c.BiasGrad(cdb, cy))
+				e.compare(fmt.Sprintf("biasgrad %v<-%v", odt, dt), gdb, cdb, tol)
+			}
 		}
 	}
+	// A view 4 elements into its buffer is not 16-byte aligned for 16-bit
+	// dtypes: the scalar kernels run though n is a multiple of 8.
+	gbig, cbig := e.in(gpu.BF16, 1, 1032)
+	gv, _ := gbig.Flat(4, 1028)
+	cv, _ := cbig.Flat(4, 1028)
+	gw, cw := e.in(gpu.BF16, 1, 1024)
+	e.check("add unaligned", e.g.Add(gv, gv, gw), e.c.Add(cv, cv, cw))
+	e.compare("add unaligned view", gbig, cbig, tolFor(false, gpu.BF16))
 }
 
 func TestAdamWAndSumSquares(t *testing.T) {
@@ -497,8 +510,11 @@ func TestEmbedding(t *testing.T) {
 func TestRMSNorm(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range floatTypes {
-		for _, h := range []int{64, 1000} {
-			rows := 67
+		// h 36 and 9000 take the scalar kernels; 64, 1000 and 1536 the 8-wide
+		// ones with one column group per thread, 5120 with two. 700 rows of
+		// 1536 spread over a few hundred blocks whose dw sums are reduced.
+		for _, c := range []struct{ rows, h int }{{67, 64}, {67, 1000}, {67, 36}, {700, 1536}, {67, 5120}, {5, 9000}} {
+			rows, h := c.rows, c.h
 			tol := tolFor(false, dt)
 			gx, cx := e.in(dt, 2, rows, h)
 			gw, cw := e.in(dt, 1, h)

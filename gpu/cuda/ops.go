@@ -48,6 +48,34 @@ func cols32(name string, n int64, args *kargs) launch {
 	return launch{name: name, gx: uint32((n + 31) / 32), gy: 1, gz: 1, bx: 32, by: 8, bz: 1, args: args}
 }
 
+// vec8 reports whether an elementwise kernel over n elements can take its
+// *8 variant: n a multiple of 8 and every operand 16-byte aligned (the
+// callers have checked that the dtypes are float dtypes).
+func vec8(n int64, as ...uint64) bool {
+	if n%8 != 0 {
+		return false
+	}
+	for _, a := range as {
+		if a%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// flat8 is flat1 for a *8 kernel: 256-thread blocks over n/8 groups.
+func (b *Backend) flat8(name string, n int64, args *kargs) launch {
+	return launch{name: name + "8", gx: b.d.gridFor(n / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: args}
+}
+
+// flat picks flat8 when vec8 allows it, else flat1.
+func (b *Backend) flat(name string, n int64, as []uint64, args *kargs) launch {
+	if vec8(n, as...) {
+		return b.flat8(name, n, args)
+	}
+	return b.flat1(name, n, args)
+}
+
 // Embedding gathers rows of table by ids. An id outside [0,V) is detected on
 // the device: its row is zero-filled and the next Sync returns an error.
 func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
@@ -168,8 +196,11 @@ func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	return b.issue(rows1("k_rmsnorm", int64(t), new(kargs).u64(da).dt(dst.DType).u64(ra).u64(xa).dt(x.DType).
-		u64(wa).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)))
+	args := new(kargs).u64(da).dt(dst.DType).u64(ra).u64(xa).dt(x.DType).u64(wa).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)
+	if vec8(int64(h), da, xa, wa) {
+		return b.issue(launch{name: "k_rmsnorm8", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: groupBlock(int64(h)/8, 1024), by: 1, bz: 1, args: args})
+	}
+	return b.issue(rows1("k_rmsnorm", int64(t), args))
 }
 
 // RMSNormBackward computes dx and accumulates dw (float64 column sums over
@@ -224,12 +255,17 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
-	var ls []launch
+	var dwa uint64
 	if withDW {
-		dwa, err := b.faddr(op, "dw", dw)
-		if err != nil {
+		if dwa, err = b.faddr(op, "dw", dw); err != nil {
 			return err
 		}
+	}
+	if vec8(int64(h), dxa, dya, xa, wa) && int64(h)/8 <= 2*maxRowBlock {
+		return b.rmsnormBackward8(dx, dw, dy, x, w, dxa, dwa, dya, xa, wa, ra, int64(t), int64(h))
+	}
+	var ls []launch
+	if withDW {
 		// dw first: dx may overwrite dy.
 		ls = append(ls, cols32("k_rmsnorm_dw", int64(h), new(kargs).u64(dwa).dt(dw.DType).u64(dya).dt(dy.DType).
 			u64(xa).dt(x.DType).u64(ra).i64(int64(t)).i64(int64(h))))
@@ -260,7 +296,11 @@ func (b *Backend) AddBias(y, bias gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
-	return b.issue(b.flat1("k_addbias", int64(t)*int64(n), new(kargs).u64(ya).dt(y.DType).u64(ba).dt(bias.DType).i64(int64(t)).i64(int64(n))))
+	args := new(kargs).u64(ya).dt(y.DType).u64(ba).dt(bias.DType).i64(int64(t)).i64(int64(n))
+	if vec8(int64(n), ya, ba) {
+		return b.issue(b.flat8("k_addbias", int64(t)*int64(n), args))
+	}
+	return b.issue(b.flat1("k_addbias", int64(t)*int64(n), args))
 }
 
 // BiasGrad accumulates the column sums of dy [T,N] into db [N].
@@ -352,7 +392,7 @@ func (b *Backend) SwiGLU(out, gate, up gpu.Tensor) error {
 		return err
 	}
 	n := int64(out.Numel())
-	return b.issue(b.flat1("k_swiglu", n, new(kargs).u64(as[0]).dt(out.DType).u64(as[1]).dt(gate.DType).u64(as[2]).dt(up.DType).i64(n)))
+	return b.issue(b.flat("k_swiglu", n, as, new(kargs).u64(as[0]).dt(out.DType).u64(as[1]).dt(gate.DType).u64(as[2]).dt(up.DType).i64(n)))
 }
 
 // SwiGLUBackward computes dGate and dUp.
@@ -377,7 +417,7 @@ func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up gpu.Tensor) error {
 		}
 	}
 	n := int64(dGate.Numel())
-	return b.issue(b.flat1("k_swiglu_bwd", n, new(kargs).u64(as[0]).dt(dGate.DType).u64(as[1]).dt(dUp.DType).
+	return b.issue(b.flat("k_swiglu_bwd", n, as, new(kargs).u64(as[0]).dt(dGate.DType).u64(as[1]).dt(dUp.DType).
 		u64(as[2]).dt(dOut.DType).u64(as[3]).dt(gate.DType).u64(as[4]).dt(up.DType).i64(n)))
 }
 
@@ -395,7 +435,7 @@ func (b *Backend) Add(dst, x, y gpu.Tensor) error {
 		return err
 	}
 	n := int64(dst.Numel())
-	return b.issue(b.flat1("k_add", n, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).u64(as[2]).dt(y.DType).i64(n)))
+	return b.issue(b.flat("k_add", n, as, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).u64(as[2]).dt(y.DType).i64(n)))
 }
 
 // Scale computes x *= s.
@@ -405,7 +445,7 @@ func (b *Backend) Scale(x gpu.Tensor, s float32) error {
 		return err
 	}
 	n := int64(x.Numel())
-	return b.issue(b.flat1("k_scale", n, new(kargs).u64(as[0]).dt(x.DType).i64(n).f32(s)))
+	return b.issue(b.flat("k_scale", n, as, new(kargs).u64(as[0]).dt(x.DType).i64(n).f32(s)))
 }
 
 // AddScaled computes dst += s*x.
@@ -419,7 +459,7 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 		return err
 	}
 	n := int64(dst.Numel())
-	return b.issue(b.flat1("k_addscaled", n, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).i64(n).f32(s)))
+	return b.issue(b.flat("k_addscaled", n, as, new(kargs).u64(as[0]).dt(dst.DType).u64(as[1]).dt(x.DType).i64(n).f32(s)))
 }
 
 // AdamW performs one torch.optim.AdamW step with the CPU backend's float32
@@ -504,4 +544,53 @@ func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
 		u |= uint64(out[i]) << (8 * i)
 	}
 	return math.Float64frombits(u), nil
+}
+
+// maxRowBlock is the largest block the *8 row kernels use for one row's
+// column groups (k_rmsnorm_bwd8_* are compiled for at most 512 threads).
+const maxRowBlock = 512
+
+// groupBlock returns a block size for ng column groups: a multiple of 32,
+// at least 32 and at most limit, covering ng in one pass when it can.
+func groupBlock(ng int64, limit int64) uint32 {
+	n := min(max((ng+31)/32*32, 32), limit)
+	return uint32(n)
+}
+
+// rmsnormBackward8 is RMSNormBackward through k_rmsnorm_bwd8_K: each block
+// takes a contiguous run of rows, computes their dx and, with dw, its own
+// float64 column sums into the stream's scratch; k_rmsnorm_dw_reduce then
+// adds the blocks' sums in a fixed order. Threads own K = 1 or 2 groups of
+// 8 columns, so h/8 may be up to 2*maxRowBlock.
+func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, xa, wa, ra uint64, t, h int64) error {
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	if t == 0 || h == 0 {
+		return nil
+	}
+	ng := h / 8
+	k := int64(1)
+	if ng > maxRowBlock {
+		k = 2
+	}
+	bx := groupBlock((ng+k-1)/k, maxRowBlock)
+	blocks := int64(max(b.d.info.SMs, 1)) * 4
+	var part uint64
+	if dw.Mem != nil {
+		// One float64 row of h partial sums per block must fit the scratch.
+		blocks = min(blocks, streamScratchBytes/(8*h))
+		part = uint64(s.scratch)
+	}
+	blocks = max(min(blocks, t), 1)
+	rpb := (t + blocks - 1) / blocks
+	blocks = (t + rpb - 1) / rpb
+	ls := []launch{{name: fmt.Sprintf("k_rmsnorm_bwd8_%d", k), gx: uint32(blocks), gy: 1, gz: 1, bx: bx, by: 1, bz: 1,
+		args: new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).
+			i64(t).i64(h).i64(rpb).u64(part)}}
+	if dw.Mem != nil {
+		ls = append(ls, cols32("k_rmsnorm_dw_reduce", h, new(kargs).u64(dwa).dt(dw.DType).u64(part).i64(blocks).i64(h)))
+	}
+	return b.issue(ls...)
 }

@@ -90,6 +90,8 @@ func TestPerf(t *testing.T) {
 	up := ten(gpu.BF16, T, I)
 	np := 50_000_000
 	p, g, m, vv := ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np)
+	pb := ten(gpu.BF16, np)
+	nwg := ten(gpu.F32, H)
 	if err := b.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +166,11 @@ func TestPerf(t *testing.T) {
 		{"rmsnorm bwd 8192x1536 bf16", 0, 3 * 2 * T * H, func() error {
 			return b.RMSNormBackward(dx, gpu.Tensor{}, dx, x, nw, rstd)
 		}},
+		{"rmsnorm bwd 8192x1536 bf16 +dw f32", 0, 3 * 2 * T * H, func() error {
+			return b.RMSNormBackward(dx, nwg, dx, x, nw, rstd)
+		}},
+		{"add 8192x1536 bf16", 0, 3 * 2 * T * H, func() error { return b.Add(dx, dx, x) }},
+		{"cast 50M f32->bf16", 0, 6 * float64(np), func() error { return b.Copy(pb, p) }},
 		{"swiglu fwd 8192x8960 bf16", 0, 3 * 2 * T * I, func() error { return b.SwiGLU(y, gate, up) }},
 		{"swiglu bwd 8192x8960 bf16", 0, 5 * 2 * T * I, func() error { return b.SwiGLUBackward(y, du, y, gate, up) }},
 		{"rope fwd 8192x12x128 bf16", 0, 2 * 2 * T * Hq * D, func() error { return b.RoPE(q, ids, 1e6, nil) }},

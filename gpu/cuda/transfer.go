@@ -221,8 +221,11 @@ func (b *Backend) Copy(dst, src gpu.Tensor) error {
 			return cuErr("cuMemcpyAsync", C.cuMemcpyAsync_(C.CUdeviceptr(da), C.CUdeviceptr(sa), C.size_t(dst.Bytes()), C.uint64_t(s.h)))
 		})
 	}
-	return b.issue(launch{name: "k_cast", gx: b.d.gridFor(n), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
-		args: new(kargs).u64(da).dt(dst.DType).u64(sa).dt(src.DType).i64(n)})
+	args := new(kargs).u64(da).dt(dst.DType).u64(sa).dt(src.DType).i64(n)
+	if dst.DType.IsFloat() && src.DType.IsFloat() {
+		return b.issue(b.flat("k_cast", n, []uint64{da, sa}, args))
+	}
+	return b.issue(b.flat1("k_cast", n, args))
 }
 
 // fillBits fills n 16- or 32-bit words at a with v.

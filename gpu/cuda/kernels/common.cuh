@@ -63,6 +63,45 @@ __device__ __forceinline__ float rnd(int dt, float v) {
   return v;
 }
 
+// ld8 loads the 8 elements p[i..i+8) as floats: one 16-byte load for a
+// 16-bit dtype, two for float32. i must be a multiple of 8 and p 16-byte
+// aligned; dt is a float dtype (the Go side checks both).
+__device__ __forceinline__ void ld8(const void* p, int dt, i64 i, float* v) {
+  if (dt == DT_F32) {
+    const float4* q = (const float4*)p + i / 4;
+    float4 a = q[0], b = q[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
+  }
+  uint4 u = ((const uint4*)p)[i / 8];
+  u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    u16 lo = (u16)(w[k] & 0xffffu), hi = (u16)(w[k] >> 16);
+    v[2 * k] = dt == DT_BF16 ? bf2f(lo) : h2f(lo);
+    v[2 * k + 1] = dt == DT_BF16 ? bf2f(hi) : h2f(hi);
+  }
+}
+// st8 stores 8 floats rounded to dt at p[i..i+8), with the alignment rules
+// of ld8.
+__device__ __forceinline__ void st8(void* p, int dt, i64 i, const float* v) {
+  if (dt == DT_F32) {
+    float4* q = (float4*)p + i / 4;
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+  u32 w[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    u16 lo = dt == DT_BF16 ? f2bf(v[2 * k]) : f2h(v[2 * k]);
+    u16 hi = dt == DT_BF16 ? f2bf(v[2 * k + 1]) : f2h(v[2 * k + 1]);
+    w[k] = (u32)lo | ((u32)hi << 16);
+  }
+  ((uint4*)p)[i / 8] = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -112,3 +151,8 @@ __device__ double block_max_d(double v, double* sh) {
 
 #define GRID_STRIDE(i, n) \
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// GRID_STRIDE8 walks the 8-element groups of n elements (n a multiple of 8):
+// i is the index of each group's first element.
+#define GRID_STRIDE8(i, n)                                                                          \
+  for (i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < (n); i += (i64)gridDim.x * blockDim.x * 8)

@@ -68,6 +68,140 @@ extern "C" __global__ void k_rmsnorm_dw(void* dw, int dtdw, const void* dy, int 
   }
 }
 
+// The *8 RMSNorm kernels below compute the same float64 quantities as the
+// kernels above on 8-column groups with 16-byte loads. The Go side uses them
+// when h is a multiple of 8, the operands are 16-byte aligned and every
+// dtype is a float dtype; blockDim.x is a multiple of 32.
+
+// k_rmsnorm8: one block per row (grid-striding), threads over the row's
+// 8-column groups.
+extern "C" __global__ void __launch_bounds__(1024) k_rmsnorm8(void* dst, int dtd, float* rstd, const void* x, int dtx,
+                                                              const void* w, int dtw, i64 rows, i64 h, float eps) {
+  __shared__ double sh[33];
+  i64 ng = h / 8;
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    double ss = 0.0;
+    for (i64 g = threadIdx.x; g < ng; g += blockDim.x) {
+      float v[8];
+      ld8(x, dtx, r * h + g * 8, v);
+#pragma unroll
+      for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
+    }
+    ss = block_sum_d(ss, sh);
+    double mean = h > 0 ? ss / (double)h : 0.0;
+    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    if (threadIdx.x == 0) rstd[r] = rv;
+    for (i64 g = threadIdx.x; g < ng; g += blockDim.x) {
+      float v[8], wv[8];
+      ld8(x, dtx, r * h + g * 8, v);
+      ld8(w, dtw, g * 8, wv);
+#pragma unroll
+      for (int k = 0; k < 8; k++) v[k] = wv[k] * rnd(dtx, v[k] * rv);
+      st8(dst, dtd, r * h + g * 8, v);
+    }
+    __syncthreads();
+  }
+}
+
+// rmsnorm_bwd8 is RMSNorm's backward over the rows [b*rpb, (b+1)*rpb) of
+// block b. Thread t owns the K column groups t + k*blockDim.x, holds their
+// weights and, when partial is not null, its float64 sums of dy*x*rstd over
+// the block's rows, written at the end to partial[b*h + column]. Each
+// thread reads its dy before writing dx, so dx may be dy.
+template <int K>
+__device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx, const void* w,
+                             int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial) {
+  __shared__ double sh[33];
+  i64 ng = h / 8;
+  float wf[K][8];
+  double acc[K][8];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    i64 g = threadIdx.x + (i64)k * blockDim.x;
+    if (g < ng) ld8(w, dtw, g * 8, wf[k]);
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[k][e] = 0.0;
+  }
+  i64 r0 = (i64)blockIdx.x * rpb, r1 = min(rows, r0 + rpb);
+  for (i64 r = r0; r < r1; r++) {
+    double rv = (double)rstd[r];
+    float xv[K][8], gv[K][8];
+    double dot = 0.0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      i64 g = threadIdx.x + (i64)k * blockDim.x;
+      if (g < ng) {
+        ld8(x, dtx, r * h + g * 8, xv[k]);
+        ld8(dy, dtdy, r * h + g * 8, gv[k]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          double xn = (double)xv[k][e] * rv;
+          double gw = (double)gv[k][e] * (double)wf[k][e];
+          dot += gw * xn;
+          acc[k][e] += (double)gv[k][e] * xn;
+        }
+      }
+    }
+    dot = block_sum_d(dot, sh);
+    if (h > 0) dot /= (double)h;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      i64 g = threadIdx.x + (i64)k * blockDim.x;
+      if (g < ng) {
+        float o[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          double xn = (double)xv[k][e] * rv;
+          double gw = (double)gv[k][e] * (double)wf[k][e];
+          o[e] = (float)(rv * (gw - xn * dot));
+        }
+        st8(dx, dtdx, r * h + g * 8, o);
+      }
+    }
+  }
+  if (partial == 0) return;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    i64 g = threadIdx.x + (i64)k * blockDim.x;
+    if (g < ng)
+#pragma unroll
+      for (int e = 0; e < 8; e++) partial[(i64)blockIdx.x * h + g * 8 + e] = acc[k][e];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_1(void* dx, int dtdx, const void* dy, int dtdy,
+                                                                   const void* x, int dtx, const void* w, int dtw,
+                                                                   const float* rstd, i64 rows, i64 h, i64 rpb,
+                                                                   double* partial) {
+  rmsnorm_bwd8<1>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial);
+}
+
+extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_2(void* dx, int dtdx, const void* dy, int dtdy,
+                                                                   const void* x, int dtx, const void* w, int dtw,
+                                                                   const float* rstd, i64 rows, i64 h, i64 rpb,
+                                                                   double* partial) {
+  rmsnorm_bwd8<2>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial);
+}
+
+// k_rmsnorm_dw_reduce adds the nb per-block partial sums of each column of
+// partial [nb,h] in a fixed order and accumulates them into dw:
+// dw = float(double(dw) + sum). Block (32,8): 32 columns, 8 lanes over the
+// partials reduced in a fixed order.
+extern "C" __global__ void k_rmsnorm_dw_reduce(void* dw, int dtdw, const double* partial, i64 nb, i64 h) {
+  __shared__ double sh[8][33];
+  i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
+  double s = 0.0;
+  if (col < h)
+    for (i64 b = threadIdx.y; b < nb; b += 8) s += partial[b * h + col];
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < h) {
+    double t = 0.0;
+    for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+    stf(dw, dtdw, col, (float)((double)ldf(dw, dtdw, col) + t));
+  }
+}
+
 // InvFreq carries the rotary inverse frequencies by value in the kernel
 // parameters (head dims up to 512).
 struct InvFreq {

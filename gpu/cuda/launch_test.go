@@ -1,0 +1,70 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+)
+
+// The choice between the scalar and the 8-wide kernels needs no GPU.
+func TestVec8(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		as   []uint64
+		want bool
+	}{
+		{16, []uint64{0x1000, 0x2000}, true},
+		{0, []uint64{0x1000}, true},
+		{12, []uint64{0x1000}, false},
+		{16, []uint64{0x1000, 0x2008}, false},
+		{16, []uint64{0x1004}, false},
+		{8, nil, true},
+	} {
+		if got := vec8(c.n, c.as...); got != c.want {
+			t.Errorf("vec8(%d, %#x) = %v, want %v", c.n, c.as, got, c.want)
+		}
+	}
+}
+
+func TestGroupBlock(t *testing.T) {
+	for _, c := range []struct {
+		ng, limit int64
+		want      uint32
+	}{
+		{1, 512, 32}, {112, 512, 128}, {192, 512, 192}, {512, 512, 512}, {640, 512, 512}, {1125, 1024, 1024},
+	} {
+		if got := groupBlock(c.ng, c.limit); got != c.want {
+			t.Errorf("groupBlock(%d, %d) = %d, want %d", c.ng, c.limit, got, c.want)
+		}
+	}
+}
+
+// Every __global__ function of every module must be found by name (the
+// driver looks each one up when the module loads), and no name may be a
+// keyword the pattern swallowed.
+func TestKernelNames(t *testing.T) {
+	mods, err := modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, m := range mods {
+		src := m.src[strings.Index(m.src, "#line 1"):]
+		if n := strings.Count(src, "__global__"); n != len(m.funcs) {
+			t.Errorf("%s: %d __global__ functions, %d kernel names found: %v", m.name, n, len(m.funcs), m.funcs)
+		}
+		for _, f := range m.funcs {
+			if strings.HasPrefix(f, "__") || !strings.HasPrefix(f, "k_") {
+				t.Errorf("%s: kernel name %q", m.name, f)
+			}
+			if o, dup := seen[f]; dup {
+				t.Errorf("kernel %s is in both %s and %s", f, o, m.name)
+			}
+			seen[f] = m.name
+		}
+	}
+	for _, f := range []string{"k_lp_bwd", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
+		if seen[f] == "" {
+			t.Errorf("kernel %s not found", f)
+		}
+	}
+}
