@@ -1,56 +1,224 @@
 // Per-row softmax statistics of the logits workspace for LogProbs and its
 // backward, in float64 like the CPU reference. One block per row.
+//
+// A logits row is V float32 values (151936 for Qwen-sized vocabularies, about
+// 600 KB), and the rows that the resident blocks work on do not fit in L2
+// together, so every pass over a row is a pass over HBM. The statistics are
+// therefore computed online in a single pass: each thread keeps a running
+// max and sums relative to it, rescaling them when the max grows, and the
+// threads' states are then merged across the block in a fixed order.
 
 struct RowStats {
   double lseZ, lseU, meanU;
 };
 
-// row_stats computes, for the tempered logits z = l/temp, their log-sum-exp
-// and, when ent is set, the log-sum-exp and mean of the entropy's logits u
-// (z when tempered or temp == 1, else the raw logits).
-__device__ RowStats row_stats(const float* l, i64 v, float temp, int tempered, bool ent, double* sh) {
+// Online is a running softmax state over values x: m = max x, s = Σ exp(x−m)
+// and t = Σ exp(x−m)·x. The empty state is m = -inf, s = t = 0. A value of
+// -inf contributes nothing to s or t (its weight is exactly zero), and m
+// stays -inf only while every value seen is -inf or NaN, so exp is never
+// asked for exp(-inf - -inf). A NaN value never raises m but makes s and t
+// NaN, as it makes the two-pass sums NaN.
+struct Online {
+  double m, s, t;
+};
+
+__device__ __forceinline__ Online on_empty() {
+  Online a;
+  a.m = -D_INF;
+  a.s = 0.0;
+  a.t = 0.0;
+  return a;
+}
+
+// on_raise raises a's max to mx when mx is larger, rescaling s and t by
+// exp(m_old − mx). When m_old is -inf, s and t are zero (or NaN) and the
+// factor exp(-inf) is exactly zero, so no guard is needed here.
+template <bool T>
+__device__ __forceinline__ void on_raise(Online& a, double mx) {
+  if (mx > a.m) {
+    double c = exp(a.m - mx);
+    a.s *= c;
+    if (T) a.t *= c;
+    a.m = mx;
+  }
+}
+
+// on_add adds x, which must not exceed a.m unless it is NaN, to a's sums.
+// When T is false the sum t is not kept.
+template <bool T>
+__device__ __forceinline__ void on_add(Online& a, double x) {
+  if (x != -D_INF) {
+    double e = exp(x - a.m);
+    a.s += e;
+    if (T) a.t += e * x;
+  }
+}
+
+// on_merge returns the state of the union of the values of a and b. The
+// kernels are compiled with --fmad=false, so the result does not depend on
+// the order of a and b.
+template <bool T>
+__device__ __forceinline__ Online on_merge(Online a, Online b) {
+  Online r;
+  r.m = fmax(a.m, b.m);
+  if (r.m == -D_INF) {
+    r.s = a.s + b.s;
+    r.t = T ? a.t + b.t : 0.0;
+    return r;
+  }
+  double ca = exp(a.m - r.m), cb = exp(b.m - r.m);
+  r.s = a.s * ca + b.s * cb;
+  r.t = T ? a.t * ca + b.t * cb : 0.0;
+  return r;
+}
+
+// warp_merge merges the states of the 32 lanes of a warp by xor shuffles
+// and returns the result to every lane.
+template <bool T>
+__device__ __forceinline__ Online warp_merge(Online a) {
+  for (int o = 16; o > 0; o >>= 1) {
+    Online b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+    b.t = T ? __shfl_xor_sync(0xffffffffu, a.t, o) : 0.0;
+    a = on_merge<T>(a, b);
+  }
+  return a;
+}
+
+// The three kinds of row statistics: the log-sum-exp of z = l/temp only
+// (LP_LSE); also the mean of z under softmax(z), for an entropy of the
+// tempered logits (LP_ENT_Z); or also the log-sum-exp and mean of the raw
+// logits u = l, for an untempered entropy with temp != 1 (LP_ENT_U).
+#define LP_LSE 0
+#define LP_ENT_Z 1
+#define LP_ENT_U 2
+
+// block_merge merges the threads' states a (of z) and, for LP_ENT_U, b (of
+// u) over the block and returns the result to every thread, in a fixed order
+// like block_sum_d: lanes within each warp, then the warps' results within
+// warp 0. sh must hold 6*33 doubles; blockDim.x must be a multiple of 32.
+template <int MODE>
+__device__ void block_merge(Online& a, Online& b, double* sh) {
+  const bool ta = MODE == LP_ENT_Z, two = MODE == LP_ENT_U;
+  int w = threadIdx.x >> 5, ln = threadIdx.x & 31, nw = blockDim.x >> 5;
+  a = warp_merge<ta>(a);
+  if (two) b = warp_merge<true>(b);
+  // The barrier lets every thread finish reading sh from the previous row
+  // before it is overwritten.
+  __syncthreads();
+  if (ln == 0) {
+    double* p = sh + 6 * w;
+    p[0] = a.m, p[1] = a.s, p[2] = a.t;
+    if (two) p[3] = b.m, p[4] = b.s, p[5] = b.t;
+  }
+  __syncthreads();
+  if (w == 0) {
+    Online x = on_empty(), y = on_empty();
+    if (ln < nw) {
+      const double* p = sh + 6 * ln;
+      x.m = p[0], x.s = p[1], x.t = p[2];
+      if (two) y.m = p[3], y.s = p[4], y.t = p[5];
+    }
+    x = warp_merge<ta>(x);
+    if (two) y = warp_merge<true>(y);
+    if (ln == 0) {
+      double* p = sh + 6 * 32;
+      p[0] = x.m, p[1] = x.s, p[2] = x.t;
+      if (two) p[3] = y.m, p[4] = y.s, p[5] = y.t;
+    }
+  }
+  __syncthreads();
+  const double* p = sh + 6 * 32;
+  a.m = p[0], a.s = p[1], a.t = p[2];
+  if (two) b.m = p[3], b.s = p[4], b.t = p[5];
+}
+
+// lp_step adds n (1 or 4) consecutive logits x to a thread's states: z =
+// x/temp, computed in float32 and then widened as in the CPU reference, to
+// a, and for LP_ENT_U the raw logit to b. The max is raised once for the n
+// values, so that a row costs one exp per value and state. The maxima are
+// taken in float32, which gives the same value as in float64 because
+// widening is exact and monotonic, and the values are kept as float32 until
+// they are used, which saves registers.
+template <int MODE, int N>
+__device__ __forceinline__ void lp_step(Online& a, Online& b, const float* x, float temp) {
+  const bool ta = MODE == LP_ENT_Z;
+  float z[N];
+  float mz = -F_INF;
+#pragma unroll
+  for (int k = 0; k < N; k++) {
+    z[k] = x[k] / temp;
+    mz = fmaxf(mz, z[k]);
+  }
+  on_raise<ta>(a, (double)mz);
+#pragma unroll
+  for (int k = 0; k < N; k++) on_add<ta>(a, (double)z[k]);
+  if (MODE == LP_ENT_U) {
+    float mu = -F_INF;
+#pragma unroll
+    for (int k = 0; k < N; k++) mu = fmaxf(mu, x[k]);
+    on_raise<true>(b, (double)mu);
+#pragma unroll
+    for (int k = 0; k < N; k++) on_add<true>(b, (double)x[k]);
+  }
+}
+
+// row_stats_m reads row l once. The row starts at an arbitrary multiple of
+// 4 bytes (rows are v floats apart and v may be odd), so the values before
+// the first 16-byte boundary (the head, at most 3) and after the last whole
+// float4 (the tail, at most 3) are read as scalars and the rest as float4,
+// with consecutive threads on consecutive float4s. Each value is read by a
+// thread fixed by v and the row's alignment, so the result does not depend
+// on timing.
+template <int MODE>
+__device__ RowStats row_stats_m(const float* l, i64 v, float temp, double* sh) {
+  Online a = on_empty(), b = on_empty();
+  unsigned long long addr = (unsigned long long)l;
+  i64 head = v;
+  if ((addr & 3) == 0) {
+    head = (i64)(((16 - (addr & 15)) & 15) >> 2);
+    if (head > v) head = v;
+  }
+  i64 n4 = (v - head) >> 2;
+  for (i64 j = threadIdx.x; j < head; j += blockDim.x) lp_step<MODE, 1>(a, b, l + j, temp);
+  const float4* l4 = (const float4*)(l + head);
+  for (i64 i = threadIdx.x; i < n4; i += blockDim.x) {
+    float4 q = l4[i];
+    float x[4] = {q.x, q.y, q.z, q.w};
+    lp_step<MODE, 4>(a, b, x, temp);
+  }
+  for (i64 j = head + 4 * n4 + threadIdx.x; j < v; j += blockDim.x) lp_step<MODE, 1>(a, b, l + j, temp);
+  block_merge<MODE>(a, b, sh);
+  // With every logit -inf (or v == 0), s is 0 and lseZ is -inf.
   RowStats st;
-  double mz = -D_INF;
-  for (i64 j = threadIdx.x; j < v; j += blockDim.x) mz = fmax(mz, (double)(l[j] / temp));
-  mz = block_max_d(mz, sh);
-  double s = 0.0;
-  for (i64 j = threadIdx.x; j < v; j += blockDim.x) s += exp((double)(l[j] / temp) - mz);
-  s = block_sum_d(s, sh);
-  st.lseZ = mz + log(s);
+  st.lseZ = a.m + log(a.s);
   st.lseU = st.lseZ;
   st.meanU = 0.0;
-  if (!ent) return st;
-  if (tempered || temp == 1.0f) {
-    double e = 0.0;
-    for (i64 j = threadIdx.x; j < v; j += blockDim.x) {
-      double z = (double)(l[j] / temp);
-      e += exp(z - st.lseZ) * z;
-    }
-    st.meanU = block_sum_d(e, sh);
-    return st;
+  if (MODE == LP_ENT_Z) st.meanU = a.t / a.s;
+  if (MODE == LP_ENT_U) {
+    st.lseU = b.m + log(b.s);
+    st.meanU = b.t / b.s;
   }
-  double mu = -D_INF;
-  for (i64 j = threadIdx.x; j < v; j += blockDim.x) mu = fmax(mu, (double)l[j]);
-  mu = block_max_d(mu, sh);
-  double s2 = 0.0, e2 = 0.0;
-  for (i64 j = threadIdx.x; j < v; j += blockDim.x) {
-    double x = (double)l[j];
-    double p = exp(x - mu);
-    s2 += p;
-    e2 += p * x;
-  }
-  s2 = block_sum_d(s2, sh);
-  e2 = block_sum_d(e2, sh);
-  st.lseU = mu + log(s2);
-  st.meanU = e2 / s2;
   return st;
+}
+
+// row_stats computes, for the tempered logits z = l/temp, their log-sum-exp
+// and, when ent is set, the log-sum-exp and mean of the entropy's logits u
+// (z when tempered or temp == 1, else the raw logits), reading the row once.
+// sh must hold 6*33 doubles. All threads of the block must call it with the
+// same arguments.
+__device__ RowStats row_stats(const float* l, i64 v, float temp, int tempered, bool ent, double* sh) {
+  if (!ent) return row_stats_m<LP_LSE>(l, v, temp, sh);
+  if (tempered || temp == 1.0f) return row_stats_m<LP_ENT_Z>(l, v, temp, sh);
+  return row_stats_m<LP_ENT_U>(l, v, temp, sh);
 }
 
 // k_lp_fwd writes logp[r] and, when ent is not null, entropy[r]. A target
 // outside [0,v) writes NaN and raises FLAG_TARGETS.
 extern "C" __global__ void k_lp_fwd(const float* logits, i64 c, i64 v, const int* targets, float temp, int tempered,
                                     float* logp, float* ent, int* flag) {
-  __shared__ double sh[33];
+  __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     const float* l = logits + r * v;
     RowStats st = row_stats(l, v, temp, tempered, ent != 0, sh);
@@ -73,10 +241,15 @@ extern "C" __global__ void k_lp_fwd(const float* logits, i64 c, i64 v, const int
 // packed at the start of its own float32 row (so the result is a [c,v]
 // matrix with a leading dimension of 2v elements), chunk by chunk with a
 // barrier between each chunk's reads and writes: chunk k writes only bytes
-// that chunks 0..k have already read.
-extern "C" __global__ void k_lp_bwd(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered,
-                                    const float* dlogp, const float* dent, int outdt, int* flag) {
-  __shared__ double sh[33];
+// that chunks 0..k have already read. The launch bound admits any block size
+// and caps the registers at 64, so that two of the 512-thread blocks that
+// logprobs.go launches fit on an SM; without it ptxas gives the kernel 66
+// registers for sm_90 and one block per SM (with it, it spills one 8-byte
+// value).
+extern "C" __global__ void __launch_bounds__(1024)
+    k_lp_bwd(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered, const float* dlogp,
+             const float* dent, int outdt, int* flag) {
+  __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     float* l = logits + r * v;
     bool withEnt = dent != 0 && dent[r] != 0.0f;
