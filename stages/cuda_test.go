@@ -36,6 +36,10 @@ func TestRunTinyCUDA(t *testing.T) {
 		// Params and optimizer state in pinned memory: units stream to the
 		// GPU on the side stream.
 		{"offloaded fp32", map[string]string{"precision": `"fp32"`, "offload": "true", "offload_optimizer": "model.trainable"}, 1e-4},
+		// The optimizer state alone in pinned memory: the GPU steps each
+		// unit through device staging buffers (with offload too, the step
+		// runs on the host's cores instead).
+		{"optimizer offloaded fp32", map[string]string{"precision": `"fp32"`, "offload_optimizer": "model.trainable"}, 1e-4},
 		// bf16 with offload casts the streamed shards on the side stream,
 		// so the staging buffers must outlive the asynchronous gather. The
 		// GPU and the CPU round bf16 sums in other orders: 2e-2.

@@ -185,6 +185,7 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 	}
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena, data)
+	r.Host = cpu.NewWithThreads(max(1, runtime.GOMAXPROCS(0)/j.Spec.Mesh.DP))
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)
 	}

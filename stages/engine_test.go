@@ -156,6 +156,9 @@ func TestPolicyVariants(t *testing.T) {
 			p.Offload = compile(t, "true", reflect.Bool)
 			p.OffloadOptimizer = compile(t, "model.trainable", reflect.Bool)
 		}, 0},
+		{"offload optimizer only", func(t *testing.T, p *spec.Policies) {
+			p.OffloadOptimizer = compile(t, "model.trainable", reflect.Bool)
+		}, 0},
 		{"recompute every layer", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "true", reflect.Bool) }, 0},
 		{"recompute none", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "false", reflect.Bool) }, 0},
 		{"bf16 compute", func(t *testing.T, p *spec.Policies) { p.Precision = compile(t, `"bf16"`, reflect.String) }, 3e-2},

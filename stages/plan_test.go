@@ -181,6 +181,19 @@ func TestPlanPolicies(t *testing.T) {
 				t.Error("no optimizer staging buffer")
 			}
 		}},
+		{"offload params and optimizer", "offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'", func(t *testing.T, p *plan.Plan) {
+			for _, n := range []string{"actor.params", "actor.grads", "actor.adam_m", "actor.adam_v"} {
+				if !p.Buffer(n).Host {
+					t.Errorf("%s not on host", n)
+				}
+			}
+			// The optimizer step runs on the host: no device staging.
+			for _, n := range []string{"grad", "m", "v", "param"} {
+				if b := p.Buffer("train.opt.stage." + n); b != nil {
+					t.Errorf("train.opt.stage.%s declared for a host optimizer step", n)
+				}
+			}
+		}},
 		{"fp32 head", `precision: 'layer.kind == "head" ? "fp32" : "bf16"'`, func(t *testing.T, p *plan.Plan) {
 			if b := p.Buffer("ref.gathered.head"); b.Bytes != plan.AlignUp(4*264) {
 				t.Errorf("fp32 head gathered = %d", b.Bytes)

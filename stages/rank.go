@@ -23,6 +23,10 @@ type Rank struct {
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).
 	Side gpu.Stream
+	// Host is a CPU backend for work on this rank's host memory: with the
+	// master params and the optimizer state both offloaded, the optimizer
+	// step runs on it, where that memory is, as a CPU-offload trainer does.
+	Host gpu.Backend
 
 	Shards map[string]*ShardState
 	// Micro holds this step's packed micro-batches of this rank (set by pack).

@@ -271,14 +271,18 @@ const (
 
 // optimize declares the optimizer op: the global grad norm and the step's
 // metrics are all-reduced in one small buffer, grads are clipped, and AdamW
-// updates every unit's shard (through device staging when the optimizer
-// state is offloaded).
+// updates every unit's shard. When the master params and the optimizer
+// state are all offloaded, the grad norm, clipping and AdamW run on the
+// host (Rank.Host), where that memory is, after the device has finished the
+// step's grads; when only the optimizer state is offloaded, the device
+// updates each unit through staging buffers.
 func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 	st := d.st
 	p.op("grad norm + AdamW")
 	red := p.buf(p.stage.ID+".opt.reduce", plan.Comm, gpu.F32, redLen)
+	onHost := st.Model.Offload && st.Model.OffloadOptimizer
 	var stage [4]*ref
-	if st.Model.OffloadOptimizer {
+	if st.Model.OffloadOptimizer && !onHost {
 		var largest int64
 		for _, u := range st.Units {
 			largest = max(largest, u.ShardElems)
@@ -291,14 +295,22 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 		}
 	}
 	p.do(func() error {
-		r, b := p.r, p.r.B
+		r, b, ob := p.r, p.r.B, p.r.B
+		if onHost {
+			// The grads were accumulated into host memory by the device's
+			// streams: wait for them.
+			if err := syncAll(r); err != nil {
+				return err
+			}
+			ob = r.Host
+		}
 		var sumsq float64
 		for _, u := range st.Units {
 			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
 			if err != nil {
 				return err
 			}
-			ss, err := b.SumSquares(g)
+			ss, err := ob.SumSquares(g)
 			if err != nil {
 				return err
 			}
@@ -333,7 +345,7 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 			return fmt.Errorf("step %d: gradient norm is %v", r.Step, norm)
 		}
 		for _, u := range st.Units {
-			if err := adamw(p, st, u, stage, coef, lr); err != nil {
+			if err := adamw(ob, p, st, u, stage, coef, lr); err != nil {
 				return fmt.Errorf("AdamW on %s: %w", u.Name, err)
 			}
 		}
@@ -350,9 +362,9 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 	})
 }
 
-// adamw clips and steps one unit's shard.
-func adamw(p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64) error {
-	b, tr := p.r.B, p.job.Spec.Train
+// adamw clips and steps one unit's shard on backend b.
+func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64) error {
+	tr := p.job.Spec.Train
 	views := make([]gpu.Tensor, 4)
 	for k, buf := range []*ref{st.Grads, st.AdamM, st.AdamV} {
 		v, err := section(buf.t, u.GradOff, gpu.F32, u.ShardElems)
@@ -395,4 +407,14 @@ func adamw(p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64) er
 		}
 	}
 	return nil
+}
+
+// syncAll waits for the rank's default and side streams.
+func syncAll(r *Rank) error {
+	if r.Side != nil {
+		if err := r.Side.Sync(); err != nil {
+			return err
+		}
+	}
+	return r.B.Sync()
 }

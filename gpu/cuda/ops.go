@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"os"
 	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -48,11 +49,15 @@ func cols32(name string, n int64, args *kargs) launch {
 	return launch{name: name, gx: uint32((n + 31) / 32), gy: 1, gz: 1, bx: 32, by: 8, bz: 1, args: args}
 }
 
+// scalarOnly turns the 8-wide kernels off (RLPIPE_CUDA_SCALAR=1), to compare
+// the two kinds of kernel on one machine.
+var scalarOnly = os.Getenv("RLPIPE_CUDA_SCALAR") == "1"
+
 // vec8 reports whether an elementwise kernel over n elements can take its
 // *8 variant: n a multiple of 8 and every operand 16-byte aligned (the
 // callers have checked that the dtypes are float dtypes).
 func vec8(n int64, as ...uint64) bool {
-	if n%8 != 0 {
+	if n%8 != 0 || scalarOnly {
 		return false
 	}
 	for _, a := range as {
