@@ -11,6 +11,11 @@
 // they complete before returning.
 package gpu
 
+import (
+	"fmt"
+	"math"
+)
+
 // Stream is an ordered queue of device work. On the CPU backend every
 // operation completes before it returns and streams are no-ops.
 type Stream interface {
@@ -186,11 +191,48 @@ type Backend interface {
 	// bias correction, eps added after the square root) on F32 tensors of
 	// equal shape: p -= lr*wd*p; m = lerp(m, g, 1-beta1); v = beta2*v +
 	// (1-beta2)*g²; p -= lr/(1-beta1^step) * m / (sqrt(v)/sqrt(1-beta2^step)
-	// + eps). step counts from 1. The hyper-parameters are float64 like the
-	// Python floats torch receives; scalar factors are formed in float64 and
-	// applied in float32, in torch's operation order.
-	AdamW(p, g, m, v Tensor, lr, beta1, beta2, eps, weightDecay float64, step int) error
+	// + eps). The hyper-parameters are float64 like the Python floats torch
+	// receives; scalar factors are formed in float64 and applied in float32,
+	// in torch's operation order. g is read multiplied by s.GradScale (in
+	// float32, as clip_grad_norm_ scales the grads in place) and is not
+	// modified.
+	AdamW(p, g, m, v Tensor, s AdamWStep) error
 	// SumSquares returns Σ x² (accumulated in float64), for the global
 	// gradient norm; the caller all-reduces it across ranks.
 	SumSquares(x Tensor) (float64, error)
+}
+
+// AdamWStep holds the scalars of one AdamW step.
+type AdamWStep struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	// Step counts from 1 (bias correction).
+	Step int
+	// GradScale multiplies every gradient before the update: the grad-norm
+	// clipping coefficient. Zero means 1.
+	GradScale float32
+}
+
+// Check validates the step's scalars; op labels the error.
+func (s AdamWStep) Check(op string) error {
+	if s.Step < 1 {
+		return fmt.Errorf("%s: step %d must be at least 1", op, s.Step)
+	}
+	if !(s.Beta1 >= 0 && s.Beta1 < 1) || !(s.Beta2 >= 0 && s.Beta2 < 1) {
+		return fmt.Errorf("%s: betas (%v, %v) must be in [0,1)", op, s.Beta1, s.Beta2)
+	}
+	if !(s.LR >= 0) || !(s.Eps >= 0) || !(s.WeightDecay >= 0) {
+		return fmt.Errorf("%s: lr %v, eps %v and weight decay %v must be non-negative", op, s.LR, s.Eps, s.WeightDecay)
+	}
+	if !(s.GradScale >= 0) || math.IsInf(float64(s.GradScale), 0) {
+		return fmt.Errorf("%s: grad scale %v must be finite and non-negative", op, s.GradScale)
+	}
+	return nil
+}
+
+// Scale returns the gradient multiplier: GradScale, or 1 when it is zero.
+func (s AdamWStep) Scale() float32 {
+	if s.GradScale == 0 {
+		return 1
+	}
+	return s.GradScale
 }

@@ -735,12 +735,12 @@ func (r *run) step(g *golden, grads []gpu.Tensor) {
 		r.t.Errorf("clip coefficient %.9g, golden %.9g", coef, g.GradClipCoef)
 	}
 	for _, v := range views {
-		if err := b.Scale(v.g, float32(coef)); err != nil {
-			r.t.Fatal(err)
-		}
 		mt := r.a.tensor(gpu.F32, v.p.Shape...)
 		vt := r.a.tensor(gpu.F32, v.p.Shape...)
-		if err := b.AdamW(v.p, v.g, mt, vt, o.LR, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, 1); err != nil {
+		// The clip coefficient is applied as AdamW reads the grads, as
+		// torch's clip_grad_norm_ scales them in place before the step.
+		st := gpu.AdamWStep{LR: o.LR, Beta1: o.Betas[0], Beta2: o.Betas[1], Eps: o.Eps, WeightDecay: o.WeightDecay, Step: 1, GradScale: float32(coef)}
+		if err := b.AdamW(v.p, v.g, mt, vt, st); err != nil {
 			r.t.Fatal(err)
 		}
 	}

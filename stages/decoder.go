@@ -32,6 +32,11 @@ type decoder struct {
 	dts    []gpu.DType
 	rc     []bool
 	mb     *rollout.Packed // running only
+	// stored marks, by byte offset, the fp32 grad shards the step's
+	// reductions have written so far: the first reduction into a shard
+	// stores, later ones (later micro-batches, or a tied weight's other
+	// unit) add.
+	stored map[int64]bool
 
 	gathered []*ref
 	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
@@ -90,6 +95,9 @@ func (d *decoder) setBatch(i int) {
 		return
 	}
 	d.mb = d.p.r.Micro[i]
+	if i == 0 {
+		d.stored = map[int64]bool{}
+	}
 	d.T, d.N = d.mb.NumTokens(), len(d.mb.Targets)
 	d.C = max(1, min(d.C, d.N))
 }
@@ -487,7 +495,8 @@ func (d *decoder) headForward(train bool) int {
 // reduce moves unit i's unsharded grads into the fp32 sharded grads of the
 // units that own them: with dp > 1 a cast to fp32 and an averaging
 // reduce-scatter; with the optimizer state offloaded, through a device
-// staging buffer into host memory.
+// staging buffer into host memory. The step's first reduction into a shard
+// stores its grads, later ones add theirs.
 func (d *decoder) reduce(i int, grad *ref) {
 	p, u := d.p, d.st.Units[i]
 	op := p.op("reduce-scatter grads " + u.Name)
@@ -537,6 +546,16 @@ func (d *decoder) reduce(i int, grad *ref) {
 					return err
 				}
 				src = stg
+			}
+			// The step's first reduction into the shard writes it, the
+			// others add to it. Into host memory the write is a DMA copy,
+			// where an add would read and write across PCIe.
+			if !d.stored[dst.Off] {
+				if err := b.Copy(dst, src); err != nil {
+					return fmt.Errorf("storing %s: %w", s.Name, err)
+				}
+				d.stored[dst.Off] = true
+				continue
 			}
 			if err := b.AddScaled(dst, src, 1); err != nil {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)

@@ -148,12 +148,19 @@ func (s *Train) program(p *prog) {
 		p.fail(fmt.Errorf("model %q is not trainable", s.Model))
 		return
 	}
+	n := d.microBatches()
+	// The first micro-batch's reduction stores the grads; only a rank with
+	// no micro-batch must clear them.
 	p.op("zero grads")
-	p.do(func() error { return p.r.B.Zero(d.st.Grads.t) })
+	p.do(func() error {
+		if n > 0 {
+			return nil
+		}
+		return p.r.B.Zero(d.st.Grads.t)
+	})
 	if p.running() {
 		p.r.Metrics, p.r.advLogP = rl.Metrics{}, 0
 	}
-	n := d.microBatches()
 	start := p.now() + 1
 	var tokens int64
 	for mb := 0; mb < n; mb++ {
@@ -391,12 +398,10 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef,
 			work[k] = sv
 		}
 	}
-	if coef < 1 {
-		if err := b.Scale(work[0], float32(coef)); err != nil {
-			return err
-		}
-	}
-	if err := b.AdamW(work[3], work[0], work[1], work[2], lr, tr.Betas[0], tr.Betas[1], tr.Eps, tr.WeightDecay, p.r.Step); err != nil {
+	// The clip coefficient scales the grads as AdamW reads them (grads
+	// are not modified); 1 when the norm is within the clip.
+	if err := b.AdamW(work[3], work[0], work[1], work[2], gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
+		WeightDecay: tr.WeightDecay, Step: p.r.Step, GradScale: float32(min(coef, 1))}); err != nil {
 		return err
 	}
 	for k := 1; k < 4; k++ {

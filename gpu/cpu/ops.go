@@ -547,7 +547,7 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 }
 
 // AdamW performs one torch.optim.AdamW step.
-func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDecay float64, step int) error {
+func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	const op = "adamw"
 	names := []string{"p", "g", "m", "v"}
 	ts := []gpu.Tensor{p, g, m, v}
@@ -565,15 +565,11 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDeca
 	if err != nil {
 		return err
 	}
-	if step < 1 {
-		return fmt.Errorf("%s: step %d must be at least 1", op, step)
+	if err := st.Check(op); err != nil {
+		return err
 	}
-	if !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) {
-		return fmt.Errorf("%s: betas (%v, %v) must be in [0,1)", op, beta1, beta2)
-	}
-	if !(lr >= 0) || !(eps >= 0) || !(weightDecay >= 0) {
-		return fmt.Errorf("%s: lr %v, eps %v and weight decay %v must be non-negative", op, lr, eps, weightDecay)
-	}
+	lr, beta1, beta2, eps, weightDecay, step := st.LR, st.Beta1, st.Beta2, st.Eps, st.WeightDecay, st.Step
+	gs := st.Scale()
 	pf, gf, mf, vf := vs[0].f, vs[1].f, vs[2].f, vs[3].f
 	// Python-float scalars, as torch forms them, then cast to float32 for
 	// the float32 kernels.
@@ -589,7 +585,7 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDeca
 	b.parallel(len(pf), 1<<14, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x := pf[i] * decay
-			gi := gf[i]
+			gi := gf[i] * gs
 			mi := mf[i] + float32(w1*(gi-mf[i])) // lerp with weight < 0.5.
 			if w1 >= 0.5 {
 				mi = gi - float32((gi-mf[i])*(1-w1))

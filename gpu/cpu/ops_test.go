@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -554,7 +555,7 @@ func TestAdamW(t *testing.T) {
 		if err := e.b.Upload(g, s.g); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.b.AdamW(p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0.01, i+1); err != nil {
+		if err := e.b.AdamW(p, g, m, v, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: i + 1}); err != nil {
 			t.Fatal(err)
 		}
 		// Element 1 has zero gradient: only weight decay moves it.
@@ -567,16 +568,50 @@ func TestAdamW(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"step 0", e.b.AdamW(p, g, m, v, 0.1, 0.9, 0.999, 1e-8, 0, 0)},
-		{"beta", e.b.AdamW(p, g, m, v, 0.1, 1, 0.999, 1e-8, 0, 1)},
-		{"bf16", e.b.AdamW(e.tensor(bf16, 2), g, m, v, 0.1, 0.9, 0.999, 1e-8, 0, 1)},
-		{"shape", e.b.AdamW(p, e.tensor(f32, 3), m, v, 0.1, 0.9, 0.999, 1e-8, 0, 1)},
-		{"alias", e.b.AdamW(p, g, m, m, 0.1, 0.9, 0.999, 1e-8, 0, 1)},
+		{"step 0", e.b.AdamW(p, g, m, v, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})},
+		{"beta", e.b.AdamW(p, g, m, v, gpu.AdamWStep{LR: 0.1, Beta1: 1, Beta2: 0.999, Eps: 1e-8, Step: 1})},
+		{"grad scale", e.b.AdamW(p, g, m, v, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1, GradScale: -1})},
+		{"bf16", e.b.AdamW(e.tensor(bf16, 2), g, m, v, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1})},
+		{"shape", e.b.AdamW(p, e.tensor(f32, 3), m, v, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1})},
+		{"alias", e.b.AdamW(p, g, m, m, gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1})},
 	}
 	for _, tc := range bad {
 		if tc.err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
+	}
+}
+
+// A grad scale gives exactly the step of grads scaled beforehand (in
+// float32, as clip_grad_norm_ scales them), and leaves the grads as they are.
+func TestAdamWGradScale(t *testing.T) {
+	e := newEnv(t)
+	gv := []float32{0.5, -0.25, 3, 1e-3}
+	scaled := make([]float32, len(gv))
+	for i, x := range gv {
+		scaled[i] = x * 0.37
+	}
+	st := gpu.AdamWStep{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1}
+	p1, g1, m1, v1 := e.up(f32, []float32{1, -2, 0.5, 4}, 4), e.up(f32, gv, 4), e.tensor(f32, 4), e.tensor(f32, 4)
+	p2, g2, m2, v2 := e.up(f32, []float32{1, -2, 0.5, 4}, 4), e.up(f32, scaled, 4), e.tensor(f32, 4), e.tensor(f32, 4)
+	withScale := st
+	withScale.GradScale = 0.37
+	if err := e.b.AdamW(p1, g1, m1, v1, withScale); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.AdamW(p2, g2, m2, v2, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		a, b gpu.Tensor
+	}{{"p", p1, p2}, {"m", m1, m2}, {"v", v1, v2}} {
+		if a, b := e.down(c.a), e.down(c.b); !reflect.DeepEqual(a, b) {
+			t.Errorf("%s with grad scale %v, with grads scaled first %v", c.name, a, b)
+		}
+	}
+	if got := e.down(g1); !reflect.DeepEqual(got, []float64{0.5, -0.25, 3, float64(float32(1e-3))}) {
+		t.Errorf("grads changed to %v", got)
 	}
 }
 

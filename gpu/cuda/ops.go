@@ -469,7 +469,7 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 
 // AdamW performs one torch.optim.AdamW step with the CPU backend's float32
 // operation order.
-func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDecay float64, step int) error {
+func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	const op = "adamw"
 	names := []string{"p", "g", "m", "v"}
 	ts := []gpu.Tensor{p, g, m, v}
@@ -487,15 +487,10 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDeca
 	if err != nil {
 		return err
 	}
-	if step < 1 {
-		return fmt.Errorf("%s: step %d must be at least 1", op, step)
+	if err := st.Check(op); err != nil {
+		return err
 	}
-	if !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) {
-		return fmt.Errorf("%s: betas (%v, %v) must be in [0,1)", op, beta1, beta2)
-	}
-	if !(lr >= 0) || !(eps >= 0) || !(weightDecay >= 0) {
-		return fmt.Errorf("%s: lr %v, eps %v and weight decay %v must be non-negative", op, lr, eps, weightDecay)
-	}
+	lr, beta1, beta2, eps, weightDecay, step := st.LR, st.Beta1, st.Beta2, st.Eps, st.WeightDecay, st.Step
 	decay := float32(1 - lr*weightDecay)
 	w1 := float32(1 - beta1)
 	b2 := float32(beta2)
@@ -506,7 +501,7 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, lr, beta1, beta2, eps, weightDeca
 	bc2sqrt := float32(math.Sqrt(bc2))
 	n := int64(p.Numel())
 	return b.issue(b.flat1("k_adamw", n, new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).i64(n).
-		f32(decay).f32(w1).f32(b2).f32(w2).f32(stepSize).f32(bc2sqrt).f32(float32(eps))))
+		f32(decay).f32(w1).f32(b2).f32(w2).f32(stepSize).f32(bc2sqrt).f32(float32(eps)).f32(st.Scale())))
 }
 
 // SumSquares returns Σ x² in float64: fixed-grid per-block float64 partial

@@ -175,7 +175,9 @@ func TestPerf(t *testing.T) {
 		{"swiglu bwd 8192x8960 bf16", 0, 5 * 2 * T * I, func() error { return b.SwiGLUBackward(y, du, y, gate, up) }},
 		{"rope fwd 8192x12x128 bf16", 0, 2 * 2 * T * Hq * D, func() error { return b.RoPE(q, ids, 1e6, nil) }},
 		{"embedding bwd 8192x1536 into f32", 0, 3 * 4 * T * H, func() error { return b.EmbeddingBackward(dwv, x, ids) }},
-		{"adamw 50M f32", 0, 7 * 4 * float64(np), func() error { return b.AdamW(p, g, m, vv, 1e-5, 0.9, 0.999, 1e-8, 0.01, 1) }},
+		{"adamw 50M f32", 0, 7 * 4 * float64(np), func() error {
+			return b.AdamW(p, g, m, vv, gpu.AdamWStep{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1})
+		}},
 		{"sumsquares 50M f32", 0, 4 * float64(np), func() error { _, err := b.SumSquares(g); return err }},
 	}
 	fmt.Printf("%-42s %10s %12s %10s\n", "op", "ms", "TFLOP/s", "GB/s")

@@ -169,12 +169,13 @@ extern "C" __global__ void k_colsum(void* out, int dto, const void* x, int dtx, 
 }
 
 // k_adamw is one torch.optim.AdamW step in torch's float32 operation order;
-// the scalar factors were formed in float64 on the host.
+// the scalar factors were formed in float64 on the host. Each gradient is
+// read multiplied by gs (the clipping coefficient; 1 multiplies exactly).
 extern "C" __global__ void k_adamw(float* p, const float* g, float* m, float* v, i64 n, float decay, float w1,
-                                   float b2, float w2, float stepSize, float bc2sqrt, float eps) {
+                                   float b2, float w2, float stepSize, float bc2sqrt, float eps, float gs) {
   GRID_STRIDE(i, n) {
     float x = p[i] * decay;
-    float gi = g[i];
+    float gi = g[i] * gs;
     float mo = m[i];
     float mi;
     if (w1 >= 0.5f) {
