@@ -23,10 +23,15 @@
 // has that dtype or F32; other combinations use a SIMT fallback kernel. The
 // cuBLASLt workspace (32 MiB, the "cublas.workspace" of the memory plan) is
 // part of one internal device allocation made by New, together with a 4-byte
-// device error flag; each stream also owns a 16 KiB buffer for reduction
-// partials. No op allocates memory.
+// device error flag; each stream also owns a 4 MiB buffer for reduction
+// partials (the memory plan's backend reserve counts both). No op allocates
+// memory.
 //
-// The other ops are SIMT kernels: correct first. Attention is a tiled
-// online-softmax kernel on CUDA cores (tensor-core attention is a later
-// optimisation).
+// Attention on bf16/f16 with head dims 64 and 128 is a FlashAttention-2-style
+// tensor-core kernel (mma.sync), forward and a deterministic backward; other
+// cases use exact CUDA-core kernels. Elementwise and row kernels have 8-wide
+// variants (16-byte loads) used when sizes and alignment allow, with the same
+// per-element arithmetic as the scalar ones; RLPIPE_CUDA_SCALAR=1 turns them
+// off. Reductions accumulate in float64 in a fixed order, so results do not
+// depend on timing.
 package cuda
