@@ -64,6 +64,11 @@ var (
 	libs    [3]loaded
 )
 
+// LibraryDirs returns the directories searched for NVIDIA's libraries, in
+// search order (see searchDirs); "" stands for the dynamic loader's default
+// search. Package nccl looks for libnccl in the same places.
+func LibraryDirs() []string { return searchDirs() }
+
 // searchDirs returns the directories searched for the CUDA libraries, in
 // order: $RLPIPE_CUDA_LIB_DIR, $LD_LIBRARY_PATH, "" (the dynamic loader's
 // default search), the usual toolkit and driver directories, and the lib

@@ -9,6 +9,7 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
+	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -64,7 +65,7 @@ func deviceMemory(index int) (bytes int64, ok bool) {
 func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe doctor [--force]\n\nReports the CUDA driver, NVRTC and cuBLASLt versions and where they were\nfound, the GPUs (CUDA and NVML), and compiles every kernel once for GPU 0\n(filling the kernel cache). Without a driver it says so: the CPU backend\nneeds none of it.\n\n")
+		fmt.Fprintf(env.stderr, "Usage: rlpipe doctor [--force]\n\nReports the CUDA driver, NVRTC, cuBLASLt and NCCL versions and where they\nwere found, the GPUs (CUDA and NVML), and compiles every kernel once for GPU 0\n(filling the kernel cache). Without a driver it says so: the CPU backend\nneeds none of it.\n\n")
 		fs.PrintDefaults()
 	}
 	force := fs.Bool("force", false, "recompile kernels that are already cached")
@@ -79,10 +80,15 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 			fmt.Fprintf(env.stdout, "nvml: GPU %d %s, %.1f GiB, %s\n", d.Index, d.Name, float64(d.MemoryBytes)/(1<<30), d.UUID)
 		}
 	}
+	if l, err := nccl.Load(); err != nil {
+		fmt.Fprintln(env.stdout, err) // "nccl: cannot load libnccl ..."
+	} else {
+		fmt.Fprintf(env.stdout, "nccl: %s (%s; rlpipe's collectives do not use it yet)\n", l.Version, l.Path)
+	}
 	info, err := cuda.Versions()
 	if err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) {
-			fmt.Fprintf(env.stdout, "cuda: %v\nbackends: cpu (the CUDA backend needs an NVIDIA driver)\n", err)
+			fmt.Fprintf(env.stdout, "%v\nbackends: cpu (the CUDA backend needs an NVIDIA driver)\n", err) // "cuda: no driver: ..."
 			return exitOK
 		}
 		fmt.Fprintf(env.stderr, "rlpipe doctor: %v\n", err)

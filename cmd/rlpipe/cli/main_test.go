@@ -190,3 +190,23 @@ func TestReadmePlanOutput(t *testing.T) {
 		t.Errorf("README's plan output is stale; rlpipe prints:\n%s", out)
 	}
 }
+
+// doctor reports every library it looks for, found or not, and the
+// backends it can offer; without a GPU that is the CPU alone.
+func TestDoctor(t *testing.T) {
+	code, out, stderr := runCLI(t, "doctor")
+	if code != exitOK {
+		t.Fatalf("doctor exit %d: %s", code, stderr)
+	}
+	for _, prefix := range []string{"rlpipe ", "nvml", "nccl: ", "backends: cpu"} {
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no line starting %q in:\n%s", prefix, out)
+		}
+	}
+}
