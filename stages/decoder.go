@@ -549,7 +549,12 @@ func (d *decoder) reduce(i int, grad *ref) {
 			}
 			// The step's first reduction into the shard writes it, the
 			// others add to it. Into host memory the write is a DMA copy,
-			// where an add would read and write across PCIe.
+			// where an add would read and write across PCIe. An empty
+			// shard (a rank with no rows of the slot) may share its offset
+			// with the next slot's: it must not mark it.
+			if dst.Numel() == 0 {
+				continue
+			}
 			if !d.stored[dst.Off] {
 				if err := b.Copy(dst, src); err != nil {
 					return fmt.Errorf("storing %s: %w", s.Name, err)

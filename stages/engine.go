@@ -21,8 +21,8 @@ import (
 // estimates of what the driver and libraries take on an H100 (context,
 // module images, cuBLASLt handle; NCCL's channels); the backend reserve is
 // what the CUDA backend allocates itself: the cuBLASLt workspace, the device
-// error flag and a 4 MiB reduction scratch for each of its two streams. The GPU test checks the NVML-measured process memory against
-// arena + reserves.
+// error flag and a 4 MiB reduction scratch for each of its two streams. The
+// GPU test checks the NVML-measured process memory against arena + reserves.
 const (
 	CUDAContextReserve = 768 << 20
 	NCCLReserve        = 512 << 20
