@@ -2,21 +2,8 @@ package nccl
 
 /*
 #cgo LDFLAGS: -ldl
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <link.h>
 #include <stdlib.h>
-
-static void* rl_nccl_open(const char* path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
-static const char* rl_nccl_dlerror(void) { return dlerror(); }
-static void* rl_nccl_sym(void* h, const char* name) { return dlsym(h, name); }
-static const char* rl_nccl_path(void* h) {
-	struct link_map* lm = NULL;
-	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return NULL;
-	return lm->l_name;
-}
-// rl_nccl_version calls ncclGetVersion through its resolved pointer.
-static int rl_nccl_version(void* f, int* v) { return ((int (*)(int*))f)(v); }
+#include "rlnccl.h"
 */
 import "C"
 
@@ -50,10 +37,9 @@ var (
 
 // Load finds libnccl in the directories the CUDA backend searches
 // ($RLPIPE_CUDA_LIB_DIR, $LD_LIBRARY_PATH, the loader's default, the toolkit
-// and driver directories, NVIDIA's Python wheels), opens it once per process
-// and reads its version. The error names every directory tried. rlpipe's
-// collectives do not use it yet (the CUDA backend runs one rank);
-// `rlpipe doctor` reports it.
+// and driver directories, NVIDIA's Python wheels), opens it once per process,
+// resolves the functions NewCUDA needs and reads its version. The error
+// names every directory tried.
 func Load() (Library, error) {
 	libOnce.Do(func() { lib, libErr = load(cuda.LibraryDirs()) })
 	return lib, libErr
@@ -71,26 +57,23 @@ func load(dirs []string) (Library, error) {
 				}
 			}
 			cp := C.CString(p)
-			h := C.rl_nccl_open(cp)
+			h := C.rl_nccl_open_(cp)
 			C.free(unsafe.Pointer(cp))
 			if h == nil {
-				if e := C.rl_nccl_dlerror(); e != nil {
+				if e := C.rl_nccl_dlerror_(); e != nil {
 					last = C.GoString(e)
 				}
 				continue
 			}
-			cs := C.CString("ncclGetVersion")
-			f := C.rl_nccl_sym(h, cs)
-			C.free(unsafe.Pointer(cs))
-			if f == nil {
-				last = p + " lacks symbol ncclGetVersion"
+			if i := int(C.rl_nccl_resolve_(h)); i >= 0 {
+				last = p + " lacks symbol " + C.GoString(C.rl_nccl_symname_(C.int(i)))
 				continue
 			}
 			var v C.int
-			if r := C.rl_nccl_version(f, &v); r != 0 {
+			if r := C.rl_nccl_get_version_(&v); r != 0 {
 				return Library{}, fmt.Errorf("nccl: ncclGetVersion in %s returned %d", p, int(r))
 			}
-			if real := C.rl_nccl_path(h); real != nil && C.GoString(real) != "" {
+			if real := C.rl_nccl_path_(h); real != nil && C.GoString(real) != "" {
 				p = C.GoString(real)
 			}
 			return Library{Path: p, Version: versionString(int(v))}, nil
@@ -116,4 +99,12 @@ func versionString(code int) string {
 		return fmt.Sprintf("%d.%d.%d", code/10000, code%10000/100, code%100)
 	}
 	return fmt.Sprintf("%d.%d.%d", code/1000, code%1000/100, code%100)
+}
+
+// ncclErr turns an ncclResult_t into an error (nil for ncclSuccess).
+func ncclErr(op string, r C.int) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("nccl: %s: %s (%d)", op, C.GoString(C.rl_nccl_error_string_(r)), int(r))
 }

@@ -1,13 +1,16 @@
 // Package nccl defines the collective communication interface that the
-// sharded (FSDP2-style) training code uses, and an in-process loopback
-// implementation in which N ranks are goroutines of one process. The NCCL
-// implementation (cgo) satisfies the same interface.
+// sharded (FSDP2-style) training code uses, with two implementations: an
+// in-process loopback in which N ranks are goroutines of one process working
+// on host memory (NewLoopback), and NCCL across the GPUs of one host, one
+// rank per GPU (NewCUDA; libnccl is loaded at run time, cgo).
 //
-// Collectives are blocking calls that every rank of a communicator must make
-// in the same order with matching arguments. Element counts, not shapes, must
-// match. Reductions accumulate in float32 for floating-point tensors (also
-// for BF16 and F16) and in int64 for I32, in rank order, so results are
-// identical on every rank.
+// Every rank of a communicator must make the same collectives in the same
+// order with matching arguments. Element counts, not shapes, must match.
+// Loopback collectives are blocking calls; their reductions accumulate in
+// float32 for floating-point tensors (also for BF16 and F16) and in int64 for
+// I32, in rank order, so results are identical on every rank. NCCL
+// collectives are enqueued on the rank's CUDA stream (see Comm.On) and
+// reduce in NCCL's order.
 package nccl
 
 import (
@@ -60,6 +63,11 @@ type Comm interface {
 	Broadcast(ctx context.Context, buf gpu.Tensor, root int) error
 	// Barrier returns when every rank has called it.
 	Barrier(ctx context.Context) error
+	// On returns this rank's handle for collectives ordered on stream s of
+	// the rank's backend (nil: the default stream). Communicators whose
+	// collectives complete before returning (the loopback) return
+	// themselves.
+	On(s gpu.Stream) Comm
 	// Close releases the rank's handle. Ranks still waiting in a
 	// collective, and later calls, fail instead of hanging.
 	Close() error

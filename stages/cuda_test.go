@@ -10,6 +10,7 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
+	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -63,18 +64,81 @@ func TestRunTinyCUDA(t *testing.T) {
 					*dst = e
 				}
 			}
-			checkCUDARun(t, path, short, tc.relTol)
+			checkCUDARun(t, path, short, tc.relTol, 1)
 		})
 	}
 }
 
-// checkCUDARun runs the spec at path on the CPU and on GPU 0 and compares.
-func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol float64) {
+// TestRunTinyCUDADP2 runs the embedded default with dp 2 on GPUs 0 and 1,
+// connected by NCCL, and holds it to the CPU run with dp 2 (loopback), as
+// TestRunTinyCUDA does for one GPU: on the device, and with params and
+// optimizer offloaded in bf16 (gathers on the side stream). It skips, saying
+// why, without two GPUs or NCCL.
+func TestRunTinyCUDADP2(t *testing.T) {
+	info, err := cuda.Versions()
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if len(info.Devices) < 2 {
+		t.Skipf("cuda: %d GPU(s), the dp 2 test needs 2", len(info.Devices))
+	}
+	if _, err := nccl.Load(); err != nil {
+		t.Skipf("nccl not available, dp 2 GPU test skipped: %v", err)
+	}
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	compile := func(src string, kind reflect.Kind) *spec.Expr {
+		e, err := spec.Compile(src, spec.Pos{File: "test"}, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		name    string
+		offload bool
+		prec    string
+		relTol  float64
+	}{
+		{"on device fp32", false, `"fp32"`, 1e-4},
+		{"offloaded bf16", true, `"bf16"`, 2e-2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			short := func(s *spec.Spec) {
+				s.Train.Steps = 4
+				s.Mesh.GPUsPerNode, s.Mesh.DP = 2, 2
+				s.Policies.Precision = compile(tc.prec, reflect.String)
+				if tc.offload {
+					s.Policies.Offload = compile("true", reflect.Bool)
+					s.Policies.OffloadOptimizer = compile("model.trainable", reflect.Bool)
+				}
+			}
+			checkCUDARun(t, path, short, tc.relTol, 2)
+		})
+	}
+}
+
+// checkCUDARun runs the spec at path on the CPU and on GPUs 0..dp-1 (NCCL
+// between them when dp > 1) and compares.
+func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol float64, dp int) {
 	t.Helper()
 	cpuRun := runSpec(t, path, short)
 	var nvmlPeak int64
+	var comms func([]gpu.Backend) ([]nccl.Comm, error)
+	if dp > 1 {
+		comms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
+			cbs := make([]*cuda.Backend, len(bs))
+			for i, b := range bs {
+				cbs[i] = b.(*cuda.Backend)
+			}
+			return nccl.NewCUDA(cbs)
+		}
+	}
 	gpuRun := runSpecWith(t, path, short, RunOptions{
-		Backend: func(int) (gpu.Backend, error) { return cuda.New(0) },
+		Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },
+		Comms:   comms,
 		AfterStep: func(r *Rank, _ StepResult) error {
 			if n, err := nvml.ProcessMemory(0); err == nil && n > nvmlPeak {
 				nvmlPeak = n
@@ -82,8 +146,10 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 			return nil
 		},
 	})
-	if gpuRun.peak[0] != gpuRun.plan {
-		t.Errorf("arena high-water %d, plan peak %d", gpuRun.peak[0], gpuRun.plan)
+	for r, hw := range gpuRun.peak {
+		if hw != gpuRun.plan {
+			t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, gpuRun.plan)
+		}
 	}
 	for i, sr := range gpuRun.steps {
 		want := cpuRun.steps[i]

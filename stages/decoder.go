@@ -201,7 +201,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 		}
 	}
 	p.do(func() error {
-		b := d.b()
+		b, comm := d.b(), d.p.r.Comm
 		side := d.p.r.Side
 		if side != nil {
 			// The gathered buffer may reuse the memory of a unit the
@@ -215,7 +215,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 				return err
 			}
 			ev.Close()
-			b = b.On(side)
+			b, comm = b.On(side), comm.On(side)
 		}
 		for k, s := range u.Slots {
 			src, err := d.st.paramShard(u, s)
@@ -252,7 +252,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 				}
 				src = sv
 			}
-			if err := d.p.r.Comm.AllGather(d.p.ctx, dst, src); err != nil {
+			if err := comm.AllGather(d.p.ctx, dst, src); err != nil {
 				return fmt.Errorf("all-gather %s: %w", s.Name, err)
 			}
 		}

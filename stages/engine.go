@@ -18,14 +18,16 @@ import (
 )
 
 // Device memory outside the arena. The CUDA context and NCCL figures are
-// estimates of what the driver and libraries take on an H100 (context,
-// module images, cuBLASLt handle; NCCL's channels); the backend reserve is
-// what the CUDA backend allocates itself: the cuBLASLt workspace, the device
-// error flag and a 4 MiB reduction scratch for each of its two streams. The
-// GPU test checks the NVML-measured process memory against arena + reserves.
+// estimates of what the driver and libraries take (context, module images,
+// cuBLASLt handle; the buffers of NCCL's channels, for each rank's two
+// communicators, one for the gather stream and one for the compute stream);
+// the backend reserve is what the CUDA backend allocates itself: the
+// cuBLASLt workspace, the device error flag and a 4 MiB reduction scratch
+// for each of its two streams. The GPU tests check the NVML-measured process
+// memory against arena + reserves.
 const (
 	CUDAContextReserve = 768 << 20
-	NCCLReserve        = 512 << 20
+	NCCLReserve        = 1536 << 20
 	BackendReserve     = 32<<20 + 4096 + 2*(4<<20)
 )
 
@@ -36,7 +38,7 @@ func Plan(j *Job) (*plan.Plan, error) {
 	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt handle (estimate)"})
 	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace, error flag and two streams' reduction scratch, allocated by the CUDA backend"})
 	if j.Spec.Mesh.WorldSize() > 1 {
-		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "NCCL channel buffers (estimate)"})
+		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "two NCCL communicators' buffers (estimate)"})
 	}
 	pc := &PlanContext{Job: j, B: b, state: &planState{sharded: map[string]*ShardState{}}}
 	for _, st := range j.Order {
@@ -58,6 +60,10 @@ func Plan(j *Job) (*plan.Plan, error) {
 type RunOptions struct {
 	// Backend returns the backend of a rank; nil means the CPU backend.
 	Backend func(rank int) (gpu.Backend, error)
+	// Comms connects the ranks' backends (one per rank, in rank order);
+	// nil means the in-process loopback communicator, which needs
+	// host-addressable memory (the CPU backend).
+	Comms func(backends []gpu.Backend) ([]nccl.Comm, error)
 	// FirstStep is the step to start at (1, or the step after a resumed checkpoint).
 	FirstStep int
 	// Steps overrides train.steps when positive; a negative Steps runs the
@@ -125,11 +131,12 @@ func ReadData(j *Job) (*Data, error) {
 }
 
 // Run executes the job: dp ranks, each with its own backend and arena,
-// connected by a loopback communicator, run the setup stages once and the
-// step stages for every training step.
+// connected by a communicator (RunOptions.Comms, by default the loopback),
+// run the setup stages once and the step stages for every training step.
+// When it returns, it has closed the communicator and the backends it made
+// (those with a Close method).
 func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opts RunOptions) (*Result, error) {
 	dp := j.Spec.Mesh.DP
-	comms := nccl.NewLoopback(dp)
 	steps := j.Spec.Train.Steps
 	switch {
 	case opts.Steps > 0:
@@ -142,6 +149,37 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 		threads := max(1, runtime.GOMAXPROCS(0)/dp)
 		opts.Backend = func(int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil }
 	}
+	backends := make([]gpu.Backend, dp)
+	defer func() {
+		for _, b := range backends {
+			if c, ok := b.(interface{ Close() error }); ok {
+				c.Close()
+			}
+		}
+	}()
+	for r := range backends {
+		b, err := opts.Backend(r)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+		backends[r] = b
+	}
+	comms := nccl.NewLoopback(dp)
+	if opts.Comms != nil {
+		cs, err := opts.Comms(backends)
+		if err != nil {
+			return nil, fmt.Errorf("communicator: %w", err)
+		}
+		if len(cs) != dp {
+			return nil, fmt.Errorf("communicator: %d ranks for dp %d", len(cs), dp)
+		}
+		comms = cs
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	res := &Result{Ranks: make([]*Rank, dp), Export: make([]ShardRows, dp)}
@@ -151,7 +189,7 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			err := runRank(ctx, j, g, p, data, comms[r], r, first, steps, opts, res)
+			err := runRank(ctx, j, g, p, data, backends[r], comms[r], r, first, steps, opts, res)
 			if err != nil {
 				errs[r] = err
 				cancel(err)
@@ -174,11 +212,7 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 	return res, errors.Join(errs...)
 }
 
-func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
-	b, err := opts.Backend(id)
-	if err != nil {
-		return fmt.Errorf("rank %d: %w", id, err)
-	}
+func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, b gpu.Backend, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
 	arena, err := NewArena(b, p)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", id, err)

@@ -671,3 +671,20 @@ func (d *device) gridFor(n int64) uint32 {
 // rowGrid returns a grid of one block per row, capped at 2^18 blocks (the
 // kernels loop over the rest); 0 rows launch nothing.
 func rowGrid(rows int64) uint32 { return uint32(max(min(rows, 1<<18), 0)) }
+
+// DevicePtr returns the device address of t's first element. t must be in
+// this backend's device or pinned memory.
+func (b *Backend) DevicePtr(t gpu.Tensor) (uint64, error) { return b.addr("device pointer", "t", t) }
+
+// Enqueue runs f on the backend's device thread, with the device's context
+// current, and passes it the handle of the view's stream (a CUstream, which
+// is also a cudaStream_t). Libraries that launch their own work on CUDA
+// streams (NCCL) use it, so that their work is ordered with the backend's
+// ops on that stream. f must not block on other ranks' device threads.
+func (b *Backend) Enqueue(f func(stream uintptr) error) error {
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	return b.d.do(func() error { return f(uintptr(s.h)) })
+}

@@ -18,33 +18,61 @@ func backendFlag(fs *flag.FlagSet) *string {
 	return fs.String("backend", "auto", "compute backend: cpu, cuda, or auto (cuda when a driver and GPU are found, else cpu)")
 }
 
-// chooseBackend resolves --backend into a per-rank constructor and the name
-// of the backend. The CPU backend returns a nil constructor (the engine's
-// default).
-func chooseBackend(name string, s *spec.Spec) (func(rank int) (gpu.Backend, error), string, error) {
+// backendChoice is what --backend resolves to: a per-rank constructor (nil:
+// the engine's CPU default), the ranks' communicator (nil: the loopback) and
+// the backend's name.
+type backendChoice struct {
+	newBackend func(rank int) (gpu.Backend, error)
+	comms      func(bs []gpu.Backend) ([]nccl.Comm, error)
+	name       string
+}
+
+// chooseBackend resolves --backend for spec s. On CUDA, rank r runs on GPU r
+// and dp > 1 connects the ranks with NCCL; every rank needs its own GPU of
+// this host.
+func chooseBackend(name string, s *spec.Spec) (backendChoice, error) {
 	switch name {
 	case "cpu":
-		return nil, "cpu", nil
+		return backendChoice{name: "cpu"}, nil
 	case "auto", "cuda":
 		info, err := cuda.Versions()
 		if err != nil || len(info.Devices) == 0 {
 			if name == "auto" && (err == nil || errors.Is(err, cuda.ErrNoDriver)) {
-				return nil, "cpu", nil
+				return backendChoice{name: "cpu"}, nil
 			}
 			if err == nil {
 				err = errors.New("no CUDA devices")
 			}
-			return nil, "", fmt.Errorf("--backend cuda: %w", err)
+			return backendChoice{}, fmt.Errorf("--backend cuda: %w", err)
 		}
-		if s.Mesh.DP > 1 {
-			// Ranks exchange shards through a communicator; the loopback one
-			// works on host memory only, and the NCCL one is not written yet.
-			return nil, "", fmt.Errorf("the CUDA backend runs one rank (dp 1) until rlpipe has its NCCL communicator; this spec has dp %d (use --backend cpu to run it on the CPU)", s.Mesh.DP)
+		n, dp := len(info.Devices), s.Mesh.DP
+		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}
+		if dp <= 1 {
+			return c, nil
 		}
-		n := len(info.Devices)
-		return func(rank int) (gpu.Backend, error) { return cuda.New(rank % n) }, "cuda", nil
+		if s.Mesh.Nodes > 1 {
+			return backendChoice{}, fmt.Errorf("--backend cuda: this spec has %d nodes; rlpipe runs the ranks of one host (use --backend cpu to run it on the CPU)", s.Mesh.Nodes)
+		}
+		if dp > n {
+			return backendChoice{}, fmt.Errorf("--backend cuda: this spec has dp %d and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", dp, n)
+		}
+		if _, err := nccl.Load(); err != nil {
+			return backendChoice{}, fmt.Errorf("--backend cuda: dp %d needs NCCL: %w", dp, err)
+		}
+		c.comms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
+			cbs := make([]*cuda.Backend, len(bs))
+			for i, b := range bs {
+				cb, ok := b.(*cuda.Backend)
+				if !ok {
+					return nil, fmt.Errorf("rank %d: backend %s is not CUDA", i, b.Name())
+				}
+				cbs[i] = cb
+			}
+			return nccl.NewCUDA(cbs)
+		}
+		return c, nil
 	default:
-		return nil, "", fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
+		return backendChoice{}, fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
 	}
 }
 

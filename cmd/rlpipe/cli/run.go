@@ -69,7 +69,7 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	if err := l.job.CheckRunnable(); err != nil {
 		return env.report(err)
 	}
-	newBackend, backendName, err := chooseBackend(*backend, l.spec)
+	choice, err := chooseBackend(*backend, l.spec)
 	if err != nil {
 		return env.report(err)
 	}
@@ -131,14 +131,14 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	}
 	defer logf.Close()
 	log := zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
-	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Str("backend", backendName).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
+	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
 		Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
 
 	prog := jobs.NewProgress(env.stderr, total, isTerminal(env.stderr))
 	if first > stopAt {
 		return env.report(fmt.Errorf("run %s is already past step %d", rec.ID()[:8], stopAt))
 	}
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: newBackend}
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: choice.newBackend, Comms: choice.comms}
 	if resumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(resumeDir) }
 	}
@@ -147,7 +147,7 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0)
 		if r.ID == 0 {
 			m := metricsOf(sr)
-			if backendName == "cuda" {
+			if choice.name == "cuda" {
 				if n, ok := deviceMemory(0); ok {
 					m.Extra["nvml_bytes"] = float64(n)
 				}

@@ -1,0 +1,321 @@
+package nccl
+
+/*
+#include "rlnccl.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cuda"
+)
+
+// NCCL's enum values (nccl.h).
+const (
+	ncclInt32    = 2
+	ncclFloat16  = 6
+	ncclFloat32  = 7
+	ncclBfloat16 = 9
+
+	ncclSum = 0
+	ncclMax = 2
+	ncclAvg = 4
+)
+
+// NewCUDA returns a communicator whose ranks are the CUDA backends bs, one
+// per GPU, all in this process (ncclCommInitAll over their devices, which
+// must differ). Collectives are enqueued on the rank's stream: the
+// backend's own, or the one chosen with On; like the backend's ops they
+// return before the work completes, and anything that reads the result
+// through the backend (Download, Sync) waits for it. Each rank holds two
+// NCCL communicators, one for its backend's default stream and one for the
+// other streams, so that each NCCL communicator runs on a single stream; the
+// collectives issued on each must come in the same order on every rank.
+// Close aborts every rank's communicators, so that no rank hangs on a peer
+// that failed.
+func NewCUDA(bs []*cuda.Backend) ([]Comm, error) {
+	if len(bs) == 0 {
+		return nil, errors.New("nccl: no backends")
+	}
+	if _, err := Load(); err != nil {
+		return nil, err
+	}
+	n := len(bs)
+	devs := make([]C.int, n)
+	seen := map[int]bool{}
+	for i, b := range bs {
+		d := b.Device().Index
+		if seen[d] {
+			return nil, fmt.Errorf("nccl: ranks %d and another share GPU %d; NCCL needs one GPU per rank", i, d)
+		}
+		seen[d] = true
+		devs[i] = C.int(d)
+	}
+	g := &cudaGroup{n: n, bar: newBarrier(n)}
+	for _, set := range []*[]uintptr{&g.main, &g.side} {
+		cs := make([]C.uintptr_t, n)
+		runtime.LockOSThread()
+		r := C.rl_nccl_init_all_(&cs[0], C.int(n), &devs[0])
+		runtime.UnlockOSThread()
+		if err := ncclErr("ncclCommInitAll", r); err != nil {
+			g.abort()
+			return nil, err
+		}
+		*set = make([]uintptr, n)
+		for i := range cs {
+			(*set)[i] = uintptr(cs[i])
+		}
+	}
+	out := make([]Comm, n)
+	for i, b := range bs {
+		out[i] = &cudaComm{g: g, rank: i, b: b}
+	}
+	return out, nil
+}
+
+// cudaGroup is the state the ranks of a CUDA communicator share.
+type cudaGroup struct {
+	n          int
+	main, side []uintptr // ncclComm_t per rank
+	bar        *barrier
+	mu         sync.Mutex
+	aborted    bool
+}
+
+func (g *cudaGroup) isAborted() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.aborted
+}
+
+// abort aborts every communicator of the group once.
+func (g *cudaGroup) abort() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted {
+		return
+	}
+	g.aborted = true
+	for _, set := range [][]uintptr{g.main, g.side} {
+		for _, c := range set {
+			if c != 0 {
+				C.rl_nccl_abort_(C.uintptr_t(c))
+			}
+		}
+	}
+	g.bar.abort()
+}
+
+// cudaComm is one rank's handle; on is the stream its collectives go to
+// (nil: the backend's default stream).
+type cudaComm struct {
+	g    *cudaGroup
+	rank int
+	b    *cuda.Backend
+	on   gpu.Stream
+}
+
+func (c *cudaComm) Rank() int { return c.rank }
+func (c *cudaComm) Size() int { return c.g.n }
+
+// On returns the rank's handle for collectives on stream s (s nil: the
+// default stream).
+func (c *cudaComm) On(s gpu.Stream) Comm { return &cudaComm{g: c.g, rank: c.rank, b: c.b, on: s} }
+
+// issue enqueues one NCCL call on the handle's stream with its
+// communicator.
+func (c *cudaComm) issue(ctx context.Context, name string, call func(comm, stream C.uintptr_t) C.int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("nccl: %s: %w", name, err)
+	}
+	if c.g.isAborted() {
+		return fmt.Errorf("nccl: %s: communicator aborted", name)
+	}
+	b, comm := c.b, c.g.main[c.rank]
+	if c.on != nil {
+		cb, ok := c.b.On(c.on).(*cuda.Backend)
+		if !ok {
+			return fmt.Errorf("nccl: %s: stream is not from the rank's CUDA backend", name)
+		}
+		b, comm = cb, c.g.side[c.rank]
+	}
+	return b.Enqueue(func(stream uintptr) error {
+		return ncclErr(name, call(C.uintptr_t(comm), C.uintptr_t(stream)))
+	})
+}
+
+func ncclType(dt gpu.DType) (C.int, error) {
+	switch dt {
+	case gpu.F32:
+		return ncclFloat32, nil
+	case gpu.BF16:
+		return ncclBfloat16, nil
+	case gpu.F16:
+		return ncclFloat16, nil
+	case gpu.I32:
+		return ncclInt32, nil
+	}
+	return 0, fmt.Errorf("nccl: dtype %v is not supported", dt)
+}
+
+func ncclOp(op Op) (C.int, error) {
+	switch op {
+	case Sum:
+		return ncclSum, nil
+	case Avg:
+		return ncclAvg, nil
+	case Max:
+		return ncclMax, nil
+	}
+	return 0, fmt.Errorf("nccl: unknown op %v", op)
+}
+
+// ptrs returns the device addresses of ts and their NCCL dtype, which must
+// be common to all.
+func (c *cudaComm) ptrs(name string, ts ...gpu.Tensor) ([]C.uintptr_t, C.int, error) {
+	ps := make([]C.uintptr_t, len(ts))
+	for i, t := range ts {
+		if i > 0 && t.DType != ts[0].DType {
+			return nil, 0, fmt.Errorf("nccl: %s: dtypes %v and %v differ", name, ts[0].DType, t.DType)
+		}
+		p, err := c.b.DevicePtr(t)
+		if err != nil {
+			return nil, 0, fmt.Errorf("nccl: %s: %w", name, err)
+		}
+		ps[i] = C.uintptr_t(p)
+	}
+	dt, err := ncclType(ts[0].DType)
+	if err != nil {
+		return nil, 0, fmt.Errorf("nccl: %s: %w", name, err)
+	}
+	return ps, dt, nil
+}
+
+func (c *cudaComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
+	if dst.Numel() != c.g.n*src.Numel() {
+		return fmt.Errorf("nccl: all-gather: dst has %d elements, want %d×%d", dst.Numel(), c.g.n, src.Numel())
+	}
+	ps, dt, err := c.ptrs("all-gather", src, dst)
+	if err != nil {
+		return err
+	}
+	return c.issue(ctx, "ncclAllGather", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_all_gather_(ps[0], ps[1], C.size_t(src.Numel()), dt, comm, s)
+	})
+}
+
+func (c *cudaComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op) error {
+	if src.Numel() != c.g.n*dst.Numel() {
+		return fmt.Errorf("nccl: reduce-scatter: src has %d elements, want %d×%d", src.Numel(), c.g.n, dst.Numel())
+	}
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	ps, dt, err := c.ptrs("reduce-scatter", src, dst)
+	if err != nil {
+		return err
+	}
+	return c.issue(ctx, "ncclReduceScatter", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_reduce_scatter_(ps[0], ps[1], C.size_t(dst.Numel()), dt, o, comm, s)
+	})
+}
+
+func (c *cudaComm) AllReduce(ctx context.Context, buf gpu.Tensor, op Op) error {
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	ps, dt, err := c.ptrs("all-reduce", buf)
+	if err != nil {
+		return err
+	}
+	return c.issue(ctx, "ncclAllReduce", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_all_reduce_(ps[0], ps[0], C.size_t(buf.Numel()), dt, o, comm, s)
+	})
+}
+
+func (c *cudaComm) Broadcast(ctx context.Context, buf gpu.Tensor, root int) error {
+	if root < 0 || root >= c.g.n {
+		return fmt.Errorf("nccl: broadcast: root %d outside [0,%d)", root, c.g.n)
+	}
+	ps, dt, err := c.ptrs("broadcast", buf)
+	if err != nil {
+		return err
+	}
+	return c.issue(ctx, "ncclBroadcast", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_broadcast_(ps[0], ps[0], C.size_t(buf.Numel()), dt, C.int(root), comm, s)
+	})
+}
+
+// Barrier waits for the rank's device work, then for every rank to arrive.
+func (c *cudaComm) Barrier(ctx context.Context) error {
+	if err := c.b.Sync(); err != nil {
+		return err
+	}
+	return c.g.bar.wait(ctx)
+}
+
+// Close aborts the whole communicator (every rank's pending and later
+// collectives fail).
+func (c *cudaComm) Close() error {
+	c.g.abort()
+	return nil
+}
+
+// barrier is a reusable rendezvous of n goroutines that can be aborted.
+type barrier struct {
+	n       int
+	mu      sync.Mutex
+	arrived int
+	release chan struct{}
+	broken  chan struct{}
+}
+
+func newBarrier(n int) *barrier {
+	return &barrier{n: n, release: make(chan struct{}), broken: make(chan struct{})}
+}
+
+func (b *barrier) wait(ctx context.Context) error {
+	b.mu.Lock()
+	select {
+	case <-b.broken:
+		b.mu.Unlock()
+		return errors.New("nccl: barrier: communicator aborted")
+	default:
+	}
+	b.arrived++
+	rel := b.release
+	if b.arrived == b.n {
+		b.arrived = 0
+		b.release = make(chan struct{})
+		close(rel)
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	select {
+	case <-rel:
+		return nil
+	case <-b.broken:
+		return errors.New("nccl: barrier: communicator aborted")
+	case <-ctx.Done():
+		return fmt.Errorf("nccl: barrier: %w", ctx.Err())
+	}
+}
+
+func (b *barrier) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.broken:
+	default:
+		close(b.broken)
+	}
+}

@@ -1,0 +1,321 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cuda"
+	"github.com/rlpipe/rlpipe/gpu/nvml"
+)
+
+// cudaRanks returns two CUDA backends (GPUs 0 and 1) and their NCCL
+// communicator, or skips saying why.
+func cudaRanks(t *testing.T) ([]*cuda.Backend, []Comm) {
+	t.Helper()
+	info, err := cuda.Versions()
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, NCCL test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if len(info.Devices) < 2 {
+		t.Skipf("cuda: %d GPU(s), the NCCL test needs 2", len(info.Devices))
+	}
+	if _, err := Load(); err != nil {
+		t.Skipf("nccl not available, test skipped: %v", err)
+	}
+	bs := make([]*cuda.Backend, 2)
+	for i := range bs {
+		b, err := cuda.New(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+	}
+	cs, err := NewCUDA(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs, cs
+}
+
+// TestCUDACollectives runs every collective on two GPUs and checks the
+// results against values computed here; bf16 data movement is exact, sums
+// of two float32 values are exact in either order.
+func TestCUDACollectives(t *testing.T) {
+	bs, cs := cudaRanks(t)
+	const n = 1000 // elements per rank's slice
+	val := func(rank, i int) float32 { return float32((rank+1)*1000+i%997) / 8 }
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	results := make([]map[string][]float32, 2)
+	for r := range 2 {
+		wg.Go(func() {
+			res, err := runCollectives(ctx, bs[r], cs[r], r, n, val)
+			results[r], errs[r] = res, err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range 2 {
+		got := results[r]
+		for i := range 2 * n {
+			want := val(i/n, i%n)
+			for _, k := range []string{"allgather f32", "allgather bf16", "allgather side stream"} {
+				w := want
+				if k == "allgather bf16" {
+					w = gpu.Round(gpu.BF16, want)
+				}
+				if got[k][i] != w {
+					t.Fatalf("rank %d %s[%d] = %v, want %v", r, k, i, got[k][i], w)
+				}
+			}
+		}
+		for i := range n {
+			j := r*n + i // this rank's slice of the reduced vector
+			sum := val(0, j) + val(1, j)
+			if got["reducescatter sum"][i] != sum {
+				t.Fatalf("rank %d reducescatter sum[%d] = %v, want %v", r, i, got["reducescatter sum"][i], sum)
+			}
+			if d := math.Abs(float64(got["reducescatter avg"][i] - sum/2)); d > 1e-6*float64(sum) {
+				t.Fatalf("rank %d reducescatter avg[%d] = %v, want %v", r, i, got["reducescatter avg"][i], sum/2)
+			}
+			if got["allreduce max"][i] != max(val(0, i), val(1, i)) {
+				t.Fatalf("rank %d allreduce max[%d] = %v", r, i, got["allreduce max"][i])
+			}
+			if got["broadcast"][i] != val(1, i) {
+				t.Fatalf("rank %d broadcast[%d] = %v, want rank 1's %v", r, i, got["broadcast"][i], val(1, i))
+			}
+		}
+	}
+}
+
+// runCollectives is one rank's part of TestCUDACollectives.
+func runCollectives(ctx context.Context, b *cuda.Backend, c Comm, rank, n int, val func(rank, i int) float32) (map[string][]float32, error) {
+	mem, err := b.Alloc(1 << 20)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(mem)
+	var off int64
+	ten := func(dt gpu.DType, elems int) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, off, dt, elems)
+		if err != nil {
+			panic(err)
+		}
+		off += (x.Bytes() + 255) / 256 * 256
+		return x
+	}
+	mine := make([]float32, n)
+	for i := range mine {
+		mine[i] = val(rank, i)
+	}
+	full := make([]float32, 2*n) // this rank's input to the reductions
+	for i := range full {
+		full[i] = val(rank, i)
+	}
+	out := map[string][]float32{}
+	get := func(k string, x gpu.Tensor) error {
+		v := make([]float32, x.Numel())
+		if err := b.Download(v, x); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		out[k] = v
+		return nil
+	}
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		src, dst := ten(dt, n), ten(dt, 2*n)
+		if err := b.Upload(src, mine); err != nil {
+			return nil, err
+		}
+		if err := c.AllGather(ctx, dst, src); err != nil {
+			return nil, err
+		}
+		if err := get("allgather "+map[gpu.DType]string{gpu.F32: "f32", gpu.BF16: "bf16"}[dt], dst); err != nil {
+			return nil, err
+		}
+	}
+	// On a second stream, ordered after the upload by an event.
+	s, err := b.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	src, dst := ten(gpu.F32, n), ten(gpu.F32, 2*n)
+	if err := b.Upload(src, mine); err != nil {
+		return nil, err
+	}
+	ev, err := b.DefaultStream().Record()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Wait(ev); err != nil {
+		return nil, err
+	}
+	ev.Close()
+	if err := c.On(s).AllGather(ctx, dst, src); err != nil {
+		return nil, err
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	if err := get("allgather side stream", dst); err != nil {
+		return nil, err
+	}
+	for _, op := range []Op{Sum, Avg} {
+		in, o := ten(gpu.F32, 2*n), ten(gpu.F32, n)
+		if err := b.Upload(in, full); err != nil {
+			return nil, err
+		}
+		if err := c.ReduceScatter(ctx, o, in, op); err != nil {
+			return nil, err
+		}
+		if err := get("reducescatter "+op.String(), o); err != nil {
+			return nil, err
+		}
+	}
+	buf := ten(gpu.F32, n)
+	if err := b.Upload(buf, mine); err != nil {
+		return nil, err
+	}
+	if err := c.AllReduce(ctx, buf, Max); err != nil {
+		return nil, err
+	}
+	if err := get("allreduce max", buf); err != nil {
+		return nil, err
+	}
+	bc := ten(gpu.F32, n)
+	if err := b.Upload(bc, mine); err != nil {
+		return nil, err
+	}
+	if err := c.Broadcast(ctx, bc, 1); err != nil {
+		return nil, err
+	}
+	if err := get("broadcast", bc); err != nil {
+		return nil, err
+	}
+	// Arguments are checked before anything reaches NCCL.
+	if err := c.AllGather(ctx, ten(gpu.F32, 2*n), ten(gpu.F32, 3)); err == nil {
+		return nil, errors.New("all-gather with mismatched sizes: no error")
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// After Close, every rank's collectives fail instead of hanging.
+func TestCUDACloseAborts(t *testing.T) {
+	bs, cs := cudaRanks(t)
+	if err := cs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := bs[1].Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs[1].Free(mem)
+	x, _ := gpu.NewTensor(mem, 0, gpu.F32, 16)
+	if err := cs[1].AllReduce(context.Background(), x, Sum); err == nil {
+		t.Error("all-reduce after the communicator was closed: no error")
+	}
+	if err := cs[1].Barrier(context.Background()); err == nil {
+		t.Error("barrier after the communicator was closed: no error")
+	}
+}
+
+// TestCUDAMemory measures, with NVML, what NCCL takes on GPU 0 beyond the
+// backends' own memory once large and small collectives have run on both of
+// a rank's streams (NCCL connects protocols lazily, on first use). The
+// memory plan reserves stages.NCCLReserve (1536 MiB) for it.
+func TestCUDAMemory(t *testing.T) {
+	const reserve = 1536 << 20 // stages.NCCLReserve
+	info, err := cuda.Versions()
+	if err != nil || len(info.Devices) < 2 {
+		t.Skip("needs 2 CUDA GPUs")
+	}
+	if _, err := Load(); err != nil {
+		t.Skipf("nccl not available: %v", err)
+	}
+	bs := make([]*cuda.Backend, 2)
+	mems := make([]gpu.Memory, 2)
+	const per = 32 << 20 // elements per rank's slice
+	for i := range bs {
+		b, err := cuda.New(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs[i] = b
+		if mems[i], err = b.Alloc(3 * 2 * per * 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := nvml.ProcessMemory(0)
+	if err != nil {
+		t.Skipf("nvml: no per-process figure: %v", err)
+	}
+	cs, err := NewCUDA(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() {
+			b, c := bs[r], cs[r]
+			s, err := b.NewStream()
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer s.Close()
+			for _, n := range []int{256, 64 << 10, per} {
+				full, _ := gpu.NewTensor(mems[r], 0, gpu.F32, 2*n)
+				part, _ := gpu.NewTensor(mems[r], int64(2*per*4), gpu.F32, n)
+				for _, cc := range []Comm{c, c.On(s)} {
+					if err := cc.AllGather(ctx, full, part); err != nil {
+						errs[r] = err
+						return
+					}
+					if err := cc.ReduceScatter(ctx, part, full, Avg); err != nil {
+						errs[r] = err
+						return
+					}
+				}
+			}
+			if err := s.Sync(); err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = c.Barrier(ctx)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	after, err := nvml.ProcessMemory(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NCCL on GPU 0, two communicators: %d MiB (reserve %d MiB)", (after-before)>>20, reserve>>20)
+	if after-before > reserve {
+		t.Errorf("NCCL takes %d MiB on GPU 0, above the plan's reserve of %d MiB", (after-before)>>20, reserve>>20)
+	}
+}

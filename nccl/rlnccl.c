@@ -1,0 +1,55 @@
+// rlnccl.c holds package nccl's dlsym table for libnccl and the trampolines
+// that call through it.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include "rlnccl.h"
+
+enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_N };
+static const char* rl_nccl_names[N_N] = {
+	"ncclGetVersion", "ncclCommInitAll", "ncclCommAbort", "ncclAllGather", "ncclReduceScatter",
+	"ncclAllReduce", "ncclBroadcast", "ncclGetErrorString",
+};
+static void* rl_nccl[N_N];
+
+void* rl_nccl_open_(const char* path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
+const char* rl_nccl_dlerror_(void) { return dlerror(); }
+const char* rl_nccl_path_(void* h) {
+	struct link_map* lm = NULL;
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return NULL;
+	return lm->l_name;
+}
+
+// rl_nccl_resolve_ fills the table from handle h; it returns -1 on success or
+// the index of the first missing symbol.
+int rl_nccl_resolve_(void* h) {
+	for (int i = 0; i < N_N; i++) {
+		rl_nccl[i] = dlsym(h, rl_nccl_names[i]);
+		if (rl_nccl[i] == NULL) return i;
+	}
+	return -1;
+}
+const char* rl_nccl_symname_(int i) { return rl_nccl_names[i]; }
+
+int rl_nccl_get_version_(int* v) { return ((int (*)(int*))rl_nccl[N_GetVersion])(v); }
+int rl_nccl_init_all_(uintptr_t* comms, int n, const int* devs) {
+	return ((int (*)(void**, int, const int*))rl_nccl[N_InitAll])((void**)comms, n, devs);
+}
+int rl_nccl_abort_(uintptr_t c) { return ((int (*)(void*))rl_nccl[N_Abort])((void*)c); }
+int rl_nccl_all_gather_(uintptr_t send, uintptr_t recv, size_t count, int dt, uintptr_t c, uintptr_t s) {
+	return ((int (*)(const void*, void*, size_t, int, void*, void*))rl_nccl[N_AllGather])(
+		(const void*)send, (void*)recv, count, dt, (void*)c, (void*)s);
+}
+int rl_nccl_reduce_scatter_(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t c, uintptr_t s) {
+	return ((int (*)(const void*, void*, size_t, int, int, void*, void*))rl_nccl[N_ReduceScatter])(
+		(const void*)send, (void*)recv, count, dt, op, (void*)c, (void*)s);
+}
+int rl_nccl_all_reduce_(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t c, uintptr_t s) {
+	return ((int (*)(const void*, void*, size_t, int, int, void*, void*))rl_nccl[N_AllReduce])(
+		(const void*)send, (void*)recv, count, dt, op, (void*)c, (void*)s);
+}
+int rl_nccl_broadcast_(uintptr_t send, uintptr_t recv, size_t count, int dt, int root, uintptr_t c, uintptr_t s) {
+	return ((int (*)(const void*, void*, size_t, int, int, void*, void*))rl_nccl[N_Broadcast])(
+		(const void*)send, (void*)recv, count, dt, root, (void*)c, (void*)s);
+}
+const char* rl_nccl_error_string_(int r) { return ((const char* (*)(int))rl_nccl[N_ErrorString])(r); }

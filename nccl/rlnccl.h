@@ -1,0 +1,19 @@
+// rlnccl.h declares the dlopen-based bindings of package nccl to libnccl
+// (rlnccl.c). No NCCL header or library is needed to build: communicators
+// and streams travel as uintptr_t, enums as int.
+#include <stddef.h>
+#include <stdint.h>
+
+void* rl_nccl_open_(const char* path);
+const char* rl_nccl_dlerror_(void);
+const char* rl_nccl_path_(void* h);
+int rl_nccl_resolve_(void* h);
+const char* rl_nccl_symname_(int i);
+int rl_nccl_get_version_(int* v);
+int rl_nccl_init_all_(uintptr_t* comms, int n, const int* devs);
+int rl_nccl_abort_(uintptr_t c);
+int rl_nccl_all_gather_(uintptr_t send, uintptr_t recv, size_t count, int dt, uintptr_t c, uintptr_t s);
+int rl_nccl_reduce_scatter_(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t c, uintptr_t s);
+int rl_nccl_all_reduce_(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t c, uintptr_t s);
+int rl_nccl_broadcast_(uintptr_t send, uintptr_t recv, size_t count, int dt, int root, uintptr_t c, uintptr_t s);
+const char* rl_nccl_error_string_(int r);
