@@ -111,7 +111,7 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	if l, err := nccl.Load(); err != nil {
 		fmt.Fprintln(env.stdout, err) // "nccl: cannot load libnccl ..."
 	} else {
-		fmt.Fprintf(env.stdout, "nccl: %s (%s; rlpipe's collectives do not use it yet)\n", l.Version, l.Path)
+		fmt.Fprintf(env.stdout, "nccl: %s (%s)\n", l.Version, l.Path)
 	}
 	info, err := cuda.Versions()
 	if err != nil {
