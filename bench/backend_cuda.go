@@ -5,8 +5,11 @@
 package bench
 
 import (
+	"fmt"
+
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
+	"github.com/rlpipe/rlpipe/nccl"
 )
 
 func init() {
@@ -16,5 +19,16 @@ func init() {
 			return nil, err // not a typed nil inside the interface
 		}
 		return b, nil
+	})
+	RegisterComms("cuda", func(bs []gpu.Backend) ([]nccl.Comm, error) {
+		cbs := make([]*cuda.Backend, len(bs))
+		for i, b := range bs {
+			cb, ok := b.(*cuda.Backend)
+			if !ok {
+				return nil, fmt.Errorf("rank %d: backend %s is not CUDA", i, b.Name())
+			}
+			cbs[i] = cb
+		}
+		return nccl.NewCUDA(cbs)
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/nccl"
 )
 
 // NewBackend creates the backend of one rank. device is the GPU index the
@@ -53,4 +54,23 @@ func lookupBackend(name string) (NewBackend, error) {
 		return nil, fmt.Errorf("unknown backend %q; this binary has: %s", name, strings.Join(BackendNames(), ", "))
 	}
 	return fn, nil
+}
+
+// NewComms connects the ranks' backends (see stages.RunOptions.Comms).
+type NewComms func(backends []gpu.Backend) ([]nccl.Comm, error)
+
+var comms = map[string]NewComms{}
+
+// RegisterComms sets the communicator of a GPU backend's ranks for dp > 1.
+// backend_cuda.go registers NCCL for "cuda".
+func RegisterComms(name string, fn NewComms) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	comms[name] = fn
+}
+
+func lookupComms(name string) NewComms {
+	backendsMu.RLock()
+	defer backendsMu.RUnlock()
+	return comms[name]
 }

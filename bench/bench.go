@@ -39,8 +39,9 @@ import (
 type Options struct {
 	Config  string // HF config.json, or a directory holding one
 	Backend string // a name from BackendNames
-	Device  int    // GPU index (NVML and the backend)
+	Device  int    // GPU index (NVML and the backend) of rank 0; rank r runs on Device+r
 	Threads int    // CPU backend workers (0: all cores)
+	DP      int    // data-parallel ranks, one GPU each (0: 1); the step's sequences are split over them
 
 	Seqs            int     // sequences per step (one GRPO group)
 	TokensPerSeq    int     // tokens per sequence, prompt included
@@ -131,6 +132,7 @@ type Workload struct {
 	ResponseTokensPerStep int64   `json:"response_tokens_per_step"`
 	Chunk                 int     `json:"chunk"`
 	MaxTokensPerGPU       int     `json:"max_tokens_per_gpu"`
+	DP                    int     `json:"dp"`
 	Precision             string  `json:"precision"`
 	Recompute             bool    `json:"recompute"`
 	Offload               bool    `json:"offload"`
@@ -237,6 +239,8 @@ func (o *Options) check() error {
 		return errors.New("need steps >= 1 and warmup >= 0")
 	case o.Precision != "bf16" && o.Precision != "fp32":
 		return fmt.Errorf("precision %q: want bf16 or fp32", o.Precision)
+	case o.DP < 0 || o.Seqs%max(o.DP, 1) != 0:
+		return fmt.Errorf("dp %d must divide seqs %d", o.DP, o.Seqs)
 	}
 	return nil
 }
@@ -268,13 +272,14 @@ func run(ctx context.Context, o Options, res *Result) error {
 	if o.TokensPerSeq > cfg.MaxPositionEmbeddings && cfg.MaxPositionEmbeddings > 0 {
 		return fmt.Errorf("tokens per seq %d exceed the model's max_position_embeddings %d", o.TokensPerSeq, cfg.MaxPositionEmbeddings)
 	}
+	dp := max(o.DP, 1)
 	mtpg := o.MaxTokensPerGPU
 	if mtpg <= 0 {
-		mtpg = o.Seqs * o.TokensPerSeq
+		mtpg = o.Seqs / dp * o.TokensPerSeq
 	}
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
-		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, Precision: o.Precision, Recompute: o.Recompute, Offload: o.Offload, OffloadRef: o.OffloadRef,
+		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, Offload: o.Offload, OffloadRef: o.OffloadRef,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -390,6 +395,11 @@ func run(ctx context.Context, o Options, res *Result) error {
 	}
 	var backendName string
 	opts := stages.RunOptions{Steps: total, Profile: o.Profile}
+	if s.Mesh.DP > 1 && o.Backend != "cpu" {
+		if opts.Comms = lookupComms(o.Backend); opts.Comms == nil {
+			return fmt.Errorf("backend %s has no communicator for dp %d", o.Backend, s.Mesh.DP)
+		}
+	}
 	opts.Backend = func(rank int) (gpu.Backend, error) {
 		threads := o.Threads
 		if threads <= 0 {
@@ -481,7 +491,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	q := strconv.Quote
 	fmt.Fprintf(&b, "# Written by rlbench (bench/).\nversion: 1\nname: rlbench\n")
 	fmt.Fprintf(&b, "models:\n  actor:\n    path: %s\n  ref:\n    copy_of: actor\n", q(ckpt))
-	fmt.Fprintf(&b, "mesh:\n  gpus_per_node: 1\n")
+	fmt.Fprintf(&b, "mesh:\n  gpus_per_node: %d\n", max(o.DP, 1))
 	fmt.Fprintf(&b, "data:\n  rollouts: %s\n  global_batch_size: %d\n  samples_per_prompt: %d\n  max_tokens_per_gpu: %d\n  max_seq_len: %d\n",
 		q(rollouts), o.Seqs, o.Seqs, mtpg, o.TokensPerSeq)
 	fmt.Fprintf(&b, "train:\n  steps: %d\n  lr: 1e-6\n  betas: [0.9, 0.95]\n  grad_clip: 1.0\n", steps)

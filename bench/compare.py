@@ -8,7 +8,8 @@ setting. Prints two markdown tables for docs/performance.md: throughput
 (tokens/s per stage, rlpipe/fsdp2 ratio, model FLOP utilisation) and memory.
 
 Throughput counts every token of a step (prompt + response) over the median
-step time. MFU uses the usual model FLOPs, without recomputation:
+step time. Runs with dp > 1 (workload.dp) are their own rows; their MFU is
+per GPU. MFU uses the usual model FLOPs, without recomputation:
 train 6·P + 12·L·H·S per token, ref_logprob 2·P + 4·L·H·S (P parameters,
 L layers, H hidden size, S tokens per sequence; attention counted
 non-causal), over the GPU's dense bf16 peak (H100 SXM: 989 TFLOP/s).
@@ -34,6 +35,9 @@ def load(paths):
         r["_path"] = p
         cfg = r.get("config") or get(r, "model", "config") or ""
         r["_model"] = os.path.basename(os.path.dirname(os.path.abspath(cfg))) if cfg else "?"
+        dp = get(r, "workload", "dp") or 1
+        if dp > 1:  # data-parallel runs are their own rows
+            r["_model"] += f" dp{dp}"
         r["_offload"] = bool(get(r, "workload", "offload"))
         out.append(r)
     return out
@@ -72,7 +76,8 @@ def fmt_mfu(r, stage, peak):
     f = flops_per_token(r, stage) if r else None
     if v is None or f is None:
         return "—"
-    return f"{100 * v * f / peak:.1f}%"
+    gpus = get(r, "workload", "dp") or 1  # the step's tokens ran on this many GPUs
+    return f"{100 * v * f / (peak * gpus):.1f}%"
 
 
 def fmt_gib(v):

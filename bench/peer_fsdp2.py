@@ -6,7 +6,9 @@ response) on one GPU, the way a PyTorch RL trainer (slime's FSDP backend,
 verl) does it today:
 
   * random-init Qwen2 model from an HF config.json, attn_implementation="sdpa";
-  * torch.distributed with world size 1 (file:// store), FSDP2
+  * torch.distributed with world size 1 (file:// store), or under torchrun
+    (`python3 -m torch.distributed.run --nproc_per_node W`) one process per
+    GPU with each rank taking SEQS/W of the sequences; FSDP2
     (torch.distributed.fsdp.fully_shard) per decoder layer and on the root,
     MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master;
   * activation checkpointing per decoder layer (checkpoint_wrapper, non-reentrant);
@@ -273,11 +275,17 @@ def mem_snapshot(cuda):
             "device_used_bytes": total - free}
 
 
+def world():
+    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) without it."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def run(args, res):
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device")
-    dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    rank, nranks, local = world()
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
     use_fsdp = not args.no_fsdp
@@ -288,11 +296,14 @@ def run(args, res):
         from torch.distributed.device_mesh import init_device_mesh
 
         if not dist.is_initialized():
-            store = tempfile.NamedTemporaryFile(prefix="peer-fsdp2-store-", delete=False)
-            store.close()
-            os.unlink(store.name)
-            dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="file://" + store.name, rank=0, world_size=1)
-        mesh = init_device_mesh(dev.type, (1,))
+            if nranks > 1:  # torchrun: env:// rendezvous, one process per GPU
+                dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=dev if cuda else None)
+            else:
+                store = tempfile.NamedTemporaryFile(prefix="peer-fsdp2-store-", delete=False)
+                store.close()
+                os.unlink(store.name)
+                dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="file://" + store.name, rank=0, world_size=1)
+        mesh = init_device_mesh(dev.type, (nranks,))
 
     t_setup = time.perf_counter()
     lm, cfg = build_lm(args.config, dev)
@@ -343,12 +354,19 @@ def run(args, res):
     res["setup_s"] = time.perf_counter() - t_setup
 
     # Workload: S sequences of N tokens, P prompt + R response; one GRPO group.
-    S, N, P = args.seqs, args.tokens_per_seq, args.prompt_tokens
+    # With several ranks each takes S/W of the sequences (the same split as
+    # rlpipe's dp ranks), normalises its loss by them, and FSDP2 averages
+    # the grads over the ranks; throughput counts the whole step's tokens.
+    S_all, N, P = args.seqs, args.tokens_per_seq, args.prompt_tokens
+    if S_all % nranks:
+        raise ValueError(f"{nranks} ranks do not divide {S_all} sequences")
+    S = S_all // nranks
     R = N - P
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, cfg.vocab_size, (S, N), generator=g)
-    rewards = torch.rand(S, generator=g, dtype=torch.float64)
-    adv = grpo_advantages(rewards, S).float()
+    ids = torch.randint(0, cfg.vocab_size, (S_all, N), generator=g)
+    rewards = torch.rand(S_all, generator=g, dtype=torch.float64)
+    adv = grpo_advantages(rewards, S_all).float()
+    ids, adv = ids[rank * S:(rank + 1) * S], adv[rank * S:(rank + 1) * S]
     starts = torch.arange(S) * N
     rows = (starts[:, None] + (N - 1 - R) + torch.arange(R)[None, :]).reshape(-1)  # logit positions
     targets = ids.reshape(-1)[rows + 1]
@@ -363,8 +381,8 @@ def run(args, res):
     input_ids, position_ids, rows, targets, sample_of = map(to, (input_ids, position_ids, rows, targets, sample_of))
     adv_tok = to(adv)[sample_of]
     lens = torch.full((S,), float(R), device=dev)
-    tokens = S * N
-    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S * R})
+    tokens = S_all * N
+    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S_all * R, "dp": nranks})
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -542,8 +560,8 @@ def main(argv=None):
     except Exception:  # noqa: BLE001
         pass
     if args.device == "cuda" and torch.cuda.is_available():
-        res["gpu"] = torch.cuda.get_device_name(0)
-        res["gpu_bytes"] = torch.cuda.get_device_properties(0).total_memory
+        res["gpu"] = torch.cuda.get_device_name(world()[2])
+        res["gpu_bytes"] = torch.cuda.get_device_properties(world()[2]).total_memory
     code = 0
 
     def on_term(signum, frame):  # `timeout` sends SIGTERM: still write what was measured
@@ -560,6 +578,8 @@ def main(argv=None):
         code = 1
         if isinstance(e, KeyboardInterrupt):
             code = 130
+    if world()[0] != 0:  # under torchrun only rank 0 reports
+        return code
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out + ".tmp", "w") as f:

@@ -40,7 +40,8 @@ func run(args []string) int {
 	}
 	fs.StringVar(&o.Config, "config", "", "HF config.json of the model (or its directory)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "backend: "+strings.Join(bench.BackendNames(), ", ")+"")
-	fs.IntVar(&o.Device, "device", 0, "GPU index")
+	fs.IntVar(&o.Device, "device", 0, "GPU index (of rank 0; rank r runs on device+r)")
+	fs.IntVar(&o.DP, "dp", 1, "data-parallel ranks, one GPU each, connected by NCCL on cuda; the sequences are split over them")
 	fs.IntVar(&o.Threads, "threads", 0, "CPU backend worker goroutines (0: all cores)")
 	fs.IntVar(&o.Steps, "steps", o.Steps, "timed steps")
 	fs.IntVar(&o.Warmup, "warmup", o.Warmup, "untimed warm-up steps before them")
