@@ -50,11 +50,8 @@ func chooseBackend(name string, s *spec.Spec) (backendChoice, error) {
 		if dp <= 1 {
 			return c, nil
 		}
-		if s.Mesh.Nodes > 1 {
-			return backendChoice{}, fmt.Errorf("--backend cuda: this spec has %d nodes; rlpipe runs the ranks of one host (use --backend cpu to run it on the CPU)", s.Mesh.Nodes)
-		}
-		if dp > n {
-			return backendChoice{}, fmt.Errorf("--backend cuda: this spec has dp %d and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", dp, n)
+		if err := checkGPUMesh(s.Mesh.Nodes, dp, n); err != nil {
+			return backendChoice{}, err
 		}
 		if _, err := nccl.Load(); err != nil {
 			return backendChoice{}, fmt.Errorf("--backend cuda: dp %d needs NCCL: %w", dp, err)
@@ -141,4 +138,16 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	}
 	fmt.Fprintln(env.stdout, "backends: cpu, cuda")
 	return exitOK
+}
+
+// checkGPUMesh says whether a mesh of nodes hosts and dp ranks can run on
+// this host's gpus GPUs: one node, a GPU for every rank.
+func checkGPUMesh(nodes, dp, gpus int) error {
+	if nodes > 1 {
+		return fmt.Errorf("--backend cuda: this spec has %d nodes; rlpipe runs the ranks of one host (use --backend cpu to run it on the CPU)", nodes)
+	}
+	if dp > gpus {
+		return fmt.Errorf("--backend cuda: this spec has dp %d and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", dp, gpus)
+	}
+	return nil
 }

@@ -210,3 +210,24 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckGPUMesh(t *testing.T) {
+	for _, c := range []struct {
+		nodes, dp, gpus int
+		want            string // "" for no error
+	}{
+		{1, 1, 1, ""},
+		{1, 2, 2, ""},
+		{1, 2, 8, ""},
+		{1, 4, 2, "dp 4 and this host has 2 GPUs"},
+		{2, 16, 8, "2 nodes"},
+	} {
+		err := checkGPUMesh(c.nodes, c.dp, c.gpus)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("checkGPUMesh(%d, %d, %d): %v", c.nodes, c.dp, c.gpus, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("checkGPUMesh(%d, %d, %d) = %v, want an error about %q", c.nodes, c.dp, c.gpus, err, c.want)
+		}
+	}
+}

@@ -26,8 +26,9 @@ func cmdRun(ctx context.Context, env *cli, args []string) int {
        rlpipe run [flags] --resume RUN
 
 Runs the job: setup stages once, then the step stages for every training
-step, with one in-process rank per dp rank, on the CUDA backend when a GPU
-is found (dp 1 for now) and on the CPU backend otherwise. Each run gets
+step, with one in-process rank per dp rank: on the CUDA backend when a GPU
+is found, one GPU per rank connected by NCCL, and on the CPU backend
+otherwise, connected through shared memory. Each run gets
 a directory under --runs with the spec, the resolved spec, the plan, a log,
 metrics.jsonl, checkpoints and, at the end, the actor exported as an HF
 checkpoint. --resume continues a run from its latest checkpoint.
