@@ -512,10 +512,12 @@ func TestEmbedding(t *testing.T) {
 func TestRMSNorm(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range floatTypes {
-		// h 36 and 9000 take the scalar kernels; 64, 1000 and 1536 the 8-wide
-		// ones with one column group per thread, 5120 with two. 700 rows of
-		// 1536 spread over a few hundred blocks whose dw sums are reduced.
-		for _, c := range []struct{ rows, h int }{{67, 64}, {67, 1000}, {67, 36}, {700, 1536}, {67, 5120}, {5, 9000}} {
+		// h 36 and 9000 take the scalar kernels; 64, 128 and 256 the 8-wide
+		// warp-per-row ones; 1000 and 1536 the 8-wide block-per-row ones
+		// with one column group per thread, 5120 with two. 700 rows of 1536
+		// and 3000 of 128 spread over hundreds of blocks whose dw sums are
+		// reduced.
+		for _, c := range []struct{ rows, h int }{{67, 64}, {3000, 128}, {67, 256}, {67, 1000}, {67, 36}, {700, 1536}, {67, 5120}, {5, 9000}} {
 			rows, h := c.rows, c.h
 			tol := tolFor(false, dt)
 			gx, cx := e.in(dt, 2, rows, h)

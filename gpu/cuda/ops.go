@@ -203,6 +203,9 @@ func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	}
 	args := new(kargs).u64(da).dt(dst.DType).u64(ra).u64(xa).dt(x.DType).u64(wa).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)
 	if vec8(int64(h), da, xa, wa) {
+		if int64(h)/8 <= warpGroups {
+			return b.issue(launch{name: "k_rmsnorm8_w", gx: rowGrid((int64(t) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: args})
+		}
 		return b.issue(launch{name: "k_rmsnorm8", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: groupBlock(int64(h)/8, 1024), by: 1, bz: 1, args: args})
 	}
 	return b.issue(rows1("k_rmsnorm", int64(t), args))
@@ -546,6 +549,10 @@ func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
 	return math.Float64frombits(u), nil
 }
 
+// warpGroups is the most 8-column groups a row may have for the
+// warp-per-row RMSNorm kernels (*_w): h <= 256.
+const warpGroups = 32
+
 // maxRowBlock is the largest block the *8 row kernels use for one row's
 // column groups (k_rmsnorm_bwd8_* are compiled for at most 512 threads).
 const maxRowBlock = 512
@@ -561,7 +568,8 @@ func groupBlock(ng int64, limit int64) uint32 {
 // takes a contiguous run of rows, computes their dx and, with dw, its own
 // float64 column sums into the stream's scratch; k_rmsnorm_dw_reduce then
 // adds the blocks' sums in a fixed order. Threads own K = 1 or 2 groups of
-// 8 columns, so h/8 may be up to 2*maxRowBlock.
+// 8 columns, so h/8 may be up to 2*maxRowBlock; rows of at most warpGroups
+// groups take k_rmsnorm_bwd8_w, a warp per row.
 func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, xa, wa, ra uint64, t, h int64) error {
 	s, err := b.stream()
 	if err != nil {
@@ -586,7 +594,11 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 	blocks = max(min(blocks, t), 1)
 	rpb := (t + blocks - 1) / blocks
 	blocks = (t + rpb - 1) / rpb
-	ls := []launch{{name: fmt.Sprintf("k_rmsnorm_bwd8_%d", k), gx: uint32(blocks), gy: 1, gz: 1, bx: bx, by: 1, bz: 1,
+	name := fmt.Sprintf("k_rmsnorm_bwd8_%d", k)
+	if ng <= warpGroups {
+		name, bx = "k_rmsnorm_bwd8_w", 256
+	}
+	ls := []launch{{name: name, gx: uint32(blocks), gy: 1, gz: 1, bx: bx, by: 1, bz: 1,
 		args: new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).
 			i64(t).i64(h).i64(rpb).u64(part)}}
 	if dw.Mem != nil {

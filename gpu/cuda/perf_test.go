@@ -92,6 +92,9 @@ func TestPerf(t *testing.T) {
 	p, g, m, vv := ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np)
 	pb := ten(gpu.BF16, np)
 	nwg := ten(gpu.F32, H)
+	// Qwen3-style per-head norms: 8192 tokens × 16 heads of 128.
+	xq, xq2 := ten(gpu.BF16, T*16, 128), ten(gpu.BF16, T*16, 128)
+	rstdq, nwq, nwgq := ten(gpu.F32, T*16), ten(gpu.BF16, 128), ten(gpu.F32, 128)
 	if err := b.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +171,10 @@ func TestPerf(t *testing.T) {
 		}},
 		{"rmsnorm bwd 8192x1536 bf16 +dw f32", 0, 3 * 2 * T * H, func() error {
 			return b.RMSNormBackward(dx, nwg, dx, x, nw, rstd)
+		}},
+		{"rmsnorm fwd 131072x128 bf16 (q/k norm)", 0, 2 * 2 * T * H, func() error { return b.RMSNorm(xq, rstdq, xq, nwq, 1e-6) }},
+		{"rmsnorm bwd 131072x128 bf16 +dw f32 (q/k norm)", 0, 3 * 2 * T * H, func() error {
+			return b.RMSNormBackward(xq, nwgq, xq, xq2, nwq, rstdq)
 		}},
 		{"add 8192x1536 bf16", 0, 3 * 2 * T * H, func() error { return b.Add(dx, dx, x) }},
 		{"cast 50M f32->bf16", 0, 6 * float64(np), func() error { return b.Copy(pb, p) }},

@@ -183,6 +183,97 @@ extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_2(void* dx, int
   rmsnorm_bwd8<2>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial);
 }
 
+// The *_w kernels are the 8-wide RMSNorm kernels for short rows (at most
+// 32 column groups, h <= 256, as in Qwen3's per-head q/k norms): one warp
+// per row, lane l owning column group l, reductions by warp shuffles, so a
+// block of 8 warps works on 8 rows at once without block barriers per row.
+
+// k_rmsnorm8_w: warps grid-stride over the rows.
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm8_w(void* dst, int dtd, float* rstd, const void* x, int dtx,
+                                                               const void* w, int dtw, i64 rows, i64 h, float eps) {
+  int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  i64 ng = h / 8;
+  bool own = lane < ng;
+  float wv[8];
+  if (own) ld8(w, dtw, (i64)lane * 8, wv);
+  for (i64 r = (i64)blockIdx.x * nw + (threadIdx.x >> 5); r < rows; r += (i64)gridDim.x * nw) {
+    float v[8];
+    double ss = 0.0;
+    if (own) {
+      ld8(x, dtx, r * h + lane * 8, v);
+#pragma unroll
+      for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
+    }
+    ss = warp_sum_d(ss);
+    double mean = h > 0 ? ss / (double)h : 0.0;
+    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    if (lane == 0) rstd[r] = rv;
+    if (own) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) v[k] = wv[k] * rnd(dtx, v[k] * rv);
+      st8(dst, dtd, r * h + lane * 8, v);
+    }
+  }
+}
+
+// k_rmsnorm_bwd8_w is rmsnorm_bwd8 for short rows: block b takes the rows
+// [b*rpb, (b+1)*rpb), its warp w the rows r0+w, r0+w+nw, ...; each lane
+// keeps float64 dw sums of its column group, and the block adds its warps'
+// sums in warp order (shared memory) into partial[b*h + column].
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_bwd8_w(void* dx, int dtdx, const void* dy, int dtdy,
+                                                                   const void* x, int dtx, const void* w, int dtw,
+                                                                   const float* rstd, i64 rows, i64 h, i64 rpb,
+                                                                   double* partial) {
+  __shared__ double sh[8][256];
+  int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  i64 ng = h / 8;
+  bool own = lane < ng;
+  float wf[8];
+  double acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; e++) acc[e] = 0.0;
+  if (own) ld8(w, dtw, (i64)lane * 8, wf);
+  i64 r0 = (i64)blockIdx.x * rpb, r1 = min(rows, r0 + rpb);
+  for (i64 r = r0 + wp; r < r1; r += nw) {
+    double rv = (double)rstd[r];
+    float xv[8], gv[8];
+    double dot = 0.0;
+    if (own) {
+      ld8(x, dtx, r * h + lane * 8, xv);
+      ld8(dy, dtdy, r * h + lane * 8, gv);
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        double xn = (double)xv[e] * rv;
+        double gw = (double)gv[e] * (double)wf[e];
+        dot += gw * xn;
+        acc[e] += (double)gv[e] * xn;
+      }
+    }
+    dot = warp_sum_d(dot);
+    if (h > 0) dot /= (double)h;
+    if (own) {
+      float o[8];
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        double xn = (double)xv[e] * rv;
+        double gw = (double)gv[e] * (double)wf[e];
+        o[e] = (float)(rv * (gw - xn * dot));
+      }
+      st8(dx, dtdx, r * h + lane * 8, o);
+    }
+  }
+  if (partial == 0) return;
+  if (own)
+#pragma unroll
+    for (int e = 0; e < 8; e++) sh[wp][lane * 8 + e] = acc[e];
+  __syncthreads();
+  for (i64 c = threadIdx.x; c < h; c += blockDim.x) {
+    double t = 0.0;
+    for (int k = 0; k < nw; k++) t += sh[k][c];
+    partial[(i64)blockIdx.x * h + c] = t;
+  }
+}
+
 // k_rmsnorm_dw_reduce adds the nb per-block partial sums of each column of
 // partial [nb,h] in a fixed order and accumulates them into dw:
 // dw = float(double(dw) + sum). Block (32,8): 32 columns, 8 lanes over the
