@@ -48,13 +48,13 @@ func NewCUDA(bs []*cuda.Backend) ([]Comm, error) {
 	}
 	n := len(bs)
 	devs := make([]C.int, n)
-	seen := map[int]bool{}
+	owner := map[int]int{} // GPU -> rank
 	for i, b := range bs {
 		d := b.Device().Index
-		if seen[d] {
-			return nil, fmt.Errorf("nccl: ranks %d and another share GPU %d; NCCL needs one GPU per rank", i, d)
+		if o, dup := owner[d]; dup {
+			return nil, fmt.Errorf("nccl: ranks %d and %d are both on GPU %d; NCCL needs one GPU per rank", o, i, d)
 		}
-		seen[d] = true
+		owner[d] = i
 		devs[i] = C.int(d)
 	}
 	g := &cudaGroup{n: n, bar: newBarrier(n)}
