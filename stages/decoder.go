@@ -37,6 +37,11 @@ type decoder struct {
 	// stores, later ones (later micro-batches, or a tied weight's other
 	// unit) add.
 	stored map[int64]bool
+	// ring and adder add later micro-batches' grads into offloaded grads on
+	// the host (see hostAdder); ring is hostAddSlots slots of ringElems.
+	ring      *ref
+	ringElems int
+	adder     *hostAdder
 
 	gathered []*ref
 	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
@@ -562,6 +567,12 @@ func (d *decoder) reduce(i int, grad *ref) {
 				d.stored[dst.Off] = true
 				continue
 			}
+			if d.ring != nil {
+				if err := d.addOnHost(b, dst, src); err != nil {
+					return fmt.Errorf("accumulating %s: %w", s.Name, err)
+				}
+				continue
+			}
 			if err := b.AddScaled(dst, src, 1); err != nil {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)
 			}
@@ -754,4 +765,53 @@ func (d *decoder) backward() {
 		return d.b().EmbeddingBackward(dw, dres.t, d.io.ids.t)
 	})
 	d.reduce(0, grad)
+}
+
+// planHostAdds declares the pinned ring through which later micro-batches'
+// grads reach offloaded grads (see hostAdder), live from now to the op the
+// caller extends it to.
+func (d *decoder) planHostAdds() *ref {
+	var largest int64
+	for _, u := range d.st.Units {
+		for _, s := range u.Slots {
+			largest = max(largest, s.ShardElems())
+		}
+	}
+	d.ringElems = int(max(min(largest, hostAddChunk), 1))
+	d.ring = d.p.hostBuf(d.p.stage.ID+".grad_ring", plan.Comm, gpu.F32, hostAddSlots*d.ringElems)
+	if d.p.running() {
+		d.adder = newHostAdder(d.p.r.Host)
+	}
+	return d.ring
+}
+
+// addOnHost queues dst += src, chunk by chunk: each chunk is copied from
+// the device into a ring slot, and added on the host once the copy is done.
+func (d *decoder) addOnHost(b gpu.Backend, dst, src gpu.Tensor) error {
+	n := dst.Numel()
+	for off := 0; off < n; off += d.ringElems {
+		m := min(d.ringElems, n-off)
+		k := d.adder.acquire()
+		slot, err := d.ring.t.Flat(k*d.ringElems, k*d.ringElems+m)
+		if err != nil {
+			return err
+		}
+		sv, err := src.Flat(off, off+m)
+		if err != nil {
+			return err
+		}
+		dv, err := dst.Flat(off, off+m)
+		if err != nil {
+			return err
+		}
+		if err := b.Copy(slot, sv); err != nil {
+			return err
+		}
+		ev, err := b.DefaultStream().Record()
+		if err != nil {
+			return err
+		}
+		d.adder.add(k, ev, dv, slot)
+	}
+	return nil
 }

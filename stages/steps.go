@@ -161,6 +161,10 @@ func (s *Train) program(p *prog) {
 	if p.running() {
 		p.r.Metrics, p.r.advLogP = rl.Metrics{}, 0
 	}
+	var ring *ref
+	if d.st.Model.OffloadOptimizer {
+		ring = d.planHostAdds()
+	}
 	start := p.now() + 1
 	var tokens int64
 	for mb := 0; mb < n; mb++ {
@@ -178,6 +182,7 @@ func (s *Train) program(p *prog) {
 		tokens += int64(d.T)
 	}
 	s.optimize(p, d, tokens)
+	until(p.now(), ring)
 }
 
 // loss computes the loss of micro-batch mb on the host and uploads dL/dl
@@ -303,6 +308,11 @@ func (s *Train) optimize(p *prog, d *decoder, tokens int64) {
 	}
 	p.do(func() error {
 		r, b, ob := p.r, p.r.B, p.r.B
+		if d.adder != nil {
+			if err := d.adder.wait(); err != nil {
+				return err
+			}
+		}
 		if onHost {
 			// The grads were accumulated into host memory by the device's
 			// streams: wait for them.
