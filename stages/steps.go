@@ -183,6 +183,12 @@ func (s *Train) program(p *prog) {
 	}
 	s.optimize(p, d, tokens)
 	until(p.now(), ring)
+	if d.adder != nil {
+		// The optimizer waited for the host adds; after an error it did not
+		// run, and adds still queued must finish before the ring and the
+		// grads are freed.
+		_ = d.adder.wait()
+	}
 }
 
 // loss computes the loss of micro-batch mb on the host and uploads dL/dl
