@@ -10,7 +10,8 @@
 # and the whole script keeps to BENCH_BUDGET_S seconds (default 470): a run
 # gets at most what is left, and is skipped when too little is.
 # Knobs: PYTHON, RLBENCH, BENCH_BUDGET_S, BENCH_MODELS ("qwen2.5-0.5b qwen2.5-1.5b"),
-# BENCH_SKIP_PEER=1, BENCH_SKIP_RLPIPE=1, BENCH_SKIP_OFFLOAD=1, BENCH_ONLY_OFFLOAD=1.
+# BENCH_SKIP_PEER=1, BENCH_SKIP_RLPIPE=1, BENCH_SKIP_OFFLOAD=1, BENCH_ONLY_OFFLOAD=1,
+# BENCH_DP=N (N GPUs: the peer under torch.distributed.run, rlbench --dp N).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S)}
@@ -19,6 +20,13 @@ PY=${PYTHON:-python3}
 RLBENCH=${RLBENCH:-.devbin/rlbench}
 BUDGET=${BENCH_BUDGET_S:-470}
 MODELS=${BENCH_MODELS:-"qwen2.5-0.5b qwen2.5-1.5b"}
+DP=${BENCH_DP:-1}
+SUFFIX=""
+PEER_LAUNCH=("$PY")
+if ((DP > 1)); then
+	SUFFIX="-dp$DP"
+	PEER_LAUNCH=("$PY" -m torch.distributed.run --standalone --nproc_per_node "$DP")
+fi
 CACHE=${RLBENCH_CACHE:-/tmp/rlbench-cache}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 SUMMARY="$OUT/summary.txt"
@@ -72,23 +80,23 @@ if [[ -z ${BENCH_SKIP_RLPIPE:-} ]]; then
 fi
 
 peer() { # peer MODEL OFFLOAD(0|1) LIMIT
-	local m=$1 off=$2 limit=$3 name="peer-$1" args=(--warmup 2 --steps 5)
+	local m=$1 off=$2 limit=$3 name="peer-$1$SUFFIX" args=(--warmup 2 --steps 5)
 	((off)) && name+="-offload" && args=(--offload --warmup 1 --steps 3)
 	[[ -n ${BENCH_SKIP_PEER:-} ]] && return 0
-	guarded "$name" "$limit" "$PY" bench/peer_fsdp2.py --config "examples/models/$m/config.json" \
+	guarded "$name" "$limit" "${PEER_LAUNCH[@]}" bench/peer_fsdp2.py --config "examples/models/$m/config.json" \
 		--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 "${args[@]}" --out "$OUT/$name.json"
 	local rc=$?
 	# checkpoint_wrapper failing on this transformers version: retry with HF's own checkpointing.
 	if ((rc != 0 && rc != 99 && rc != 124 && rc != 137)) && grep -qi checkpoint "$OUT/logs/$name.log" && ! grep -q OutOfMemory "$OUT/logs/$name.log"; then
 		mv "$OUT/$name.json" "$OUT/failed-ac-wrapper-$name.json" 2>/dev/null
-		guarded "$name-achf" "$limit" "$PY" bench/peer_fsdp2.py --config "examples/models/$m/config.json" \
+		guarded "$name-achf" "$limit" "${PEER_LAUNCH[@]}" bench/peer_fsdp2.py --config "examples/models/$m/config.json" \
 			--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 "${args[@]}" --ac hf --out "$OUT/$name.json"
 	fi
 }
 
 rlpipe() { # rlpipe MODEL OFFLOAD(0|1) LIMIT
-	local m=$1 off=$2 limit=$3 name="rlpipe-$1" args=(--warmup 1 --steps 3 --budget-s 30)
-	((off)) && name+="-offload" && args=(--offload --warmup 1 --steps 3 --budget-s 30)
+	local m=$1 off=$2 limit=$3 name="rlpipe-$1$SUFFIX" args=(--warmup 1 --steps 3 --budget-s 30 --dp "$DP")
+	((off)) && name+="-offload" && args=(--offload --warmup 1 --steps 3 --budget-s 30 --dp "$DP")
 	if [[ -n ${BENCH_SKIP_RLPIPE:-} ]] || ((have_rlbench == 0)); then
 		return 0
 	fi
