@@ -5,8 +5,6 @@
 package bench
 
 import (
-	"fmt"
-
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/nccl"
@@ -20,15 +18,5 @@ func init() {
 		}
 		return b, nil
 	})
-	RegisterComms("cuda", func(bs []gpu.Backend) ([]nccl.Comm, error) {
-		cbs := make([]*cuda.Backend, len(bs))
-		for i, b := range bs {
-			cb, ok := b.(*cuda.Backend)
-			if !ok {
-				return nil, fmt.Errorf("rank %d: backend %s is not CUDA", i, b.Name())
-			}
-			cbs[i] = cb
-		}
-		return nccl.NewCUDA(cbs)
-	})
+	RegisterComms("cuda", nccl.NewCUDA)
 }

@@ -28,8 +28,8 @@ const (
 	ncclAvg = 4
 )
 
-// NewCUDA returns a communicator whose ranks are the CUDA backends bs, one
-// per GPU, all in this process (ncclCommInitAll over their devices, which
+// NewCUDA returns a communicator whose ranks are the backends bs, which must
+// be CUDA backends (*cuda.Backend), one per GPU, all in this process (ncclCommInitAll over their devices, which
 // must differ). Collectives are enqueued on the rank's stream: the
 // backend's own, or the one chosen with On; like the backend's ops they
 // return before the work completes, and anything that reads the result
@@ -38,18 +38,24 @@ const (
 // other streams, so that each NCCL communicator runs on a single stream; the
 // collectives issued on each must come in the same order on every rank.
 // Close aborts every rank's communicators, so that no rank hangs on a peer
-// that failed.
-func NewCUDA(bs []*cuda.Backend) ([]Comm, error) {
-	if len(bs) == 0 {
+// that failed. Its signature fits stages.RunOptions.Comms.
+func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
+	if len(backends) == 0 {
 		return nil, errors.New("nccl: no backends")
 	}
 	if _, err := Load(); err != nil {
 		return nil, err
 	}
-	n := len(bs)
+	n := len(backends)
+	bs := make([]*cuda.Backend, n)
 	devs := make([]C.int, n)
 	owner := map[int]int{} // GPU -> rank
-	for i, b := range bs {
+	for i, gb := range backends {
+		b, ok := gb.(*cuda.Backend)
+		if !ok {
+			return nil, fmt.Errorf("nccl: rank %d: backend %s is not a CUDA backend", i, gb.Name())
+		}
+		bs[i] = b
 		d := b.Device().Index
 		if o, dup := owner[d]; dup {
 			return nil, fmt.Errorf("nccl: ranks %d and %d are both on GPU %d; NCCL needs one GPU per rank", o, i, d)
@@ -57,7 +63,9 @@ func NewCUDA(bs []*cuda.Backend) ([]Comm, error) {
 		owner[d] = i
 		devs[i] = C.int(d)
 	}
-	g := &cudaGroup{n: n, bar: newBarrier(n)}
+	// The host side of Barrier is a loopback rendezvous; closing it is part
+	// of aborting the group.
+	g := &cudaGroup{n: n, host: NewLoopback(n)}
 	for _, set := range []*[]uintptr{&g.main, &g.side} {
 		cs := make([]C.uintptr_t, n)
 		runtime.LockOSThread()
@@ -83,7 +91,7 @@ func NewCUDA(bs []*cuda.Backend) ([]Comm, error) {
 type cudaGroup struct {
 	n          int
 	main, side []uintptr // ncclComm_t per rank
-	bar        *barrier
+	host       []Comm    // loopback ranks for Barrier's host rendezvous
 	mu         sync.Mutex
 	aborted    bool
 }
@@ -109,7 +117,7 @@ func (g *cudaGroup) abort() {
 			}
 		}
 	}
-	g.bar.abort()
+	g.host[0].Close() // aborts every loopback rank
 }
 
 // cudaComm is one rank's handle; on is the stream its collectives go to
@@ -259,7 +267,7 @@ func (c *cudaComm) Barrier(ctx context.Context) error {
 	if err := c.b.Sync(); err != nil {
 		return err
 	}
-	return c.g.bar.wait(ctx)
+	return c.g.host[c.rank].Barrier(ctx)
 }
 
 // Close aborts the whole communicator (every rank's pending and later
@@ -267,55 +275,4 @@ func (c *cudaComm) Barrier(ctx context.Context) error {
 func (c *cudaComm) Close() error {
 	c.g.abort()
 	return nil
-}
-
-// barrier is a reusable rendezvous of n goroutines that can be aborted.
-type barrier struct {
-	n       int
-	mu      sync.Mutex
-	arrived int
-	release chan struct{}
-	broken  chan struct{}
-}
-
-func newBarrier(n int) *barrier {
-	return &barrier{n: n, release: make(chan struct{}), broken: make(chan struct{})}
-}
-
-func (b *barrier) wait(ctx context.Context) error {
-	b.mu.Lock()
-	select {
-	case <-b.broken:
-		b.mu.Unlock()
-		return errors.New("nccl: barrier: communicator aborted")
-	default:
-	}
-	b.arrived++
-	rel := b.release
-	if b.arrived == b.n {
-		b.arrived = 0
-		b.release = make(chan struct{})
-		close(rel)
-		b.mu.Unlock()
-		return nil
-	}
-	b.mu.Unlock()
-	select {
-	case <-rel:
-		return nil
-	case <-b.broken:
-		return errors.New("nccl: barrier: communicator aborted")
-	case <-ctx.Done():
-		return fmt.Errorf("nccl: barrier: %w", ctx.Err())
-	}
-}
-
-func (b *barrier) abort() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case <-b.broken:
-	default:
-		close(b.broken)
-	}
 }

@@ -17,6 +17,18 @@ import (
 // communicator, or skips saying why.
 func cudaRanks(t *testing.T) ([]*cuda.Backend, []Comm) {
 	t.Helper()
+	bs := twoBackends(t)
+	cs, err := NewCUDA([]gpu.Backend{bs[0], bs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs, cs
+}
+
+// twoBackends returns CUDA backends on GPUs 0 and 1, closed when the test
+// ends, or skips saying why (no driver, one GPU, no NCCL).
+func twoBackends(t *testing.T) []*cuda.Backend {
+	t.Helper()
 	info, err := cuda.Versions()
 	if err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) {
@@ -39,11 +51,7 @@ func cudaRanks(t *testing.T) ([]*cuda.Backend, []Comm) {
 		t.Cleanup(func() { b.Close() })
 		bs[i] = b
 	}
-	cs, err := NewCUDA(bs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bs, cs
+	return bs
 }
 
 // TestCUDACollectives runs every collective on two GPUs and checks the
@@ -242,23 +250,11 @@ func TestCUDACloseAborts(t *testing.T) {
 // memory plan reserves stages.NCCLReserve (1536 MiB) for it.
 func TestCUDAMemory(t *testing.T) {
 	const reserve = 1536 << 20 // stages.NCCLReserve
-	info, err := cuda.Versions()
-	if err != nil || len(info.Devices) < 2 {
-		t.Skip("needs 2 CUDA GPUs")
-	}
-	if _, err := Load(); err != nil {
-		t.Skipf("nccl not available: %v", err)
-	}
-	bs := make([]*cuda.Backend, 2)
+	bs := twoBackends(t)
 	mems := make([]gpu.Memory, 2)
 	const per = 32 << 20 // elements per rank's slice
-	for i := range bs {
-		b, err := cuda.New(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		bs[i] = b
+	for i, b := range bs {
+		var err error
 		if mems[i], err = b.Alloc(3 * 2 * per * 4); err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +263,7 @@ func TestCUDAMemory(t *testing.T) {
 	if err != nil {
 		t.Skipf("nvml: no per-process figure: %v", err)
 	}
-	cs, err := NewCUDA(bs)
+	cs, err := NewCUDA([]gpu.Backend{bs[0], bs[1]})
 	if err != nil {
 		t.Fatal(err)
 	}

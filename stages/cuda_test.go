@@ -128,13 +128,7 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 	var nvmlPeak int64
 	var comms func([]gpu.Backend) ([]nccl.Comm, error)
 	if dp > 1 {
-		comms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
-			cbs := make([]*cuda.Backend, len(bs))
-			for i, b := range bs {
-				cbs[i] = b.(*cuda.Backend)
-			}
-			return nccl.NewCUDA(cbs)
-		}
+		comms = nccl.NewCUDA
 	}
 	gpuRun := runSpecWith(t, path, short, RunOptions{
 		Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },

@@ -56,17 +56,7 @@ func chooseBackend(name string, s *spec.Spec) (backendChoice, error) {
 		if _, err := nccl.Load(); err != nil {
 			return backendChoice{}, fmt.Errorf("--backend cuda: dp %d needs NCCL: %w", dp, err)
 		}
-		c.comms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
-			cbs := make([]*cuda.Backend, len(bs))
-			for i, b := range bs {
-				cb, ok := b.(*cuda.Backend)
-				if !ok {
-					return nil, fmt.Errorf("rank %d: backend %s is not CUDA", i, b.Name())
-				}
-				cbs[i] = cb
-			}
-			return nccl.NewCUDA(cbs)
-		}
+		c.comms = nccl.NewCUDA
 		return c, nil
 	default:
 		return backendChoice{}, fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
