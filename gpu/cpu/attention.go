@@ -27,29 +27,13 @@ type span struct {
 	lo, hi, st, en, h int
 }
 
-func attnCheck(op string, q, k, v, cuSeqlens gpu.Tensor) (attnDims, error) {
+func attnCheck(op string, q, k, v, cuSeqlens gpu.Tensor, scale float32) (attnDims, error) {
 	var a attnDims
-	if err := rank(op, "q", q, 3); err != nil {
+	var err error
+	if a.t, a.hq, a.hkv, a.d, err = gpu.AttentionDims(op, q, k, v, cuSeqlens, scale); err != nil {
 		return a, err
-	}
-	if err := rank(op, "k", k, 3); err != nil {
-		return a, err
-	}
-	a.t, a.hq, a.d = q.Shape[0], q.Shape[1], q.Shape[2]
-	a.hkv = k.Shape[1]
-	if a.hkv == 0 || a.hq%a.hkv != 0 {
-		return a, fmt.Errorf("%s: %d query heads are not a multiple of %d kv heads", op, a.hq, a.hkv)
 	}
 	a.group = a.hq / a.hkv
-	if err := need(op, "k", k, a.t, a.hkv, a.d); err != nil {
-		return a, err
-	}
-	if err := need(op, "v", v, a.t, a.hkv, a.d); err != nil {
-		return a, err
-	}
-	if err := rank(op, "cuSeqlens", cuSeqlens, 1); err != nil {
-		return a, err
-	}
 	cu, err := i32View(op, "cuSeqlens", cuSeqlens)
 	if err != nil {
 		return a, err
@@ -138,33 +122,12 @@ func newAttnScratch(d int) *attnScratch {
 // Attention computes causal varlen GQA attention with an online softmax.
 func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float32) error {
 	const op = "attention"
-	a, err := attnCheck(op, q, k, v, cuSeqlens)
+	a, err := attnCheck(op, q, k, v, cuSeqlens, scale)
 	if err != nil {
 		return err
 	}
-	if err := need(op, "out", out, a.t, a.hq, a.d); err != nil {
+	if err := gpu.CheckAttention(op, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.d); err != nil {
 		return err
-	}
-	if err := need(op, "lse", lse, a.hq, a.t); err != nil {
-		return err
-	}
-	ins := []struct {
-		n string
-		t gpu.Tensor
-	}{{"q", q}, {"k", k}, {"v", v}, {"cuSeqlens", cuSeqlens}}
-	for _, in := range ins {
-		if err := noAlias(op, "out", in.n, out, in.t); err != nil {
-			return err
-		}
-		if err := noAlias(op, "lse", in.n, lse, in.t); err != nil {
-			return err
-		}
-	}
-	if err := noAlias(op, "lse", "out", lse, out); err != nil {
-		return err
-	}
-	if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) {
-		return fmt.Errorf("%s: scale %v is not finite", op, scale)
 	}
 	ov, err := floatView(op, "out", out)
 	if err != nil {
@@ -238,44 +201,12 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 // AttentionBackward computes dq, dk and dv for Attention.
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float32) error {
 	const op = "attention backward"
-	a, err := attnCheck(op, q, k, v, cuSeqlens)
+	a, err := attnCheck(op, q, k, v, cuSeqlens, scale)
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		n    string
-		t    gpu.Tensor
-		h, d int
-	}{{"dq", dq, a.hq, a.d}, {"dk", dk, a.hkv, a.d}, {"dv", dv, a.hkv, a.d}, {"dout", dout, a.hq, a.d}, {"out", out, a.hq, a.d}} {
-		if err := need(op, c.n, c.t, a.t, c.h, c.d); err != nil {
-			return err
-		}
-	}
-	if err := need(op, "lse", lse, a.hq, a.t); err != nil {
+	if err := gpu.CheckAttentionBackward(op, dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.hkv, a.d); err != nil {
 		return err
-	}
-	outs := []struct {
-		n string
-		t gpu.Tensor
-	}{{"dq", dq}, {"dk", dk}, {"dv", dv}}
-	ins := []struct {
-		n string
-		t gpu.Tensor
-	}{{"dout", dout}, {"out", out}, {"lse", lse}, {"q", q}, {"k", k}, {"v", v}, {"cuSeqlens", cuSeqlens}}
-	for i, o := range outs {
-		for _, in := range ins {
-			if err := noAlias(op, o.n, in.n, o.t, in.t); err != nil {
-				return err
-			}
-		}
-		for _, o2 := range outs[:i] {
-			if err := noAlias(op, o.n, o2.n, o.t, o2.t); err != nil {
-				return err
-			}
-		}
-	}
-	if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) {
-		return fmt.Errorf("%s: scale %v is not finite", op, scale)
 	}
 	views := make([]fview, 5)
 	for i, x := range []struct {

@@ -14,18 +14,8 @@ func rowChunk(h int) int { return max(1, 8192/max(h, 1)) }
 // Embedding gathers rows of table by ids.
 func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
 	const op = "embedding"
-	if err := rank(op, "table", table, 2); err != nil {
-		return err
-	}
-	if err := rank(op, "ids", ids, 1); err != nil {
-		return err
-	}
-	v, h := table.Shape[0], table.Shape[1]
-	t := ids.Shape[0]
-	if err := need(op, "dst", dst, t, h); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dst", "table", dst, table); err != nil {
+	v, h, t, err := gpu.EmbeddingDims(op, false, table, dst, ids)
+	if err != nil {
 		return err
 	}
 	idv, err := i32View(op, "ids", ids)
@@ -64,18 +54,8 @@ func checkIDs(op, name string, ids []int32, v int) error {
 // EmbeddingBackward accumulates dTable[ids[t]] += dY[t].
 func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 	const op = "embedding backward"
-	if err := rank(op, "dTable", dTable, 2); err != nil {
-		return err
-	}
-	if err := rank(op, "ids", ids, 1); err != nil {
-		return err
-	}
-	v, h := dTable.Shape[0], dTable.Shape[1]
-	t := ids.Shape[0]
-	if err := need(op, "dY", dY, t, h); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dTable", "dY", dTable, dY); err != nil {
+	v, h, _, err := gpu.EmbeddingDims(op, true, dTable, dY, ids)
+	if err != nil {
 		return err
 	}
 	idv, err := i32View(op, "ids", ids)
@@ -113,35 +93,9 @@ func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 // RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does.
 func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	const op = "rmsnorm"
-	if err := rank(op, "x", x, 2); err != nil {
+	t, h, err := gpu.RMSNormDims(op, dst, rstd, x, w, eps)
+	if err != nil {
 		return err
-	}
-	t, h := x.Shape[0], x.Shape[1]
-	if err := need(op, "dst", dst, t, h); err != nil {
-		return err
-	}
-	if err := need(op, "rstd", rstd, t); err != nil {
-		return err
-	}
-	if err := need(op, "w", w, h); err != nil {
-		return err
-	}
-	if err := aliasOK(op, "dst", "x", dst, x); err != nil {
-		return err
-	}
-	for _, o := range []struct {
-		n string
-		t gpu.Tensor
-	}{{"x", x}, {"w", w}, {"dst", dst}} {
-		if err := noAlias(op, "rstd", o.n, rstd, o.t); err != nil {
-			return err
-		}
-	}
-	if err := noAlias(op, "dst", "w", dst, w); err != nil {
-		return err
-	}
-	if !(eps >= 0) {
-		return fmt.Errorf("%s: eps %v must be non-negative", op, eps)
 	}
 	xv, err := floatView(op, "x", x)
 	if err != nil {
@@ -187,42 +141,11 @@ func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 // RMSNormBackward computes dx and accumulates dw.
 func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
 	const op = "rmsnorm backward"
-	if err := rank(op, "x", x, 2); err != nil {
-		return err
-	}
-	t, h := x.Shape[0], x.Shape[1]
-	if err := need(op, "dx", dx, t, h); err != nil {
-		return err
-	}
-	if err := need(op, "dy", dy, t, h); err != nil {
-		return err
-	}
-	if err := need(op, "w", w, h); err != nil {
-		return err
-	}
-	if err := need(op, "rstd", rstd, t); err != nil {
+	t, h, err := gpu.RMSNormBackwardDims(op, dx, dw, dy, x, w, rstd)
+	if err != nil {
 		return err
 	}
 	withDW := dw.Mem != nil
-	if withDW {
-		if err := need(op, "dw", dw, h); err != nil {
-			return err
-		}
-		for _, o := range []struct {
-			n string
-			t gpu.Tensor
-		}{{"dx", dx}, {"dy", dy}, {"x", x}, {"w", w}} {
-			if err := noAlias(op, "dw", o.n, dw, o.t); err != nil {
-				return err
-			}
-		}
-	}
-	if err := aliasOK(op, "dx", "dy", dx, dy); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dx", "x", dx, x); err != nil {
-		return err
-	}
 	dxv, err := floatView(op, "dx", dx)
 	if err != nil {
 		return err
@@ -416,10 +339,7 @@ func (b *Backend) SwiGLU(out, gate, up gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := aliasOK(op, "out", "gate", out, gate); err != nil {
-		return err
-	}
-	if err := aliasOK(op, "out", "up", out, up); err != nil {
+	if err := gpu.CheckSwiGLU(op, out, gate, up); err != nil {
 		return err
 	}
 	ov, gv, uv := vs[0], vs[1], vs[2]
@@ -443,19 +363,8 @@ func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := aliasOK(op, "dGate", "dOut", dGate, dOut); err != nil {
+	if err := gpu.CheckSwiGLUBackward(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
-	}
-	for _, c := range []struct {
-		o, i   string
-		ot, it gpu.Tensor
-	}{
-		{"dGate", "gate", dGate, gate}, {"dGate", "up", dGate, up}, {"dGate", "dUp", dGate, dUp},
-		{"dUp", "dOut", dUp, dOut}, {"dUp", "gate", dUp, gate}, {"dUp", "up", dUp, up},
-	} {
-		if err := noAlias(op, c.o, c.i, c.ot, c.it); err != nil {
-			return err
-		}
 	}
 	dgv, duv, dov, gv, uv := vs[0], vs[1], vs[2], vs[3], vs[4]
 	dt := gate.DType

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
@@ -68,24 +67,8 @@ type attnArgs struct {
 
 func (b *Backend) attnCheck(op string, q, k, v, cuSeqlens gpu.Tensor, scale float32) (attnArgs, error) {
 	var a attnArgs
-	if err := rank(op, "q", q, 3); err != nil {
-		return a, err
-	}
-	if err := rank(op, "k", k, 3); err != nil {
-		return a, err
-	}
-	a.t, a.hq, a.d = q.Shape[0], q.Shape[1], q.Shape[2]
-	a.hkv = k.Shape[1]
-	if a.hkv == 0 || a.hq%a.hkv != 0 {
-		return a, fmt.Errorf("%s: %d query heads are not a multiple of %d kv heads", op, a.hq, a.hkv)
-	}
-	if err := need(op, "k", k, a.t, a.hkv, a.d); err != nil {
-		return a, err
-	}
-	if err := need(op, "v", v, a.t, a.hkv, a.d); err != nil {
-		return a, err
-	}
-	if err := rank(op, "cuSeqlens", cuSeqlens, 1); err != nil {
+	var err error
+	if a.t, a.hq, a.hkv, a.d, err = gpu.AttentionDims(op, q, k, v, cuSeqlens, scale); err != nil {
 		return a, err
 	}
 	a.ns1 = cuSeqlens.Shape[0]
@@ -95,10 +78,6 @@ func (b *Backend) attnCheck(op string, q, k, v, cuSeqlens gpu.Tensor, scale floa
 	if a.d > attMaxD {
 		return a, fmt.Errorf("%s: head dim %d exceeds %d", op, a.d, attMaxD)
 	}
-	if math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) {
-		return a, fmt.Errorf("%s: scale %v is not finite", op, scale)
-	}
-	var err error
 	if a.q, err = b.faddr(op, "q", q); err != nil {
 		return a, err
 	}
@@ -132,17 +111,7 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	if err != nil {
 		return err
 	}
-	if err := need(op, "out", out, a.t, a.hq, a.d); err != nil {
-		return err
-	}
-	if err := need(op, "lse", lse, a.hq, a.t); err != nil {
-		return err
-	}
-	ins := []named{{"q", q}, {"k", k}, {"v", v}, {"cuSeqlens", cuSeqlens}}
-	if err := noAliasAll(op, "out", out, ins...); err != nil {
-		return err
-	}
-	if err := noAliasAll(op, "lse", lse, append(ins, named{"out", out})...); err != nil {
+	if err := gpu.CheckAttention(op, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.d); err != nil {
 		return err
 	}
 	oa, err := b.faddr(op, "out", out)
@@ -182,31 +151,12 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		n    string
-		t    gpu.Tensor
-		h, d int
-	}{{"dq", dq, a.hq, a.d}, {"dk", dk, a.hkv, a.d}, {"dv", dv, a.hkv, a.d}, {"dout", dout, a.hq, a.d}, {"out", out, a.hq, a.d}} {
-		if err := need(op, c.n, c.t, a.t, c.h, c.d); err != nil {
-			return err
-		}
-	}
-	if err := need(op, "lse", lse, a.hq, a.t); err != nil {
+	if err := gpu.CheckAttentionBackward(op, dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.hkv, a.d); err != nil {
 		return err
 	}
-	outs := []named{{"dq", dq}, {"dk", dk}, {"dv", dv}}
-	ins := []named{{"dout", dout}, {"out", out}, {"lse", lse}, {"q", q}, {"k", k}, {"v", v}, {"cuSeqlens", cuSeqlens}}
-	for i, o := range outs {
-		if err := noAliasAll(op, o.n, o.t, ins...); err != nil {
-			return err
-		}
-		if err := noAliasAll(op, o.n, o.t, outs[:i]...); err != nil {
-			return err
-		}
-	}
 	var as [5]uint64
-	for i, x := range []named{{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"out", out}} {
-		if as[i], err = b.faddr(op, x.n, x.t); err != nil {
+	for i, x := range []named{arg("dq", dq), arg("dk", dk), arg("dv", dv), arg("dout", dout), arg("out", out)} {
+		if as[i], err = b.faddr(op, x.Name, x.T); err != nil {
 			return err
 		}
 	}

@@ -62,18 +62,11 @@ var (
 	noAlias = gpu.CheckNoAlias
 )
 
-// named pairs a tensor with its name for alias checks.
-type named struct {
-	n string
-	t gpu.Tensor
-}
+// named, arg and noAliasAll are package gpu's Named, Arg and
+// CheckNoAliasAll.
+type named = gpu.Named
 
-// noAliasAll rejects out overlapping any of ins.
-func noAliasAll(op, outName string, out gpu.Tensor, ins ...named) error {
-	for _, in := range ins {
-		if err := noAlias(op, outName, in.n, out, in.t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var (
+	arg        = gpu.Arg
+	noAliasAll = gpu.CheckNoAliasAll
+)

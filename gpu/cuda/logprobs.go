@@ -47,7 +47,7 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	if err := need(op, "logp", logp, a.c); err != nil {
 		return err
 	}
-	if err := noAliasAll(op, "logp", logp, named{"h", h}, named{"w", w}, named{"targets", targets}, named{"logits", logits}, named{"entropy", entropy}); err != nil {
+	if err := noAliasAll(op, "logp", logp, arg("h", h), arg("w", w), arg("targets", targets), arg("logits", logits), arg("entropy", entropy)); err != nil {
 		return err
 	}
 	lpa, err := b.taddr(op, "logp", logp, gpu.F32)
@@ -56,7 +56,7 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	}
 	var ea uint64
 	if a.hasEntropy {
-		if err := noAliasAll(op, "entropy", entropy, named{"h", h}, named{"w", w}, named{"targets", targets}); err != nil {
+		if err := noAliasAll(op, "entropy", entropy, arg("h", h), arg("w", w), arg("targets", targets)); err != nil {
 			return err
 		}
 		if ea, err = b.taddr(op, "entropy", entropy, gpu.F32); err != nil {
@@ -101,12 +101,12 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 			return err
 		}
 	}
-	ins := []named{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"dlogp", dlogp}, {"dentropy", dentropy}}
+	ins := []named{arg("h", h), arg("w", w), arg("targets", targets), arg("logits", logits), arg("dlogp", dlogp), arg("dentropy", dentropy)}
 	if err := noAliasAll(op, "dh", dh, ins...); err != nil {
 		return err
 	}
 	if withDW {
-		if err := noAliasAll(op, "dw", dw, append(ins, named{"dh", dh})...); err != nil {
+		if err := noAliasAll(op, "dw", dw, append(ins, arg("dh", dh))...); err != nil {
 			return err
 		}
 	}

@@ -19,13 +19,13 @@ import (
 func (b *Backend) elem(op string, ts ...named) ([]uint64, error) {
 	as := make([]uint64, len(ts))
 	for i, x := range ts {
-		if x.t.Mem == nil {
-			return nil, fmt.Errorf("%s: %s is missing", op, x.n)
+		if x.T.Mem == nil {
+			return nil, fmt.Errorf("%s: %s is missing", op, x.Name)
 		}
-		if i > 0 && !gpu.SameShape(x.t.Shape, ts[0].t.Shape) {
-			return nil, fmt.Errorf("%s: %s has shape %v, %s has %v", op, x.n, x.t.Shape, ts[0].n, ts[0].t.Shape)
+		if i > 0 && !gpu.SameShape(x.T.Shape, ts[0].T.Shape) {
+			return nil, fmt.Errorf("%s: %s has shape %v, %s has %v", op, x.Name, x.T.Shape, ts[0].Name, ts[0].T.Shape)
 		}
-		a, err := b.faddr(op, x.n, x.t)
+		a, err := b.faddr(op, x.Name, x.T)
 		if err != nil {
 			return nil, err
 		}
@@ -85,20 +85,8 @@ func (b *Backend) flat(name string, n int64, as []uint64, args *kargs) launch {
 // the device: its row is zero-filled and the next Sync returns an error.
 func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
 	const op = "embedding"
-	if err := rank(op, "table", table, 2); err != nil {
-		return err
-	}
-	if err := rank(op, "ids", ids, 1); err != nil {
-		return err
-	}
-	v, h, t := table.Shape[0], table.Shape[1], ids.Shape[0]
-	if err := need(op, "dst", dst, t, h); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dst", "table", dst, table); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dst", "ids", dst, ids); err != nil {
+	v, h, t, err := gpu.EmbeddingDims(op, false, table, dst, ids)
+	if err != nil {
 		return err
 	}
 	da, err := b.faddr(op, "dst", dst)
@@ -122,20 +110,8 @@ func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
 // the tokens in order (no atomics), so its parallelism is H threads.
 func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 	const op = "embedding backward"
-	if err := rank(op, "dTable", dTable, 2); err != nil {
-		return err
-	}
-	if err := rank(op, "ids", ids, 1); err != nil {
-		return err
-	}
-	v, h, t := dTable.Shape[0], dTable.Shape[1], ids.Shape[0]
-	if err := need(op, "dY", dY, t, h); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dTable", "dY", dTable, dY); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dTable", "ids", dTable, ids); err != nil {
+	v, h, t, err := gpu.EmbeddingDims(op, true, dTable, dY, ids)
+	if err != nil {
 		return err
 	}
 	da, err := b.faddr(op, "dTable", dTable)
@@ -160,30 +136,9 @@ func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 // RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does.
 func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	const op = "rmsnorm"
-	if err := rank(op, "x", x, 2); err != nil {
+	t, h, err := gpu.RMSNormDims(op, dst, rstd, x, w, eps)
+	if err != nil {
 		return err
-	}
-	t, h := x.Shape[0], x.Shape[1]
-	if err := need(op, "dst", dst, t, h); err != nil {
-		return err
-	}
-	if err := need(op, "rstd", rstd, t); err != nil {
-		return err
-	}
-	if err := need(op, "w", w, h); err != nil {
-		return err
-	}
-	if err := aliasOK(op, "dst", "x", dst, x); err != nil {
-		return err
-	}
-	if err := noAliasAll(op, "rstd", rstd, named{"x", x}, named{"w", w}, named{"dst", dst}); err != nil {
-		return err
-	}
-	if err := noAlias(op, "dst", "w", dst, w); err != nil {
-		return err
-	}
-	if !(eps >= 0) {
-		return fmt.Errorf("%s: eps %v must be non-negative", op, eps)
 	}
 	xa, err := b.faddr(op, "x", x)
 	if err != nil {
@@ -215,34 +170,11 @@ func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 // the rows, reduced in a fixed order).
 func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
 	const op = "rmsnorm backward"
-	if err := rank(op, "x", x, 2); err != nil {
+	t, h, err := gpu.RMSNormBackwardDims(op, dx, dw, dy, x, w, rstd)
+	if err != nil {
 		return err
-	}
-	t, h := x.Shape[0], x.Shape[1]
-	for _, c := range []struct {
-		n string
-		t gpu.Tensor
-		s []int
-	}{{"dx", dx, []int{t, h}}, {"dy", dy, []int{t, h}}, {"w", w, []int{h}}, {"rstd", rstd, []int{t}}} {
-		if err := need(op, c.n, c.t, c.s...); err != nil {
-			return err
-		}
 	}
 	withDW := dw.Mem != nil
-	if withDW {
-		if err := need(op, "dw", dw, h); err != nil {
-			return err
-		}
-		if err := noAliasAll(op, "dw", dw, named{"dx", dx}, named{"dy", dy}, named{"x", x}, named{"w", w}, named{"rstd", rstd}); err != nil {
-			return err
-		}
-	}
-	if err := aliasOK(op, "dx", "dy", dx, dy); err != nil {
-		return err
-	}
-	if err := noAliasAll(op, "dx", dx, named{"x", x}, named{"w", w}, named{"rstd", rstd}); err != nil {
-		return err
-	}
 	dxa, err := b.faddr(op, "dx", dx)
 	if err != nil {
 		return err
@@ -389,14 +321,11 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 // SwiGLU computes out = silu(gate)*up.
 func (b *Backend) SwiGLU(out, gate, up gpu.Tensor) error {
 	const op = "swiglu"
-	as, err := b.elem(op, named{"out", out}, named{"gate", gate}, named{"up", up})
+	as, err := b.elem(op, arg("out", out), arg("gate", gate), arg("up", up))
 	if err != nil {
 		return err
 	}
-	if err := aliasOK(op, "out", "gate", out, gate); err != nil {
-		return err
-	}
-	if err := aliasOK(op, "out", "up", out, up); err != nil {
+	if err := gpu.CheckSwiGLU(op, out, gate, up); err != nil {
 		return err
 	}
 	n := int64(out.Numel())
@@ -406,23 +335,12 @@ func (b *Backend) SwiGLU(out, gate, up gpu.Tensor) error {
 // SwiGLUBackward computes dGate and dUp.
 func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up gpu.Tensor) error {
 	const op = "swiglu backward"
-	as, err := b.elem(op, named{"dGate", dGate}, named{"dUp", dUp}, named{"dOut", dOut}, named{"gate", gate}, named{"up", up})
+	as, err := b.elem(op, arg("dGate", dGate), arg("dUp", dUp), arg("dOut", dOut), arg("gate", gate), arg("up", up))
 	if err != nil {
 		return err
 	}
-	if err := aliasOK(op, "dGate", "dOut", dGate, dOut); err != nil {
+	if err := gpu.CheckSwiGLUBackward(op, dGate, dUp, dOut, gate, up); err != nil {
 		return err
-	}
-	for _, c := range []struct {
-		o, i   string
-		ot, it gpu.Tensor
-	}{
-		{"dGate", "gate", dGate, gate}, {"dGate", "up", dGate, up}, {"dGate", "dUp", dGate, dUp},
-		{"dUp", "dOut", dUp, dOut}, {"dUp", "gate", dUp, gate}, {"dUp", "up", dUp, up},
-	} {
-		if err := noAlias(op, c.o, c.i, c.ot, c.it); err != nil {
-			return err
-		}
 	}
 	n := int64(dGate.Numel())
 	return b.issue(b.flat("k_swiglu_bwd", n, as, new(kargs).u64(as[0]).dt(dGate.DType).u64(as[1]).dt(dUp.DType).
@@ -432,7 +350,7 @@ func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up gpu.Tensor) error {
 // Add computes dst = a + b.
 func (b *Backend) Add(dst, x, y gpu.Tensor) error {
 	const op = "add"
-	as, err := b.elem(op, named{"dst", dst}, named{"a", x}, named{"b", y})
+	as, err := b.elem(op, arg("dst", dst), arg("a", x), arg("b", y))
 	if err != nil {
 		return err
 	}
@@ -448,7 +366,7 @@ func (b *Backend) Add(dst, x, y gpu.Tensor) error {
 
 // Scale computes x *= s.
 func (b *Backend) Scale(x gpu.Tensor, s float32) error {
-	as, err := b.elem("scale", named{"x", x})
+	as, err := b.elem("scale", arg("x", x))
 	if err != nil {
 		return err
 	}
@@ -459,7 +377,7 @@ func (b *Backend) Scale(x gpu.Tensor, s float32) error {
 // AddScaled computes dst += s*x.
 func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 	const op = "addscaled"
-	as, err := b.elem(op, named{"dst", dst}, named{"x", x})
+	as, err := b.elem(op, arg("dst", dst), arg("x", x))
 	if err != nil {
 		return err
 	}
@@ -486,7 +404,7 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 			}
 		}
 	}
-	as, err := b.elem(op, named{"p", p}, named{"g", g}, named{"m", m}, named{"v", v})
+	as, err := b.elem(op, arg("p", p), arg("g", g), arg("m", m), arg("v", v))
 	if err != nil {
 		return err
 	}
@@ -511,7 +429,7 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 // sums into the stream's scratch, one block adding them in a fixed order,
 // then an 8-byte download (so it waits for the stream).
 func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
-	as, err := b.elem("sumsquares", named{"x", x})
+	as, err := b.elem("sumsquares", arg("x", x))
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,122 @@
+package gpu
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// Each shared op check accepts the valid call (returning its dimensions)
+// and refuses every kind of mistake with a message naming it.
+func TestOpChecks(t *testing.T) {
+	m := &fakeMem{1 << 20}
+	at := func(off int64, dt DType, shape ...int) Tensor { return view(t, m, off, dt, shape...) }
+	const k = 1 << 12 // spacing of distinct operands
+	type call func() (dims []int, err error)
+	dims := func(ds ...int) []int { return ds }
+
+	// Embedding: table [10,4], ids [3], rows [3,4].
+	emb := func(backward bool, table, rows, ids Tensor) call {
+		return func() ([]int, error) {
+			v, h, n, err := EmbeddingDims("embedding", backward, table, rows, ids)
+			return dims(v, h, n), err
+		}
+	}
+	// RMSNorm: x [5,8], dst, rstd [5], w [8].
+	rms := func(dst, rstd, x, w Tensor, eps float32) call {
+		return func() ([]int, error) {
+			tt, h, err := RMSNormDims("rmsnorm", dst, rstd, x, w, eps)
+			return dims(tt, h), err
+		}
+	}
+	rmsb := func(dx, dw, dy, x, w, rstd Tensor) call {
+		return func() ([]int, error) {
+			tt, h, err := RMSNormBackwardDims("rmsnorm backward", dx, dw, dy, x, w, rstd)
+			return dims(tt, h), err
+		}
+	}
+	// Attention: q [6,4,8], k, v [6,2,8], cu [3].
+	q, kk, v, cu := at(0, BF16, 6, 4, 8), at(k, BF16, 6, 2, 8), at(2*k, BF16, 6, 2, 8), at(3*k, I32, 3)
+	attn := func(q, kk, v, cu Tensor, scale float32) call {
+		return func() ([]int, error) {
+			tt, hq, hkv, d, err := AttentionDims("attention", q, kk, v, cu, scale)
+			return dims(tt, hq, hkv, d), err
+		}
+	}
+	out, lse := at(4*k, BF16, 6, 4, 8), at(5*k, F32, 4, 6)
+	attnOut := func(out, lse Tensor) call {
+		return func() ([]int, error) { return nil, CheckAttention("attention", out, lse, q, kk, v, cu, 6, 4, 8) }
+	}
+	dq, dk, dv, dout := at(6*k, BF16, 6, 4, 8), at(7*k, BF16, 6, 2, 8), at(8*k, BF16, 6, 2, 8), at(9*k, BF16, 6, 4, 8)
+	attnBwd := func(dq, dk, dv Tensor) call {
+		return func() ([]int, error) {
+			return nil, CheckAttentionBackward("attention backward", dq, dk, dv, dout, out, lse, q, kk, v, cu, 6, 4, 2, 8)
+		}
+	}
+	g, u, o := at(0, BF16, 4, 4), at(k, BF16, 4, 4), at(2*k, BF16, 4, 4)
+	tests := []struct {
+		name string
+		f    call
+		want []int
+		err  string
+	}{
+		{"embedding", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
+		{"embedding backward", emb(true, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
+		{"embedding rows shape", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 5), at(2*k, I32, 3)), nil, "dst has shape [3 5], want [3 4]"},
+		{"embedding dst on table", emb(false, at(0, F32, 10, 4), at(16, F32, 3, 4), at(2*k, I32, 3)), nil, "dst must not overlap table"},
+		{"embedding dTable on ids", emb(true, at(0, F32, 10, 4), at(k, F32, 3, 4), at(8, I32, 3)), nil, "dTable must not overlap ids"},
+		{"embedding ids rank", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3, 1)), nil, "ids must have 1 dimensions"},
+
+		{"rmsnorm", rms(at(0, BF16, 5, 8), at(k, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), 1e-6), dims(5, 8), ""},
+		{"rmsnorm in place", rms(at(2*k, BF16, 5, 8), at(k, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), 1e-6), dims(5, 8), ""},
+		{"rmsnorm w shape", rms(at(0, BF16, 5, 8), at(k, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 7), 1e-6), nil, "w has shape [7], want [8]"},
+		{"rmsnorm rstd on dst", rms(at(0, BF16, 5, 8), at(4, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), 1e-6), nil, "rstd must not overlap dst"},
+		{"rmsnorm dst shifted on x", rms(at(2*k+2, BF16, 5, 8), at(k, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), 1e-6), nil, "dst"},
+		{"rmsnorm eps", rms(at(0, BF16, 5, 8), at(k, F32, 5), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), float32(math.NaN())), nil, "eps"},
+
+		{"rmsnorm backward", rmsb(at(0, BF16, 5, 8), at(k, F32, 8), at(0, BF16, 5, 8), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), at(4*k, F32, 5)), dims(5, 8), ""},
+		{"rmsnorm backward no dw", rmsb(at(0, BF16, 5, 8), Tensor{}, at(0, BF16, 5, 8), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), at(4*k, F32, 5)), dims(5, 8), ""},
+		{"rmsnorm backward dw on rstd", rmsb(at(0, BF16, 5, 8), at(4*k, F32, 8), at(0, BF16, 5, 8), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), at(4*k, F32, 5)), nil, "dw must not overlap rstd"},
+		{"rmsnorm backward dx on x", rmsb(at(2*k, BF16, 5, 8), Tensor{}, at(0, BF16, 5, 8), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), at(4*k, F32, 5)), nil, "dx must not overlap x"},
+		{"rmsnorm backward dy shape", rmsb(at(0, BF16, 5, 8), Tensor{}, at(k, BF16, 4, 8), at(2*k, BF16, 5, 8), at(3*k, BF16, 8), at(4*k, F32, 5)), nil, "dy has shape [4 8], want [5 8]"},
+
+		{"swiglu in place", func() ([]int, error) { return nil, CheckSwiGLU("swiglu", g, g, u) }, nil, ""},
+		{"swiglu shifted", func() ([]int, error) { return nil, CheckSwiGLU("swiglu", at(4, BF16, 4, 4), g, u) }, nil, "out"},
+		{"swiglu backward dGate on dOut", func() ([]int, error) {
+			return nil, CheckSwiGLUBackward("swiglu backward", o, at(3*k, BF16, 4, 4), o, g, u)
+		}, nil, ""},
+		{"swiglu backward dUp on gate", func() ([]int, error) {
+			return nil, CheckSwiGLUBackward("swiglu backward", o, g, at(4*k, BF16, 4, 4), g, u)
+		}, nil, "dUp must not overlap gate"},
+
+		{"attention", attn(q, kk, v, cu, 0.125), dims(6, 4, 2, 8), ""},
+		{"attention heads", attn(q, at(k, BF16, 6, 3, 8), at(2*k, BF16, 6, 3, 8), cu, 0.125), nil, "4 query heads are not a multiple of 3 kv heads"},
+		{"attention v shape", attn(q, kk, at(2*k, BF16, 6, 2, 4), cu, 0.125), nil, "v has shape [6 2 4], want [6 2 8]"},
+		{"attention scale", attn(q, kk, v, cu, float32(math.Inf(1))), nil, "scale +Inf is not finite"},
+		{"attention outputs", attnOut(out, lse), nil, ""},
+		{"attention lse shape", attnOut(out, at(5*k, F32, 6, 4)), nil, "lse has shape [6 4], want [4 6]"},
+		{"attention out on k", attnOut(at(k, BF16, 6, 4, 8), lse), nil, "out must not overlap k"},
+		{"attention backward", attnBwd(dq, dk, dv), nil, ""},
+		{"attention backward dv on dk", attnBwd(dq, dk, at(7*k+32, BF16, 6, 2, 8)), nil, "dv must not overlap dk"},
+		{"attention backward dq on lse", attnBwd(at(5*k, BF16, 6, 4, 8), dk, dv), nil, "dq must not overlap lse"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.f()
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tt.want {
+				if got[i] != tt.want[i] {
+					t.Fatalf("dims %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
