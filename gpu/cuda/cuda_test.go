@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 }
 
 // backend returns the shared CUDA backend or skips without a driver.
-func backend(t *testing.T) *Backend {
+func backend(t testing.TB) *Backend {
 	t.Helper()
 	sharedOnce.Do(func() {
 		start := time.Now()

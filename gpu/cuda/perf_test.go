@@ -1,41 +1,40 @@
 package cuda
 
 import (
-	"fmt"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
 
-// TestPerf times the main ops at Qwen2.5-1.5B-like sizes (8192 tokens as 4
-// sequences of 2048, hidden 1536, 12 query and 2 kv heads of 128, MLP 8960,
-// vocabulary 151936, log-prob chunks of 1024 tokens). It runs only with
-// RLPIPE_CUDA_PERF=1 and checks nothing; it prints a table.
-func TestPerf(t *testing.T) {
-	if os.Getenv("RLPIPE_CUDA_PERF") != "1" {
-		t.Skip("set RLPIPE_CUDA_PERF=1 to time the ops")
-	}
-	b := backend(t)
+// BenchmarkOps times the main ops at Qwen2.5-1.5B-like sizes (8192 tokens
+// as 4 sequences of 2048, hidden 1536, 12 query and 2 kv heads of 128, MLP
+// 8960, vocabulary 151936, log-prob chunks of 1024 tokens), one
+// sub-benchmark per op, reporting TFLOP/s or GB/s besides ns/op:
+//
+//	go test -run '^$' -bench Ops -benchtime 5x ./gpu/cuda
+//
+// RLPIPE_CUDA_SCALAR=1 times the scalar elementwise and row kernels instead
+// of the 8-wide ones. Without a driver it skips.
+func BenchmarkOps(bb *testing.B) {
+	b := backend(bb)
 	const (
 		T, H, Hq, Hkv, D, I, V, C = 8192, 1536, 12, 2, 128, 8960, 151936, 1024
 	)
 	mem, err := b.Alloc(6 << 30)
 	if err != nil {
-		t.Fatal(err)
+		bb.Fatal(err)
 	}
 	defer b.Free(mem)
 	var off int64
 	ten := func(dt gpu.DType, shape ...int) gpu.Tensor {
 		x, err := gpu.NewTensor(mem, off, dt, shape...)
 		if err != nil {
-			t.Fatal(err)
+			bb.Fatal(err)
 		}
 		off += (x.Bytes() + 255) / 256 * 256
 		if dt != gpu.I32 {
 			if err := b.Fill(x, 0.01); err != nil {
-				t.Fatal(err)
+				bb.Fatal(err)
 			}
 		}
 		return x
@@ -96,7 +95,7 @@ func TestPerf(t *testing.T) {
 	xq, xq2 := ten(gpu.BF16, T*16, 128), ten(gpu.BF16, T*16, 128)
 	rstdq, nwq, nwgq := ten(gpu.F32, T*16), ten(gpu.BF16, 128), ten(gpu.F32, 128)
 	if err := b.Sync(); err != nil {
-		t.Fatal(err)
+		bb.Fatal(err)
 	}
 	attnFlops := 0.0
 	for range 4 {
@@ -187,32 +186,31 @@ func TestPerf(t *testing.T) {
 		}},
 		{"sumsquares 50M f32", 0, 4 * float64(np), func() error { _, err := b.SumSquares(g); return err }},
 	}
-	fmt.Printf("%-42s %10s %12s %10s\n", "op", "ms", "TFLOP/s", "GB/s")
 	for _, c := range cases {
-		if err := c.f(); err != nil { // warm-up
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if err := b.Sync(); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		n := 5
-		start := time.Now()
-		for range n {
-			if err := c.f(); err != nil {
-				t.Fatal(err)
+		bb.Run(c.name, func(sb *testing.B) {
+			if err := c.f(); err != nil { // warm-up
+				sb.Fatal(err)
 			}
-		}
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		ms := float64(time.Since(start).Microseconds()) / 1000 / float64(n)
-		tf, gb := "", ""
-		if c.flops > 0 {
-			tf = fmt.Sprintf("%.1f", c.flops/ms/1e9)
-		}
-		if c.bytes > 0 {
-			gb = fmt.Sprintf("%.0f", c.bytes/ms/1e6)
-		}
-		fmt.Printf("%-42s %10.3f %12s %10s\n", c.name, ms, tf, gb)
+			if err := b.Sync(); err != nil {
+				sb.Fatal(err)
+			}
+			sb.ResetTimer()
+			for range sb.N {
+				if err := c.f(); err != nil {
+					sb.Fatal(err)
+				}
+			}
+			if err := b.Sync(); err != nil {
+				sb.Fatal(err)
+			}
+			sb.StopTimer()
+			sec := sb.Elapsed().Seconds() / float64(sb.N)
+			if c.flops > 0 {
+				sb.ReportMetric(c.flops/sec/1e12, "TFLOP/s")
+			}
+			if c.bytes > 0 {
+				sb.ReportMetric(c.bytes/sec/1e9, "GB/s")
+			}
+		})
 	}
 }
