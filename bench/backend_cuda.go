@@ -17,6 +17,5 @@ func init() {
 			return nil, err // not a typed nil inside the interface
 		}
 		return b, nil
-	})
-	RegisterComms("cuda", nccl.NewCUDA)
+	}, nccl.NewCUDA)
 }

@@ -16,22 +16,34 @@ import (
 // worker count (0: all cores).
 type NewBackend func(device, threads int) (gpu.Backend, error)
 
+// NewComms connects the ranks' backends for dp > 1 (see
+// stages.RunOptions.Comms).
+type NewComms func(backends []gpu.Backend) ([]nccl.Comm, error)
+
+// registered is a backend and the communicator of its ranks (nil: the
+// engine's loopback, for host memory).
+type registered struct {
+	new   NewBackend
+	comms NewComms
+}
+
 var (
 	backendsMu sync.RWMutex
-	backends   = map[string]NewBackend{
-		"cpu": func(_, threads int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil },
+	backends   = map[string]registered{
+		"cpu": {new: func(_, threads int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil }},
 	}
 )
 
-// RegisterBackend makes a backend selectable by name (rlbench --backend).
-// backend_cuda.go registers "cuda".
-func RegisterBackend(name string, fn NewBackend) {
+// RegisterBackend makes a backend selectable by name (rlbench --backend),
+// with the communicator its ranks use when dp > 1. backend_cuda.go
+// registers "cuda" with NCCL.
+func RegisterBackend(name string, fn NewBackend, comms NewComms) {
 	backendsMu.Lock()
 	defer backendsMu.Unlock()
 	if _, dup := backends[name]; dup {
 		panic(fmt.Sprintf("bench: backend %q registered twice", name))
 	}
-	backends[name] = fn
+	backends[name] = registered{new: fn, comms: comms}
 }
 
 // BackendNames lists the backends compiled into this binary.
@@ -46,31 +58,13 @@ func BackendNames() []string {
 	return names
 }
 
-func lookupBackend(name string) (NewBackend, error) {
+func lookupBackend(name string) (registered, error) {
 	backendsMu.RLock()
 	defer backendsMu.RUnlock()
-	fn, ok := backends[name]
+	r, ok := backends[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown backend %q; this binary has: %s", name, strings.Join(BackendNames(), ", "))
+		return r, fmt.Errorf("unknown backend %q; this binary has: %s", name, strings.Join(BackendNames(), ", "))
 	}
-	return fn, nil
+	return r, nil
 }
 
-// NewComms connects the ranks' backends (see stages.RunOptions.Comms).
-type NewComms func(backends []gpu.Backend) ([]nccl.Comm, error)
-
-var comms = map[string]NewComms{}
-
-// RegisterComms sets the communicator of a GPU backend's ranks for dp > 1.
-// backend_cuda.go registers NCCL for "cuda".
-func RegisterComms(name string, fn NewComms) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	comms[name] = fn
-}
-
-func lookupComms(name string) NewComms {
-	backendsMu.RLock()
-	defer backendsMu.RUnlock()
-	return comms[name]
-}

@@ -255,7 +255,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	newBackend, err := lookupBackend(o.Backend)
+	reg, err := lookupBackend(o.Backend)
 	if err != nil {
 		return err
 	}
@@ -395,17 +395,15 @@ func run(ctx context.Context, o Options, res *Result) error {
 	}
 	var backendName string
 	opts := stages.RunOptions{Steps: total, Profile: o.Profile}
-	if s.Mesh.DP > 1 && o.Backend != "cpu" {
-		if opts.Comms = lookupComms(o.Backend); opts.Comms == nil {
-			return fmt.Errorf("backend %s has no communicator for dp %d", o.Backend, s.Mesh.DP)
-		}
+	if s.Mesh.DP > 1 {
+		opts.Comms = reg.comms // nil: the loopback, on host memory
 	}
 	opts.Backend = func(rank int) (gpu.Backend, error) {
 		threads := o.Threads
 		if threads <= 0 {
 			threads = max(1, goruntime.GOMAXPROCS(0)/s.Mesh.DP)
 		}
-		b, err := newBackend(o.Device+rank, threads)
+		b, err := reg.new(o.Device+rank, threads)
 		if err == nil && rank == 0 {
 			backendName = b.Name()
 		}

@@ -248,7 +248,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 				continue
 			}
 			if send != nil {
-				sv, err := send.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				sv, err := u.sliceOf(send.t, k)
 				if err != nil {
 					return err
 				}
@@ -534,7 +534,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err := b.Copy(in, full); err != nil {
 					return err
 				}
-				out, err := rsOut.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				out, err := u.sliceOf(rsOut.t, k)
 				if err != nil {
 					return err
 				}
@@ -543,7 +543,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				}
 				src = out
 			case d2h != nil:
-				stg, err := d2h.t.Flat(int(u.SliceOff[k]), int(u.SliceOff[k]+s.ShardElems()))
+				stg, err := u.sliceOf(d2h.t, k)
 				if err != nil {
 					return err
 				}

@@ -94,6 +94,13 @@ type Unit struct {
 	Off, GradOff int64
 }
 
+// sliceOf returns slot k's part of t, a buffer laid out as the rank's slice
+// of u (SliceOff).
+func (u *Unit) sliceOf(t gpu.Tensor, k int) (gpu.Tensor, error) {
+	off := int(u.SliceOff[k])
+	return t.Flat(off, off+int(u.Slots[k].ShardElems()))
+}
+
 // Units returns the FSDP units of m sharded over dp ranks.
 func Units(m *Model, dp int) []*Unit {
 	cfg := m.Config
