@@ -67,4 +67,3 @@ func lookupBackend(name string) (registered, error) {
 	}
 	return r, nil
 }
-
