@@ -218,3 +218,46 @@ func CheckAttentionBackward(op string, dq, dk, dv, dout, out, lse, q, k, v, cuSe
 	}
 	return nil
 }
+
+// CheckLogProbs checks LogProbs' outputs, given LogProbsDims' c and
+// hasEntropy: logp [c] overlapping no operand, and entropy (when present)
+// overlapping no input.
+func CheckLogProbs(op string, logp, entropy, h, w, targets, logits Tensor, c int, hasEntropy bool) error {
+	if err := CheckShape(op, "logp", logp, c); err != nil {
+		return err
+	}
+	ins := []Named{{"h", h}, {"w", w}, {"targets", targets}}
+	if err := CheckNoAliasAll(op, "logp", logp, append(ins, Named{"logits", logits}, Named{"entropy", entropy})...); err != nil {
+		return err
+	}
+	if !hasEntropy {
+		return nil
+	}
+	return CheckNoAliasAll(op, "entropy", entropy, ins...)
+}
+
+// CheckLogProbsBackward checks LogProbsBackward's other operands, given
+// LogProbsDims' c, hd and v: dh [c,hd], dlogp [c], dw [v,hd] unless absent
+// (Mem nil); the outputs overlap no other operand, and the logits workspace
+// must not overlap dlogp.
+func CheckLogProbsBackward(op string, dh, dw, dlogp, dentropy, h, w, targets, logits Tensor, c, hd, v int) error {
+	if err := CheckShape(op, "dh", dh, c, hd); err != nil {
+		return err
+	}
+	if err := CheckShape(op, "dlogp", dlogp, c); err != nil {
+		return err
+	}
+	ins := []Named{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"dlogp", dlogp}, {"dentropy", dentropy}}
+	if err := CheckNoAliasAll(op, "dh", dh, ins...); err != nil {
+		return err
+	}
+	if dw.Mem != nil {
+		if err := CheckShape(op, "dw", dw, v, hd); err != nil {
+			return err
+		}
+		if err := CheckNoAliasAll(op, "dw", dw, append(ins, Named{"dh", dh})...); err != nil {
+			return err
+		}
+	}
+	return CheckNoAlias(op, "logits", "dlogp", logits, dlogp)
+}

@@ -54,6 +54,18 @@ func TestOpChecks(t *testing.T) {
 		}
 	}
 	g, u, o := at(0, BF16, 4, 4), at(k, BF16, 4, 4), at(2*k, BF16, 4, 4)
+	// Log-probs: c 4 rows of hd 8, vocabulary 16.
+	lh, lw, ltg, llog := at(10*k, BF16, 4, 8), at(11*k, BF16, 16, 8), at(12*k, I32, 4), at(13*k, F32, 4, 16)
+	lp := func(logp, entropy Tensor) call {
+		return func() ([]int, error) {
+			return nil, CheckLogProbs("logprobs", logp, entropy, lh, lw, ltg, llog, 4, entropy.Mem != nil)
+		}
+	}
+	lpb := func(dh, dw, dlogp Tensor) call {
+		return func() ([]int, error) {
+			return nil, CheckLogProbsBackward("logprobs backward", dh, dw, dlogp, Tensor{}, lh, lw, ltg, llog, 4, 8, 16)
+		}
+	}
 	tests := []struct {
 		name string
 		f    call
@@ -88,6 +100,13 @@ func TestOpChecks(t *testing.T) {
 		{"swiglu backward dUp on gate", func() ([]int, error) {
 			return nil, CheckSwiGLUBackward("swiglu backward", o, g, at(4*k, BF16, 4, 4), g, u)
 		}, nil, "dUp must not overlap gate"},
+
+		{"logprobs", lp(at(14*k, F32, 4), at(15*k, F32, 4)), nil, ""},
+		{"logprobs logp shape", lp(at(14*k, F32, 5), Tensor{}), nil, "logp has shape [5], want [4]"},
+		{"logprobs entropy on h", lp(at(14*k, F32, 4), at(10*k, F32, 4)), nil, "entropy must not overlap h"},
+		{"logprobs backward", lpb(at(14*k, BF16, 4, 8), at(16*k, F32, 16, 8), at(15*k, F32, 4)), nil, ""},
+		{"logprobs backward dw on dh", lpb(at(14*k, BF16, 4, 8), at(14*k+8, F32, 16, 8), at(15*k, F32, 4)), nil, "dw must not overlap dh"},
+		{"logprobs backward dlogp in logits", lpb(at(14*k, BF16, 4, 8), Tensor{}, at(13*k, F32, 4)), nil, "logits must not overlap dlogp"},
 
 		{"attention", attn(q, kk, v, cu, 0.125), dims(6, 4, 2, 8), ""},
 		{"attention heads", attn(q, at(k, BF16, 6, 3, 8), at(2*k, BF16, 6, 3, 8), cu, 0.125), nil, "4 query heads are not a multiple of 3 kv heads"},

@@ -106,26 +106,8 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	if err != nil {
 		return err
 	}
-	if err := need(op, "logp", logp, a.c); err != nil {
+	if err := gpu.CheckLogProbs(op, logp, entropy, h, w, targets, logits, a.c, a.hasEntropy); err != nil {
 		return err
-	}
-	for _, in := range []struct {
-		n string
-		t gpu.Tensor
-	}{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"entropy", entropy}} {
-		if err := noAlias(op, "logp", in.n, logp, in.t); err != nil {
-			return err
-		}
-	}
-	if a.hasEntropy {
-		for _, in := range []struct {
-			n string
-			t gpu.Tensor
-		}{{"h", h}, {"w", w}, {"targets", targets}} {
-			if err := noAlias(op, "entropy", in.n, entropy, in.t); err != nil {
-				return err
-			}
-		}
 	}
 	lp, err := f32View(op, "logp", logp)
 	if err != nil {
@@ -158,40 +140,10 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 	if err != nil {
 		return err
 	}
-	if err := need(op, "dh", dh, a.c, a.hd); err != nil {
-		return err
-	}
-	if err := need(op, "dlogp", dlogp, a.c); err != nil {
+	if err := gpu.CheckLogProbsBackward(op, dh, dw, dlogp, dentropy, h, w, targets, logits, a.c, a.hd, a.v); err != nil {
 		return err
 	}
 	withDW := dw.Mem != nil
-	if withDW {
-		if err := need(op, "dw", dw, a.v, a.hd); err != nil {
-			return err
-		}
-	}
-	ins := []struct {
-		n string
-		t gpu.Tensor
-	}{{"h", h}, {"w", w}, {"targets", targets}, {"logits", logits}, {"dlogp", dlogp}, {"dentropy", dentropy}}
-	for _, in := range ins {
-		if err := noAlias(op, "dh", in.n, dh, in.t); err != nil {
-			return err
-		}
-		if withDW {
-			if err := noAlias(op, "dw", in.n, dw, in.t); err != nil {
-				return err
-			}
-		}
-	}
-	if withDW {
-		if err := noAlias(op, "dw", "dh", dw, dh); err != nil {
-			return err
-		}
-	}
-	if err := noAlias(op, "logits", "dlogp", logits, dlogp); err != nil {
-		return err
-	}
 	g, err := f32View(op, "dlogp", dlogp)
 	if err != nil {
 		return err

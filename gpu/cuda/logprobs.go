@@ -44,10 +44,7 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	if err != nil {
 		return err
 	}
-	if err := need(op, "logp", logp, a.c); err != nil {
-		return err
-	}
-	if err := noAliasAll(op, "logp", logp, arg("h", h), arg("w", w), arg("targets", targets), arg("logits", logits), arg("entropy", entropy)); err != nil {
+	if err := gpu.CheckLogProbs(op, logp, entropy, h, w, targets, logits, a.c, a.hasEntropy); err != nil {
 		return err
 	}
 	lpa, err := b.taddr(op, "logp", logp, gpu.F32)
@@ -56,9 +53,6 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	}
 	var ea uint64
 	if a.hasEntropy {
-		if err := noAliasAll(op, "entropy", entropy, arg("h", h), arg("w", w), arg("targets", targets)); err != nil {
-			return err
-		}
 		if ea, err = b.taddr(op, "entropy", entropy, gpu.F32); err != nil {
 			return err
 		}
@@ -89,30 +83,10 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 	if err != nil {
 		return err
 	}
-	if err := need(op, "dh", dh, a.c, a.hd); err != nil {
-		return err
-	}
-	if err := need(op, "dlogp", dlogp, a.c); err != nil {
+	if err := gpu.CheckLogProbsBackward(op, dh, dw, dlogp, dentropy, h, w, targets, logits, a.c, a.hd, a.v); err != nil {
 		return err
 	}
 	withDW := dw.Mem != nil
-	if withDW {
-		if err := need(op, "dw", dw, a.v, a.hd); err != nil {
-			return err
-		}
-	}
-	ins := []named{arg("h", h), arg("w", w), arg("targets", targets), arg("logits", logits), arg("dlogp", dlogp), arg("dentropy", dentropy)}
-	if err := noAliasAll(op, "dh", dh, ins...); err != nil {
-		return err
-	}
-	if withDW {
-		if err := noAliasAll(op, "dw", dw, append(ins, arg("dh", dh))...); err != nil {
-			return err
-		}
-	}
-	if err := noAlias(op, "logits", "dlogp", logits, dlogp); err != nil {
-		return err
-	}
 	ga, err := b.taddr(op, "dlogp", dlogp, gpu.F32)
 	if err != nil {
 		return err
