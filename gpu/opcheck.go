@@ -261,3 +261,46 @@ func CheckLogProbsBackward(op string, dh, dw, dlogp, dentropy, h, w, targets, lo
 	}
 	return CheckNoAlias(op, "logits", "dlogp", logits, dlogp)
 }
+
+// BiasDims checks AddBias (grad false: y [T,N] += b [N]) and BiasGrad
+// (grad true: db [N] += column sums of dy [T,N]): the matrix is 2-D, the
+// vector its width, and they do not overlap. It returns T and N.
+func BiasDims(op string, grad bool, mat, vec Tensor) (t, n int, err error) {
+	mn, vn := "y", "b"
+	if grad {
+		mn, vn = "dy", "db"
+	}
+	if err := CheckRank(op, mn, mat, 2); err != nil {
+		return 0, 0, err
+	}
+	t, n = mat.Shape[0], mat.Shape[1]
+	if err := CheckShape(op, vn, vec, n); err != nil {
+		return 0, 0, err
+	}
+	if grad {
+		err = CheckNoAlias(op, vn, mn, vec, mat)
+	} else {
+		err = CheckNoAlias(op, mn, vn, mat, vec)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return t, n, nil
+}
+
+// CheckAdamW checks that AdamW's p, g, m and v are F32 and pairwise
+// disjoint; their shapes are the backends' elementwise checks.
+func CheckAdamW(op string, p, g, m, v Tensor) error {
+	ts := []Named{{"p", p}, {"g", g}, {"m", m}, {"v", v}}
+	for i, t := range ts {
+		if t.T.DType != F32 {
+			return fmt.Errorf("%s: %s must be f32, got %v", op, t.Name, t.T.DType)
+		}
+		for _, u := range ts[:i] {
+			if Overlap(t.T, u.T) {
+				return fmt.Errorf("%s: %s overlaps %s", op, t.Name, u.Name)
+			}
+		}
+	}
+	return nil
+}

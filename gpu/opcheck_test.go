@@ -108,6 +108,28 @@ func TestOpChecks(t *testing.T) {
 		{"logprobs backward dw on dh", lpb(at(14*k, BF16, 4, 8), at(14*k+8, F32, 16, 8), at(15*k, F32, 4)), nil, "dw must not overlap dh"},
 		{"logprobs backward dlogp in logits", lpb(at(14*k, BF16, 4, 8), Tensor{}, at(13*k, F32, 4)), nil, "logits must not overlap dlogp"},
 
+		{"addbias", func() ([]int, error) {
+			tt, n, err := BiasDims("addbias", false, at(0, BF16, 3, 8), at(k, BF16, 8))
+			return dims(tt, n), err
+		}, dims(3, 8), ""},
+		{"addbias b on y", func() ([]int, error) {
+			_, _, err := BiasDims("addbias", false, at(0, BF16, 3, 8), at(4, BF16, 8))
+			return nil, err
+		}, nil, "y must not overlap b"},
+		{"biasgrad db shape", func() ([]int, error) {
+			_, _, err := BiasDims("biasgrad", true, at(0, BF16, 3, 8), at(k, F32, 3))
+			return nil, err
+		}, nil, "db has shape [3], want [8]"},
+		{"adamw", func() ([]int, error) {
+			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, F32, 4), at(2*k, F32, 4), at(3*k, F32, 4))
+		}, nil, ""},
+		{"adamw bf16 grads", func() ([]int, error) {
+			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, BF16, 4), at(2*k, F32, 4), at(3*k, F32, 4))
+		}, nil, "g must be f32"},
+		{"adamw v on m", func() ([]int, error) {
+			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, F32, 4), at(2*k, F32, 4), at(2*k+4, F32, 4))
+		}, nil, "v overlaps m"},
+
 		{"attention", attn(q, kk, v, cu, 0.125), dims(6, 4, 2, 8), ""},
 		{"attention heads", attn(q, at(k, BF16, 6, 3, 8), at(2*k, BF16, 6, 3, 8), cu, 0.125), nil, "4 query heads are not a multiple of 3 kv heads"},
 		{"attention v shape", attn(q, kk, at(2*k, BF16, 6, 2, 4), cu, 0.125), nil, "v has shape [6 2 4], want [6 2 8]"},

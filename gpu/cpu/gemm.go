@@ -164,14 +164,8 @@ func kernel(acc, ap, bp []float32, mb, nb, kb int) {
 // AddBias adds b [N] to every row of y [T,N].
 func (b *Backend) AddBias(y, bias gpu.Tensor) error {
 	const op = "addbias"
-	if err := rank(op, "y", y, 2); err != nil {
-		return err
-	}
-	t, n := y.Shape[0], y.Shape[1]
-	if err := need(op, "b", bias, n); err != nil {
-		return err
-	}
-	if err := noAlias(op, "y", "b", y, bias); err != nil {
+	t, n, err := gpu.BiasDims(op, false, y, bias)
+	if err != nil {
 		return err
 	}
 	yv, err := floatView(op, "y", y)
@@ -200,14 +194,8 @@ func (b *Backend) AddBias(y, bias gpu.Tensor) error {
 // BiasGrad accumulates the column sums of dy [T,N] into db [N].
 func (b *Backend) BiasGrad(db, dy gpu.Tensor) error {
 	const op = "biasgrad"
-	if err := rank(op, "dy", dy, 2); err != nil {
-		return err
-	}
-	t, n := dy.Shape[0], dy.Shape[1]
-	if err := need(op, "db", db, n); err != nil {
-		return err
-	}
-	if err := noAlias(op, "db", "dy", db, dy); err != nil {
+	t, n, err := gpu.BiasDims(op, true, dy, db)
+	if err != nil {
 		return err
 	}
 	dbv, err := floatView(op, "db", db)

@@ -458,19 +458,10 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 // AdamW performs one torch.optim.AdamW step.
 func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	const op = "adamw"
-	names := []string{"p", "g", "m", "v"}
-	ts := []gpu.Tensor{p, g, m, v}
-	for i, t := range ts {
-		if t.DType != gpu.F32 {
-			return fmt.Errorf("%s: %s must be f32, got %v", op, names[i], t.DType)
-		}
-		for j := range i {
-			if overlap(t, ts[j]) {
-				return fmt.Errorf("%s: %s overlaps %s", op, names[i], names[j])
-			}
-		}
+	if err := gpu.CheckAdamW(op, p, g, m, v); err != nil {
+		return err
 	}
-	vs, err := elemCheck(op, names, p, g, m, v)
+	vs, err := elemCheck(op, []string{"p", "g", "m", "v"}, p, g, m, v)
 	if err != nil {
 		return err
 	}

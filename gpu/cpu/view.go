@@ -139,7 +139,6 @@ func (v fview) set(i int, x float32) {
 var (
 	need    = gpu.CheckShape
 	rank    = gpu.CheckRank
-	overlap = gpu.Overlap
 	aliasOK = gpu.CheckAlias
 	noAlias = gpu.CheckNoAlias
 )

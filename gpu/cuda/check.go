@@ -56,17 +56,12 @@ func (b *Backend) taddr(op, name string, t gpu.Tensor, dt gpu.DType) (uint64, er
 var (
 	need    = gpu.CheckShape
 	rank    = gpu.CheckRank
-	overlap = gpu.Overlap
 	same    = gpu.SameView
 	aliasOK = gpu.CheckAlias
 	noAlias = gpu.CheckNoAlias
 )
 
-// named, arg and noAliasAll are package gpu's Named, Arg and
-// CheckNoAliasAll.
+// named and arg are package gpu's Named and Arg.
 type named = gpu.Named
 
-var (
-	arg        = gpu.Arg
-	noAliasAll = gpu.CheckNoAliasAll
-)
+var arg = gpu.Arg

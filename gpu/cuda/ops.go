@@ -218,14 +218,8 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
 // AddBias adds b [N] to every row of y [T,N].
 func (b *Backend) AddBias(y, bias gpu.Tensor) error {
 	const op = "addbias"
-	if err := rank(op, "y", y, 2); err != nil {
-		return err
-	}
-	t, n := y.Shape[0], y.Shape[1]
-	if err := need(op, "b", bias, n); err != nil {
-		return err
-	}
-	if err := noAlias(op, "y", "b", y, bias); err != nil {
+	t, n, err := gpu.BiasDims(op, false, y, bias)
+	if err != nil {
 		return err
 	}
 	ya, err := b.faddr(op, "y", y)
@@ -246,14 +240,8 @@ func (b *Backend) AddBias(y, bias gpu.Tensor) error {
 // BiasGrad accumulates the column sums of dy [T,N] into db [N].
 func (b *Backend) BiasGrad(db, dy gpu.Tensor) error {
 	const op = "biasgrad"
-	if err := rank(op, "dy", dy, 2); err != nil {
-		return err
-	}
-	t, n := dy.Shape[0], dy.Shape[1]
-	if err := need(op, "db", db, n); err != nil {
-		return err
-	}
-	if err := noAlias(op, "db", "dy", db, dy); err != nil {
+	t, n, err := gpu.BiasDims(op, true, dy, db)
+	if err != nil {
 		return err
 	}
 	dba, err := b.faddr(op, "db", db)
@@ -392,17 +380,8 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 // operation order.
 func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	const op = "adamw"
-	names := []string{"p", "g", "m", "v"}
-	ts := []gpu.Tensor{p, g, m, v}
-	for i, t := range ts {
-		if t.DType != gpu.F32 {
-			return fmt.Errorf("%s: %s must be f32, got %v", op, names[i], t.DType)
-		}
-		for j := range i {
-			if overlap(t, ts[j]) {
-				return fmt.Errorf("%s: %s overlaps %s", op, names[i], names[j])
-			}
-		}
+	if err := gpu.CheckAdamW(op, p, g, m, v); err != nil {
+		return err
 	}
 	as, err := b.elem(op, arg("p", p), arg("g", g), arg("m", m), arg("v", v))
 	if err != nil {
