@@ -206,8 +206,8 @@ func (c *cudaComm) ptrs(name string, ts ...gpu.Tensor) ([]C.uintptr_t, C.int, er
 }
 
 func (c *cudaComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
-	if dst.Numel() != c.g.n*src.Numel() {
-		return fmt.Errorf("nccl: all-gather: dst has %d elements, want %d×%d", dst.Numel(), c.g.n, src.Numel())
+	if err := checkAllGather(c.g.n, dst, src); err != nil {
+		return fmt.Errorf("nccl: %w", err)
 	}
 	ps, dt, err := c.ptrs("all-gather", src, dst)
 	if err != nil {
@@ -219,8 +219,8 @@ func (c *cudaComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
 }
 
 func (c *cudaComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op) error {
-	if src.Numel() != c.g.n*dst.Numel() {
-		return fmt.Errorf("nccl: reduce-scatter: src has %d elements, want %d×%d", src.Numel(), c.g.n, dst.Numel())
+	if err := checkReduceScatter(c.g.n, dst, src); err != nil {
+		return fmt.Errorf("nccl: %w", err)
 	}
 	o, err := ncclOp(op)
 	if err != nil {

@@ -204,12 +204,7 @@ func (c *loopComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
 	var err error
 	if p.src, err = hostBytes("src", src); err == nil {
 		if p.dst, err = hostBytes("dst", dst); err == nil {
-			switch {
-			case dst.DType != src.DType:
-				err = fmt.Errorf("allgather: dst is %v, src is %v", dst.DType, src.DType)
-			case dst.Numel() != c.g.n*src.Numel():
-				err = fmt.Errorf("allgather: dst has %d elements, want %d×%d", dst.Numel(), c.g.n, src.Numel())
-			}
+			err = checkAllGather(c.g.n, dst, src)
 		}
 	}
 	p.invalidArg = err
@@ -229,12 +224,7 @@ func (c *loopComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op
 	if err == nil {
 		if p.src, err = hostBytes("src", src); err == nil {
 			if p.dst, err = hostBytes("dst", dst); err == nil {
-				switch {
-				case dst.DType != src.DType:
-					err = fmt.Errorf("reducescatter: dst is %v, src is %v", dst.DType, src.DType)
-				case src.Numel() != c.g.n*dst.Numel():
-					err = fmt.Errorf("reducescatter: src has %d elements, want %d×%d", src.Numel(), c.g.n, dst.Numel())
-				}
+				err = checkReduceScatter(c.g.n, dst, src)
 			}
 		}
 	}

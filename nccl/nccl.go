@@ -72,3 +72,27 @@ type Comm interface {
 	// collective, and later calls, fail instead of hanging.
 	Close() error
 }
+
+// checkAllGather checks an all-gather over n ranks: dst holds n times src's
+// elements, of src's dtype.
+func checkAllGather(n int, dst, src gpu.Tensor) error {
+	switch {
+	case dst.DType != src.DType:
+		return fmt.Errorf("allgather: dst is %v, src is %v", dst.DType, src.DType)
+	case dst.Numel() != n*src.Numel():
+		return fmt.Errorf("allgather: dst has %d elements, want %d×%d", dst.Numel(), n, src.Numel())
+	}
+	return nil
+}
+
+// checkReduceScatter checks a reduce-scatter over n ranks: src holds n
+// times dst's elements, of dst's dtype.
+func checkReduceScatter(n int, dst, src gpu.Tensor) error {
+	switch {
+	case dst.DType != src.DType:
+		return fmt.Errorf("reducescatter: dst is %v, src is %v", dst.DType, src.DType)
+	case src.Numel() != n*dst.Numel():
+		return fmt.Errorf("reducescatter: src has %d elements, want %d×%d", src.Numel(), n, dst.Numel())
+	}
+	return nil
+}
