@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -33,38 +32,16 @@ func TestAttentionTensorCore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			dt := cfg.dt
-			cu := packed(cfg.lens...)
-			n := int(cu[len(cu)-1])
-			gcu, ccu := e.ids(cu)
-			gq, cq := e.in(dt, 1, n, cfg.hq, cfg.d)
-			gk, ck := e.in(dt, 1, n, cfg.hkv, cfg.d)
-			gv, cv := e.in(dt, 1, n, cfg.hkv, cfg.d)
-			gout, cout := e.out(dt, n, cfg.hq, cfg.d)
-			glse, clse := e.out(gpu.F32, cfg.hq, n)
-			scale := float32(1 / math.Sqrt(float64(cfg.d)))
-			e.check(name, e.g.Attention(gout, glse, gq, gk, gv, gcu, scale), e.c.Attention(cout, clse, cq, ck, cv, ccu, scale))
-			e.compare(name+" out", gout, cout, tol16)
-			e.compare(name+" lse", glse, clse, tolLSE)
-			// The backward reads the CPU's own forward results on both sides.
-			e.copyCPU(gout, cout)
-			e.copyCPU(glse, clse)
-			gdo, cdo := e.in(dt, 1, n, cfg.hq, cfg.d)
-			gdq, cdq := e.out(dt, n, cfg.hq, cfg.d)
-			gdk, cdk := e.out(dt, n, cfg.hkv, cfg.d)
-			gdv, cdv := e.out(dt, n, cfg.hkv, cfg.d)
-			e.check(name+" backward", e.g.AttentionBackward(gdq, gdk, gdv, gdo, gout, glse, gq, gk, gv, gcu, scale),
-				e.c.AttentionBackward(cdq, cdk, cdv, cdo, cout, clse, cq, ck, cv, ccu, scale))
-			e.compare(name+" dq", gdq, cdq, tol16)
-			e.compare(name+" dk", gdk, cdk, tol16)
-			e.compare(name+" dv", gdv, cdv, tol16)
+			r := e.compareAttention(name, dt, cfg.lens, cfg.hq, cfg.hkv, cfg.d, tol16, tolLSE)
+			n := r.q.Shape[0]
 			// A second backward into fresh poisoned outputs must match bit for bit.
 			hdq, _ := e.out(dt, n, cfg.hq, cfg.d)
 			hdk, _ := e.out(dt, n, cfg.hkv, cfg.d)
 			hdv, _ := e.out(dt, n, cfg.hkv, cfg.d)
-			if err := e.g.AttentionBackward(hdq, hdk, hdv, gdo, gout, glse, gq, gk, gv, gcu, scale); err != nil {
+			if err := e.g.AttentionBackward(hdq, hdk, hdv, r.dout, r.out, r.lse, r.q, r.k, r.v, r.cu, r.scale); err != nil {
 				t.Fatal(err)
 			}
-			for _, p := range [][2]gpu.Tensor{{gdq, hdq}, {gdk, hdk}, {gdv, hdv}} {
+			for _, p := range [][2]gpu.Tensor{{r.dq, hdq}, {r.dk, hdk}, {r.dv, hdv}} {
 				a := make([]byte, p[0].Bytes())
 				b := make([]byte, p[1].Bytes())
 				if err := e.g.DownloadBytes(a, p[0]); err != nil {

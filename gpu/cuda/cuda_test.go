@@ -625,34 +625,50 @@ func TestAttention(t *testing.T) {
 			{[]int{17, 40, 23}, 6, 1, 96},
 			{[]int{5, 0, 64, 0}, 4, 2, 32}, // empty sequences
 		} {
-			cu := packed(cfg.lens...)
-			n := int(cu[len(cu)-1])
 			name := fmt.Sprintf("attention %v seqs%v hq%d hkv%d d%d", dt, cfg.lens, cfg.hq, cfg.hkv, cfg.d)
-			gcu, ccu := e.ids(cu)
-			gq, cq := e.in(dt, 1, n, cfg.hq, cfg.d)
-			gk, ck := e.in(dt, 1, n, cfg.hkv, cfg.d)
-			gv, cv := e.in(dt, 1, n, cfg.hkv, cfg.d)
-			gout, cout := e.out(dt, n, cfg.hq, cfg.d)
-			glse, clse := e.out(gpu.F32, cfg.hq, n)
-			scale := float32(1 / math.Sqrt(float64(cfg.d)))
-			e.check(name, e.g.Attention(gout, glse, gq, gk, gv, gcu, scale), e.c.Attention(cout, clse, cq, ck, cv, ccu, scale))
-			tol := tolFor(true, dt)
-			e.compare(name+" out", gout, cout, tol)
-			e.compare(name+" lse", glse, clse, tolHeavy)
-			// The backward reads the CPU's own forward results on both sides.
-			e.copyCPU(gout, cout)
-			e.copyCPU(glse, clse)
-			gdo, cdo := e.in(dt, 1, n, cfg.hq, cfg.d)
-			gdq, cdq := e.out(dt, n, cfg.hq, cfg.d)
-			gdk, cdk := e.out(dt, n, cfg.hkv, cfg.d)
-			gdv, cdv := e.out(dt, n, cfg.hkv, cfg.d)
-			e.check(name+" backward", e.g.AttentionBackward(gdq, gdk, gdv, gdo, gout, glse, gq, gk, gv, gcu, scale),
-				e.c.AttentionBackward(cdq, cdk, cdv, cdo, cout, clse, cq, ck, cv, ccu, scale))
-			e.compare(name+" dq", gdq, cdq, tol)
-			e.compare(name+" dk", gdk, cdk, tol)
-			e.compare(name+" dv", gdv, cdv, tol)
+			e.compareAttention(name, dt, cfg.lens, cfg.hq, cfg.hkv, cfg.d, tolFor(true, dt), tolHeavy)
 		}
 	}
+}
+
+// attnRun is the CUDA side of one attention comparison.
+type attnRun struct {
+	q, k, v, cu, out, lse, dout, dq, dk, dv gpu.Tensor
+	scale                                   float32
+}
+
+// compareAttention runs Attention and AttentionBackward on both backends
+// for packed sequences of lengths lens (hq query and hkv kv heads of dim d)
+// and compares the results: out, dq, dk and dv within tol, lse within
+// tolLSE. The backward reads the CPU's own forward results on both sides.
+func (e *env) compareAttention(name string, dt gpu.DType, lens []int, hq, hkv, d int, tol, tolLSE float64) attnRun {
+	e.t.Helper()
+	cu := packed(lens...)
+	n := int(cu[len(cu)-1])
+	var r attnRun
+	var ccu, cq, ck, cv, cout, clse, cdo, cdq, cdk, cdv gpu.Tensor
+	r.cu, ccu = e.ids(cu)
+	r.q, cq = e.in(dt, 1, n, hq, d)
+	r.k, ck = e.in(dt, 1, n, hkv, d)
+	r.v, cv = e.in(dt, 1, n, hkv, d)
+	r.out, cout = e.out(dt, n, hq, d)
+	r.lse, clse = e.out(gpu.F32, hq, n)
+	r.scale = float32(1 / math.Sqrt(float64(d)))
+	e.check(name, e.g.Attention(r.out, r.lse, r.q, r.k, r.v, r.cu, r.scale), e.c.Attention(cout, clse, cq, ck, cv, ccu, r.scale))
+	e.compare(name+" out", r.out, cout, tol)
+	e.compare(name+" lse", r.lse, clse, tolLSE)
+	e.copyCPU(r.out, cout)
+	e.copyCPU(r.lse, clse)
+	r.dout, cdo = e.in(dt, 1, n, hq, d)
+	r.dq, cdq = e.out(dt, n, hq, d)
+	r.dk, cdk = e.out(dt, n, hkv, d)
+	r.dv, cdv = e.out(dt, n, hkv, d)
+	e.check(name+" backward", e.g.AttentionBackward(r.dq, r.dk, r.dv, r.dout, r.out, r.lse, r.q, r.k, r.v, r.cu, r.scale),
+		e.c.AttentionBackward(cdq, cdk, cdv, cdo, cout, clse, cq, ck, cv, ccu, r.scale))
+	e.compare(name+" dq", r.dq, cdq, tol)
+	e.compare(name+" dk", r.dk, cdk, tol)
+	e.compare(name+" dv", r.dv, cdv, tol)
+	return r
 }
 
 // copyCPU uploads the CPU tensor's contents into the CUDA one.
