@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
 type runOut struct {
+	p     *plan.Plan
 	steps []StepResult // rank 0
 	peak  []int64      // per rank: arena high-water
 	plan  int64        // the plan's peak
@@ -31,6 +33,13 @@ func runSpec(t *testing.T, path string, mutate func(s *spec.Spec)) runOut {
 // after the one that records rank 0's steps.
 func runSpecWith(t *testing.T, path string, mutate func(s *spec.Spec), opts RunOptions) runOut {
 	t.Helper()
+	return runJob(t, path, mutate, nil, opts)
+}
+
+// runJob is runSpecWith with mutateJob, when not nil, applied to the
+// resolved job (stage parameters) before it is planned.
+func runJob(t *testing.T, path string, mutate func(s *spec.Spec), mutateJob func(j *Job), opts RunOptions) runOut {
+	t.Helper()
 	s, err := spec.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +48,9 @@ func runSpecWith(t *testing.T, path string, mutate func(s *spec.Spec), opts RunO
 		mutate(s)
 	}
 	j, g := resolveSpec(t, s)
+	if mutateJob != nil {
+		mutateJob(j)
+	}
 	p, err := Plan(j)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +60,7 @@ func runSpecWith(t *testing.T, path string, mutate func(s *spec.Spec), opts RunO
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	out := runOut{plan: p.PeakBytes, arena: p.DeviceArena, total: p.DeviceTotal()}
+	out := runOut{p: p, plan: p.PeakBytes, arena: p.DeviceArena, total: p.DeviceTotal()}
 	after := opts.AfterStep
 	opts.AfterStep = func(r *Rank, sr StepResult) error {
 		if r.ID == 0 {
@@ -272,17 +284,8 @@ func TestNoReshard(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	short := func(s *spec.Spec) { s.Train.Steps = 2 }
 	base := runSpec(t, path, short)
-	s, err := spec.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	short(s)
-	j, g := resolveSpec(t, s)
-	j.Stages["shard_actor"].(*ApplyFSDP2).ReshardAfterForward = false
-	p, err := Plan(j)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := runJob(t, path, short, func(j *Job) { j.Stages["shard_actor"].(*ApplyFSDP2).ReshardAfterForward = false }, RunOptions{})
+	p := out.p
 	if b := p.Buffer("train.bwd.gathered.layer0"); b != nil {
 		t.Error("a unit is gathered again for its backward without resharding")
 	}
@@ -291,49 +294,26 @@ func TestNoReshard(t *testing.T) {
 	if fwd == nil || fwd.End < bwd {
 		t.Errorf("layer0's forward gather %+v does not last to its backward (op %d)", fwd, bwd)
 	}
-	data, err := ReadData(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
+	for _, sr := range out.steps {
 		if want := base.steps[sr.Step-1].Stats.Values["loss"]; sr.Stats.Values["loss"] != want {
 			t.Errorf("step %d: loss %v without resharding, %v with", sr.Step, sr.Stats.Values["loss"], want)
 		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if hw, _ := res.Ranks[0].Arena.HighWater(); hw != p.PeakBytes {
-		t.Errorf("arena high-water %d, plan peak %d", hw, p.PeakBytes)
+	if out.peak[0] != out.plan {
+		t.Errorf("arena high-water %d, plan peak %d", out.peak[0], out.plan)
 	}
 }
 
 // TestLogProbEntropy checks that a log-prob stage with entropy: true keeps
 // its per-token entropies, each within [0, ln V].
 func TestLogProbEntropy(t *testing.T) {
-	s, err := spec.Load(filepath.Join("..", "examples", "tiny-grpo.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Train.Steps = 1
-	j, g := resolveSpec(t, s)
-	j.Stages["old_logp"].(*LogProb).Entropy = true
-	p, err := Plan(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := ReadData(j)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ent [][]float32
-	if _, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
-		ent = r.Entropy["old_logp"]
-		return nil
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	runJob(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), func(s *spec.Spec) { s.Train.Steps = 1 },
+		func(j *Job) { j.Stages["old_logp"].(*LogProb).Entropy = true },
+		RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
+			ent = r.Entropy["old_logp"]
+			return nil
+		}})
 	if len(ent) == 0 || len(ent[0]) == 0 {
 		t.Fatal("no entropies kept")
 	}
@@ -353,29 +333,9 @@ func TestLogProbEntropy(t *testing.T) {
 func TestEntropyTempered(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	entropy := func(tempered bool) float64 {
-		s, err := spec.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Train.Steps, s.Data.Temperature = 1, 0.7
-		j, g := resolveSpec(t, s)
-		j.Stages["train"].(*Train).EntropyTempered = tempered
-		p, err := Plan(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := ReadData(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var h float64
-		if _, err := Run(context.Background(), j, g, p, data, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
-			h = sr.Stats.Values["entropy_loss"]
-			return nil
-		}}); err != nil {
-			t.Fatal(err)
-		}
-		return h
+		out := runJob(t, path, func(s *spec.Spec) { s.Train.Steps, s.Data.Temperature = 1, 0.7 },
+			func(j *Job) { j.Stages["train"].(*Train).EntropyTempered = tempered }, RunOptions{})
+		return out.steps[0].Stats.Values["entropy_loss"]
 	}
 	plain, tempered := entropy(false), entropy(true)
 	if !(tempered < plain) || tempered <= 0 {
