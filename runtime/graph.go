@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,13 +22,21 @@ type Node struct {
 	// stage may need setup stages; those are satisfied before the step phase
 	// starts.
 	Needs []*Node
-	// Dependents are the stages that need this one, in file order.
+	// Dependents are the stages that run after this one (they need it, read
+	// its outputs, or write a state it reads as at the phase start), in file
+	// order.
 	Dependents []*Node
+	// Ports are the data inputs and outputs the stage declares.
+	Ports Ports
+	// Inputs are the data edges into the stage, in the order of its inputs;
+	// Outputs the edges out of it.
+	Inputs, Outputs []*Edge
 	// Index is the position of the node in the topological order of its
 	// phase, starting at 0.
 	Index int
 
-	file int // position among all stages in file order: setup first, then step
+	file int   // position among all stages in file order: setup first, then step
+	deps []dep // why the stage runs after others: needs, data, state
 }
 
 // ID returns the id of the node's stage.
@@ -41,12 +50,21 @@ type Graph struct {
 	step  []*Node // topological order
 }
 
-// NewGraph builds the graph of the setup and step stages of s. It reports
-// every problem it finds, not only the first, each at the position of the
-// offending YAML: duplicate ids, needs naming unknown stages, a stage needing
-// itself, a setup stage needing a step stage, and every dependency cycle. The
-// error is a spec.Errors sorted by position.
-func NewGraph(s *spec.Spec) (*Graph, error) {
+// NewGraph builds the graph of the setup and step stages of s from their
+// needs alone; see Build.
+func NewGraph(s *spec.Spec) (*Graph, error) { return Build(s, nil) }
+
+// Build builds the graph of the setup and step stages of s. The stages run
+// after the stages they need and, when f is not nil, after the stages whose
+// outputs they read (the data edges f's ports imply) and before the stages
+// that write a state they read as it is when the phase starts. Build
+// reports every problem it finds, not only the first, each at the position
+// of the offending YAML: duplicate ids, needs naming unknown stages, a
+// stage needing itself, a setup stage needing a step stage, inputs with no
+// producer or an ambiguous one, and every dependency cycle (a producer
+// that would have to run after its consumer is one). The error is a
+// spec.Errors sorted by position.
+func Build(s *spec.Spec, f *Flow) (*Graph, error) {
 	if s == nil {
 		return nil, spec.Errors{{Msg: "no spec"}}
 	}
@@ -94,7 +112,7 @@ func NewGraph(s *spec.Spec) (*Graph, error) {
 				continue
 			}
 			seen[ref.Name] = true
-			dep, ok := g.byID[ref.Name]
+			d, ok := g.byID[ref.Name]
 			switch {
 			case ref.Name == n.Stage.ID && n.Stage.ID != "":
 				errs.Addf(ref.Pos, "stage %q needs itself", ref.Name)
@@ -104,14 +122,16 @@ func NewGraph(s *spec.Spec) (*Graph, error) {
 					msg += fmt.Sprintf("; did you mean %q?", sug)
 				}
 				errs.Addf(ref.Pos, "%s", msg)
-			case n.Phase == spec.Setup && dep.Phase == spec.Step:
+			case n.Phase == spec.Setup && d.Phase == spec.Step:
 				errs.Addf(ref.Pos, "setup stage %q needs step stage %q, but setup stages run before any step stage", n.Stage.ID, ref.Name)
 			case kept:
-				n.Needs = append(n.Needs, dep)
-				dep.Dependents = append(dep.Dependents, n)
+				n.Needs = append(n.Needs, d)
+				n.deps = append(n.deps, dep{on: d, kind: depNeeds, pos: ref.Pos})
 			}
 		}
 	}
+	errs = append(errs, g.flow(f)...)
+	g.linkDependents()
 	errs = append(errs, cycles(g.nodes)...)
 	if err := errs.Err(); err != nil {
 		return nil, err
@@ -185,7 +205,7 @@ func (g *Graph) topo(phase spec.Phase) []*Node {
 		if n.Phase != phase {
 			continue
 		}
-		for _, d := range n.Needs {
+		for _, d := range n.after() {
 			if d.Phase == phase {
 				indeg[n]++
 			}
@@ -217,9 +237,23 @@ func (g *Graph) topo(phase spec.Phase) []*Node {
 	return order
 }
 
-// cycles finds the strongly connected components of the needs graph with
-// Tarjan's algorithm and reports one cycle through each component of more
-// than one node. Self-needs have no edge; they are reported separately.
+// after returns the distinct stages n runs after, in the order of its deps.
+func (n *Node) after() []*Node {
+	var out []*Node
+	seen := map[*Node]bool{}
+	for _, d := range n.deps {
+		if !seen[d.on] {
+			seen[d.on] = true
+			out = append(out, d.on)
+		}
+	}
+	return out
+}
+
+// cycles finds the strongly connected components of the dependency graph
+// (needs, data edges and state ordering) with Tarjan's algorithm and
+// reports one cycle through each component of more than one node.
+// Self-needs have no edge; they are reported separately.
 func cycles(nodes []*Node) spec.Errors {
 	var (
 		index   = map[*Node]int{}
@@ -236,7 +270,7 @@ func cycles(nodes []*Node) spec.Errors {
 		next++
 		stack = append(stack, n)
 		onStack[n] = true
-		for _, d := range n.Needs {
+		for _, d := range n.after() {
 			if _, seen := index[d]; !seen {
 				connect(d)
 				low[n] = min(low[n], low[d])
@@ -276,55 +310,65 @@ func cycles(nodes []*Node) spec.Errors {
 				start = n
 			}
 		}
-		path := cyclePath(start, in)
-		names := make([]string, len(path))
-		for i, n := range path {
-			names[i] = n.Stage.ID
-		}
+		links := cyclePath(start, in)
+		names := []string{start.Stage.ID}
+		var why []string
+		onlyNeeds := true
 		pos := start.Stage.Pos
-		for _, ref := range start.Stage.Needs {
-			if ref.Name == path[1].Stage.ID {
-				pos = ref.Pos
-				break
+		posSet := false
+		from := start
+		for _, l := range links {
+			names = append(names, l.on.Stage.ID)
+			why = append(why, l.describe(from))
+			if l.kind != depNeeds {
+				onlyNeeds = false
+			} else if !posSet {
+				pos, posSet = l.pos, true
 			}
+			from = l.on
 		}
-		errs.Addf(pos, "dependency cycle: %s (each stage needs the next)", strings.Join(names, " -> "))
+		reason := "each stage needs the next"
+		if !onlyNeeds {
+			reason = strings.Join(why, "; ")
+		}
+		errs.Addf(pos, "dependency cycle: %s (%s)", strings.Join(names, " -> "), reason)
 	}
 	return errs
 }
 
-// cyclePath returns a shortest path start -> ... -> start along needs edges
-// that stays inside the component in.
-func cyclePath(start *Node, in map[*Node]bool) []*Node {
-	prev := map[*Node]*Node{}
+// cyclePath returns the links of a shortest cycle start -> ... -> start
+// that stays inside the component in; link k leads from the k-th stage of
+// the cycle to the next, which it runs after.
+func cyclePath(start *Node, in map[*Node]bool) []dep {
+	type step struct {
+		from *Node
+		link dep
+	}
+	prev := map[*Node]step{}
 	queue := []*Node{start}
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
-		for _, d := range n.Needs {
-			if !in[d] {
+		for _, d := range n.deps {
+			if !in[d.on] {
 				continue
 			}
-			if d == start {
-				path := []*Node{start}
-				for m := n; m != start; m = prev[m] {
-					path = append(path, m)
+			if d.on == start {
+				links := []dep{d}
+				for m := n; m != start; m = prev[m].from {
+					links = append(links, prev[m].link)
 				}
-				// path is start, then the cycle backwards; reverse the tail.
-				tail := path[1:]
-				for i, j := 0, len(tail)-1; i < j; i, j = i+1, j-1 {
-					tail[i], tail[j] = tail[j], tail[i]
-				}
-				return append(path, start)
+				slices.Reverse(links)
+				return links
 			}
-			if _, seen := prev[d]; !seen {
-				prev[d] = n
-				queue = append(queue, d)
+			if _, seen := prev[d.on]; !seen && d.on != start {
+				prev[d.on] = step{from: n, link: d}
+				queue = append(queue, d.on)
 			}
 		}
 	}
 	// Unreachable for a strongly connected component.
-	return []*Node{start, start}
+	return nil
 }
 
 // suggest returns the id closest to name when it is likely a typo, or "".

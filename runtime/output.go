@@ -13,6 +13,18 @@ import (
 type graphJSON struct {
 	Nodes []nodeJSON `json:"nodes"`
 	Edges []edgeJSON `json:"edges"`
+	Data  []dataJSON `json:"data"`
+}
+
+// dataJSON is one data edge: output out of stage from (or a source) feeds
+// input in of stage to.
+type dataJSON struct {
+	From   string `json:"from,omitempty"`
+	Source string `json:"source,omitempty"`
+	Out    string `json:"out"`
+	To     string `json:"to"`
+	In     string `json:"in"`
+	Type   string `json:"type"`
 }
 
 type nodeJSON struct {
@@ -46,10 +58,18 @@ func (g *Graph) phases() []struct {
 
 // JSON renders the graph as an indented JSON document with a stable layout:
 // "nodes" (id, uses, phase, order, needs, when, pos), setup stages then step
-// stages, each phase in topological order; and "edges" (from a stage to a
-// stage that needs it, in node order then needs order).
+// stages, each phase in topological order; "edges" (from a stage to a
+// stage that needs it, in node order then needs order); and "data" (the
+// data edges, in consumer order then input order).
 func (g *Graph) JSON() ([]byte, error) {
-	doc := graphJSON{Nodes: []nodeJSON{}, Edges: []edgeJSON{}}
+	doc := graphJSON{Nodes: []nodeJSON{}, Edges: []edgeJSON{}, Data: []dataJSON{}}
+	for _, e := range g.Edges() {
+		d := dataJSON{Source: e.Source, Out: e.Out, To: e.To.Stage.ID, In: e.In, Type: e.Type}
+		if e.From != nil {
+			d.From = e.From.Stage.ID
+		}
+		doc.Data = append(doc.Data, d)
+	}
 	for _, p := range g.phases() {
 		for _, n := range p.nodes {
 			nj := nodeJSON{
@@ -82,8 +102,9 @@ func (g *Graph) JSON() ([]byte, error) {
 
 // DOT renders the graph in Graphviz DOT: one cluster per phase, a box per
 // stage labelled with its id and kind, edges from a stage to the stages that
-// need it (dotted from setup into step), and each `when` as a dashed note
-// attached to its stage.
+// need it (dotted from setup into step), each `when` as a dashed note
+// attached to its stage, and the data edges in blue, labelled with their
+// ports and type (sources as cylinders).
 func (g *Graph) DOT() string {
 	var b strings.Builder
 	b.WriteString("digraph rlpipe {\n")
@@ -118,6 +139,18 @@ func (g *Graph) DOT() string {
 			}
 		}
 	}
+	sources := map[string]bool{}
+	for _, e := range g.Edges() {
+		if e.From == nil && !sources[e.Source] {
+			sources[e.Source] = true
+			fmt.Fprintf(&b, "  %s [shape=cylinder];\n", dotQuote(e.Source))
+		}
+		label := e.Type
+		if e.In != e.Out {
+			label = e.Out + " -> " + e.In + "\n" + e.Type
+		}
+		fmt.Fprintf(&b, "  %s -> %s [color=blue, fontcolor=blue, label=%s];\n", dotQuote(e.FromName()), dotQuote(e.To.Stage.ID), dotQuote(label))
+	}
 	b.WriteString("}\n")
 	return b.String()
 }
@@ -130,7 +163,9 @@ func dotQuote(s string) string {
 }
 
 // Text renders the graph for a terminal: each phase with its stages in
-// execution order, their kinds, needs and `when`.
+// execution order, their kinds, needs and `when`, then the data edges
+// (producer.output -> consumer.input, and the type), then the order that
+// reads of a state as it is when the phase starts impose.
 func (g *Graph) Text() string {
 	var b strings.Builder
 	for _, p := range g.phases() {
@@ -163,6 +198,39 @@ func (g *Graph) Text() string {
 			rows = append(rows, append(row, strings.Join(extra, "; ")))
 		}
 		b.WriteString(table("  ", rows))
+	}
+	if edges := g.Edges(); len(edges) > 0 {
+		b.WriteString("data:\n")
+		var rows [][]string
+		for _, e := range edges {
+			from := e.Source
+			if e.From != nil {
+				from = e.From.Stage.ID + "." + e.Out
+				if e.From.Phase != e.To.Phase {
+					from += " (" + string(e.From.Phase) + ")"
+				}
+			}
+			typ := e.Type
+			if in := e.To.inputPort(e.In); in.AtPhaseStart {
+				typ += fmt.Sprintf(" (as it is when the %s starts)", e.To.Phase)
+			}
+			rows = append(rows, []string{from, "->", e.To.Stage.ID + "." + e.In, typ})
+		}
+		b.WriteString(table("  ", rows))
+	}
+	var order [][]string
+	for _, p := range g.phases() {
+		for _, n := range p.nodes {
+			for _, d := range n.deps {
+				if d.kind == depBefore {
+					order = append(order, []string{d.on.Stage.ID, "before", n.Stage.ID, "(" + n.Stage.ID + " writes " + d.typ + ")"})
+				}
+			}
+		}
+	}
+	if len(order) > 0 {
+		b.WriteString("order:\n")
+		b.WriteString(table("  ", order))
 	}
 	return b.String()
 }
