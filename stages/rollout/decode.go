@@ -70,6 +70,10 @@ func Decode(name string, r io.Reader) ([]Sample, error) {
 		line, rerr := br.ReadBytes('\n')
 		if len(line) > 0 {
 			lineNo++
+			if lineNo == 1 {
+				// A UTF-8 byte order mark, as some editors write, is not data.
+				line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+			}
 			if b := bytes.TrimSpace(line); len(b) > 0 {
 				s, msgs := parseLine(b)
 				for _, m := range msgs {

@@ -58,6 +58,11 @@ func TestDecodeValid(t *testing.T) {
 			want: []Sample{{Tokens: []int32{1, 2, 3}, ResponseLength: 1, Reward: 0.25, LossMask: ones(1), Group: 4, Line: 1}},
 		},
 		{
+			name: "UTF-8 byte order mark",
+			in:   "\xef\xbb\xbf" + `{"prompt_tokens":[1,2],"response_tokens":[3],"reward":1.0,"group":3}`,
+			want: []Sample{{Tokens: []int32{1, 2, 3}, ResponseLength: 1, Reward: 1, LossMask: ones(1), Group: 3, Line: 1}},
+		},
+		{
 			name: "largest token id",
 			in:   `{"prompt_tokens":[2147483647],"response_tokens":[0],"reward":0,"group":2147483647}`,
 			want: []Sample{{Tokens: []int32{MaxTokenID, 0}, ResponseLength: 1, LossMask: ones(1), Group: MaxTokenID, Line: 1}},
