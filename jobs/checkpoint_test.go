@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -177,7 +178,12 @@ func TestResume(t *testing.T) {
 	root := t.TempDir()
 	r := mustCreate(t, root, t0, "12345678-0000-4000-8000-000000000001", Meta{TotalSteps: 10})
 	for step := 1; step <= 6; step++ {
-		if err := r.AppendMetrics(Metrics{Step: step, Time: t0}); err != nil {
+		for k := 1; k <= 2; k++ {
+			if err := r.AppendUpdate(Metrics{Step: step, Update: 2*(step-1) + k, Epoch: 1, MiniBatch: k, Time: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.AppendMetrics(Metrics{Step: step, Updates: 2, Time: t0}); err != nil {
 			t.Fatal(err)
 		}
 		if step == 4 || step == 6 {
@@ -193,6 +199,9 @@ func TestResume(t *testing.T) {
 	f, _ := os.OpenFile(filepath.Join(r.Dir(), MetricsFile), os.O_WRONLY|os.O_APPEND, 0)
 	f.WriteString(`{"step":7,"lo`)
 	f.Close()
+	if err := r.AppendUpdate(Metrics{Step: 7, Update: 13}); err != nil {
+		t.Fatal(err)
+	}
 
 	o, err := Open(root, "12345678")
 	if err != nil {
@@ -210,6 +219,21 @@ func TestResume(t *testing.T) {
 	ms, err := o.Metrics()
 	if err != nil || len(ms) != 4 || ms[3].Step != 4 {
 		t.Fatalf("metrics after resume = %v, %v", ms, err)
+	}
+	us, err := o.Updates()
+	if err != nil || len(us) != 8 || us[7].Step != 4 || us[7].Update != 8 {
+		t.Fatalf("updates after resume = %v, %v", us, err)
+	}
+	var dropped []int
+	data, _ := o.ReadFile(DroppedUpdatesFile)
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		var m Metrics
+		if l != "" && m.UnmarshalJSON([]byte(l)) == nil {
+			dropped = append(dropped, m.Update)
+		}
+	}
+	if !reflect.DeepEqual(dropped, []int{9, 10, 11, 12, 13}) {
+		t.Errorf("dropped updates = %v", dropped)
 	}
 	m := o.Meta()
 	if m.Status != StatusRunning || m.Resumes != 1 || m.LastStep != 4 {
@@ -263,5 +287,109 @@ func TestResumeWithoutCheckpoint(t *testing.T) {
 	}
 	if dropped, _ := o.ReadFile(DroppedMetricsFile); len(dropped) == 0 {
 		t.Error("dropped lines not kept")
+	}
+}
+
+// TestPendingExport checks what a record tells about a run whose training
+// finished but whose export did not, and that Resume forgets an export
+// of a step it discards.
+func TestPendingExport(t *testing.T) {
+	const total = 4
+	tests := []struct {
+		name        string
+		ckpts       []int // committed checkpoints
+		exportAt    int   // LastStep when SetExported is called; 0: never
+		status      Status
+		resume      bool
+		wantStep    int // 0: none reported
+		wantPending bool
+		wantExport  bool // Exported still set afterwards
+	}{
+		{name: "no checkpoint", status: StatusFailed},
+		{name: "stopped early", ckpts: []int{2}, status: StatusStopped},
+		{name: "stopped early and exported", ckpts: []int{2}, exportAt: 2, status: StatusStopped, wantExport: true},
+		{name: "killed while exporting", ckpts: []int{2, total}, status: StatusRunning, wantStep: total, wantPending: true},
+		{name: "export failed", ckpts: []int{total}, status: StatusFailed, wantStep: total, wantPending: true},
+		{name: "export of an earlier stop only", ckpts: []int{2, total}, exportAt: 2, status: StatusFailed,
+			wantStep: total, wantPending: true, wantExport: true},
+		{name: "exported, status not recorded", ckpts: []int{total}, exportAt: total, status: StatusRunning,
+			wantStep: total, wantExport: true},
+		{name: "succeeded", ckpts: []int{total}, exportAt: total, status: StatusSucceeded, wantStep: total, wantExport: true},
+		{name: "succeeded without export", ckpts: []int{total}, status: StatusSucceeded, wantStep: total},
+		{name: "pending after resume", ckpts: []int{2, total}, status: StatusFailed, resume: true,
+			wantStep: total, wantPending: true},
+		{name: "resume keeps the export of its checkpoint", ckpts: []int{total}, exportAt: total, status: StatusFailed,
+			resume: true, wantStep: total, wantExport: true},
+		{name: "resume forgets a later export", ckpts: []int{2}, exportAt: 3, status: StatusFailed, resume: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			r := mustCreate(t, root, t0, "12345678-0000-4000-8000-000000000001", Meta{TotalSteps: total})
+			last := 0
+			for _, c := range tt.ckpts {
+				last = max(last, c)
+			}
+			last = max(last, tt.exportAt)
+			for step := 1; step <= last; step++ {
+				if err := r.AppendMetrics(Metrics{Step: step}); err != nil {
+					t.Fatal(err)
+				}
+				if step == tt.exportAt {
+					if err := r.SetExported(filepath.Join(r.Dir(), "export", "actor")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, c := range tt.ckpts {
+				writeCkpt(t, r, c, map[string]string{"w": "weights"})
+				if err := r.CommitCheckpoint(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.status != StatusRunning {
+				if err := r.SetStatus(tt.status, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.Close()
+			o, err := Open(root, r.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer o.Close()
+			if tt.resume {
+				if _, _, _, err := o.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			step, dir, pending, err := o.PendingExport()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step != tt.wantStep || pending != tt.wantPending {
+				t.Errorf("PendingExport = step %d, pending %v; want step %d, pending %v", step, pending, tt.wantStep, tt.wantPending)
+			}
+			if step != 0 && dir != o.checkpointDir(step) {
+				t.Errorf("dir = %s", dir)
+			}
+			if got := o.Meta().Exported != ""; got != tt.wantExport {
+				t.Errorf("exported = %q, want set %v", o.Meta().Exported, tt.wantExport)
+			}
+			if stored, _ := readMeta(o.Dir()); (stored.Exported != "") != tt.wantExport {
+				t.Errorf("stored exported = %q, want set %v", stored.Exported, tt.wantExport)
+			}
+		})
+	}
+
+	// A damaged final checkpoint is an error, not "nothing pending".
+	r := newTestRun(t)
+	dir := writeCkpt(t, r, 10, map[string]string{"w": "weights"})
+	if err := r.CommitCheckpoint(10); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "w"))
+	if _, _, _, err := r.PendingExport(); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Errorf("damaged checkpoint: err = %v, want ErrCorruptCheckpoint", err)
 	}
 }

@@ -14,15 +14,20 @@ func Example() {
 	defer os.RemoveAll(root)
 
 	// rlpipe run job.yaml
-	r, err := jobs.Create(root, jobs.Meta{Name: "grpo", SpecPath: "job.yaml", TotalSteps: 4, Version: "dev"})
+	r, err := jobs.Create(root, jobs.Meta{Name: "grpo", SpecPath: "job.yaml", SpecDir: ".", Seed: 1, TotalSteps: 4, Version: "dev"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	r.WriteSpec([]byte("name: grpo\n"))
 	r.WritePlan(map[string]int64{"peak_bytes": 1 << 30})
+	update := 0
 	for step := 1; step <= 3; step++ {
-		r.AppendMetrics(jobs.Metrics{Step: step, Loss: 1 / float64(step)})
+		for mb := 1; mb <= 2; mb++ { // two mini-batches, one PPO epoch
+			update++
+			r.AppendUpdate(jobs.Metrics{Step: step, Update: update, Epoch: 1, MiniBatch: mb, Loss: 1 / float64(update)})
+		}
+		r.AppendMetrics(jobs.Metrics{Step: step, Updates: 2, Loss: 1 / float64(step)})
 		if step == 2 {
 			dir, _ := r.CheckpointDir(step)
 			os.WriteFile(filepath.Join(dir, "model.safetensors"), []byte("..."), 0o644)
@@ -40,6 +45,7 @@ func Example() {
 	defer o.Close()
 	step, _, ok, err := o.Resume()
 	ms, _ := o.Metrics()
-	fmt.Println(step, ok, err, len(ms), o.Meta().Status)
-	// Output: 2 true <nil> 2 running
+	us, _ := o.Updates()
+	fmt.Println(step, ok, err, len(ms), len(us), o.Meta().Status)
+	// Output: 2 true <nil> 2 4 running
 }

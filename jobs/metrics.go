@@ -13,12 +13,24 @@ import (
 	"time"
 )
 
-// Metrics is one line of metrics.jsonl: what a training step measured.
+// Metrics is one line of metrics.jsonl, what a training step measured,
+// or of updates.jsonl, what one optimizer update within a step measured.
 // Floating-point values that JSON cannot hold (NaN, ±Inf, as from a
 // diverged loss) are written as the strings "NaN", "+Inf" and "-Inf" and
-// read back as the same values.
+// read back as the same values. The counts Update, Epoch, MiniBatch and
+// Updates are written only when non-zero.
 type Metrics struct {
-	Step         int       `json:"step"`
+	Step int `json:"step"`
+	// Update is the run's global, 1-based index of an optimizer update;
+	// it is set on update lines only.
+	Update int `json:"update,omitempty"`
+	// Epoch is the 1-based PPO epoch of an update within its step.
+	Epoch int `json:"epoch,omitempty"`
+	// MiniBatch is the 1-based mini-batch of an update within its epoch.
+	MiniBatch int `json:"mini_batch,omitempty"`
+	// Updates is, on a step's summary line, how many optimizer updates
+	// the step made.
+	Updates      int       `json:"updates,omitempty"`
 	Time         time.Time `json:"time"`   // when the step finished
 	WallS        float64   `json:"wall_s"` // seconds the step took
 	Loss         float64   `json:"loss"`
@@ -36,19 +48,33 @@ type Metrics struct {
 	Extra map[string]float64 `json:"-"`
 }
 
-// metricKeys are the JSON names of the fixed fields, in output order.
-var metricKeys = []string{
-	"step", "time", "wall_s", "loss", "pg_loss", "kl", "entropy", "clipfrac",
+// countKeys are the JSON names of the counts written only when non-zero,
+// in output order (after step).
+var countKeys = []string{"update", "epoch", "mini_batch", "updates"}
+
+// valueKeys are the JSON names of the fields always written after step,
+// the counts and time, in output order.
+var valueKeys = []string{
+	"wall_s", "loss", "pg_loss", "kl", "entropy", "clipfrac",
 	"grad_norm", "lr", "tokens", "tokens_per_s", "peak_mem_bytes",
 }
 
+// metricKeySet holds the JSON names of all fixed fields, which Extra must
+// not reuse.
 var metricKeySet = func() map[string]bool {
-	s := make(map[string]bool, len(metricKeys))
-	for _, k := range metricKeys {
+	s := map[string]bool{"step": true, "time": true}
+	for _, k := range append(countKeys, valueKeys...) {
 		s[k] = true
 	}
 	return s
 }()
+
+// counts returns pointers to the count fields keyed by JSON name.
+func (m *Metrics) counts() map[string]*int {
+	return map[string]*int{
+		"update": &m.Update, "epoch": &m.Epoch, "mini_batch": &m.MiniBatch, "updates": &m.Updates,
+	}
+}
 
 // floats returns pointers to the float fields keyed by JSON name.
 func (m *Metrics) floats() map[string]*float64 {
@@ -103,12 +129,21 @@ func (m Metrics) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 320)
 	b = append(b, `{"step":`...)
 	b = strconv.AppendInt(b, int64(m.Step), 10)
+	cs := m.counts()
+	for _, k := range countKeys {
+		if v := *cs[k]; v != 0 {
+			b = append(b, ',', '"')
+			b = append(b, k...)
+			b = append(b, '"', ':')
+			b = strconv.AppendInt(b, int64(v), 10)
+		}
+	}
 	if !m.Time.IsZero() {
 		b = append(b, `,"time":`...)
 		b = strconv.AppendQuote(b, m.Time.UTC().Format(time.RFC3339Nano))
 	}
 	fl := m.floats()
-	for _, k := range metricKeys[2:] {
+	for _, k := range valueKeys {
 		b = append(b, ',', '"')
 		b = append(b, k...)
 		b = append(b, '"', ':')
@@ -162,8 +197,15 @@ func (m *Metrics) UnmarshalJSON(data []byte) error {
 		return fmt.Errorf("metrics step: %w", err)
 	}
 	fl := m.floats()
+	cs := m.counts()
 	for k, raw := range obj {
 		var err error
+		if p, ok := cs[k]; ok {
+			if err := json.Unmarshal(raw, p); err != nil {
+				return fmt.Errorf("metrics %s: %w", k, err)
+			}
+			continue
+		}
 		switch k {
 		case "step":
 		case "time":
@@ -216,33 +258,38 @@ func (m Metrics) Fields() []Field {
 // metricsPath returns the path of metrics.jsonl.
 func (r *Run) metricsPath() string { return filepath.Join(r.dir, MetricsFile) }
 
+// updatesPath returns the path of updates.jsonl.
+func (r *Run) updatesPath() string { return filepath.Join(r.dir, UpdatesFile) }
+
+// checkCounts refuses negative counts.
+func checkCounts(m Metrics) error {
+	cs := m.counts()
+	for _, k := range countKeys {
+		if v := *cs[k]; v < 0 {
+			return fmt.Errorf("%s %d: negative", k, v)
+		}
+	}
+	return nil
+}
+
 // AppendMetrics appends m as one line to metrics.jsonl and fsyncs it, then
 // records m.Step as the last completed step if it is the highest so far.
-// A zero m.Time is set to the current time. Steps start at 1.
+// A zero m.Time is set to the current time. Steps start at 1. m.Update
+// must be 0: lines of single updates go to AppendUpdate; m.Updates may
+// say how many updates the step made.
 func (r *Run) AppendMetrics(m Metrics) error {
 	if m.Step < 1 {
 		return fmt.Errorf("append metrics: step %d: steps start at 1", m.Step)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m.Time.IsZero() {
-		m.Time = r.now().UTC()
+	if m.Update != 0 {
+		return fmt.Errorf("append metrics: update %d: a step line has no update index (use AppendUpdate)", m.Update)
 	}
-	line, err := m.MarshalJSON()
-	if err != nil {
+	if err := checkCounts(m); err != nil {
 		return fmt.Errorf("append metrics: %w", err)
 	}
-	line = append(line, '\n')
-	if !r.tailChecked {
-		if err := r.repairTailLocked(); err != nil {
-			return fmt.Errorf("append metrics: %w", err)
-		}
-		r.tailChecked = true
-	}
-	if err := appendSync(r.metricsPath(), line); err != nil {
-		// The line may be partly written; check the tail before the
-		// next append.
-		r.tailChecked = false
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.appendLineLocked(r.metricsPath(), &r.tailChecked, m); err != nil {
 		return fmt.Errorf("append metrics: %w", err)
 	}
 	if m.Step > r.meta.LastStep {
@@ -256,11 +303,63 @@ func (r *Run) AppendMetrics(m Metrics) error {
 	return nil
 }
 
-// repairTailLocked makes metrics.jsonl end with a newline before an
+// AppendUpdate appends m, what one optimizer update measured, as one line
+// to updates.jsonl and fsyncs it, as AppendMetrics does for a step.
+// m.Step is the step the update belongs to (from 1) and m.Update the
+// run's global update index (from 1); Epoch and MiniBatch, 1-based, are
+// optional. A zero m.Time is set to the current time. It does not change
+// LastStep: a step is complete only once its summary line is in
+// metrics.jsonl.
+func (r *Run) AppendUpdate(m Metrics) error {
+	if m.Step < 1 {
+		return fmt.Errorf("append update: step %d: steps start at 1", m.Step)
+	}
+	if m.Update < 1 {
+		return fmt.Errorf("append update: update %d: updates start at 1", m.Update)
+	}
+	if err := checkCounts(m); err != nil {
+		return fmt.Errorf("append update: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.appendLineLocked(r.updatesPath(), &r.updChecked, m); err != nil {
+		return fmt.Errorf("append update: %w", err)
+	}
+	return nil
+}
+
+// appendLineLocked appends m as one line to the JSONL file at path,
+// repairing the file's tail first unless *checked says it was already
+// done; r.mu must be held.
+func (r *Run) appendLineLocked(path string, checked *bool, m Metrics) error {
+	if m.Time.IsZero() {
+		m.Time = r.now().UTC()
+	}
+	line, err := m.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	if !*checked {
+		if err := repairTail(path); err != nil {
+			return err
+		}
+		*checked = true
+	}
+	if err := appendSync(path, line); err != nil {
+		// The line may be partly written; check the tail before the
+		// next append.
+		*checked = false
+		return err
+	}
+	return nil
+}
+
+// repairTail makes the JSONL file at path end with a newline before an
 // append. A final line cut short by a crash was never acknowledged and is
 // cut off; a complete final line that only lacks its newline gets one.
-func (r *Run) repairTailLocked() error {
-	f, err := os.Open(r.metricsPath())
+func repairTail(path string) error {
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -279,16 +378,16 @@ func (r *Run) repairTailLocked() error {
 	if st.Size() == 0 || last[0] == '\n' {
 		return nil
 	}
-	data, err := os.ReadFile(r.metricsPath())
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	keep := bytes.LastIndexByte(data, '\n') + 1
 	var m Metrics
 	if json.Unmarshal(data[keep:], &m) == nil {
-		return appendSync(r.metricsPath(), []byte{'\n'})
+		return appendSync(path, []byte{'\n'})
 	}
-	f, err = os.OpenFile(r.metricsPath(), os.O_WRONLY, 0o644)
+	f, err = os.OpenFile(path, os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -296,23 +395,25 @@ func (r *Run) repairTailLocked() error {
 	return errors.Join(terr, f.Sync(), f.Close())
 }
 
-// metricsLine is one parsed line of metrics.jsonl with its bytes.
+// metricsLine is one parsed line of a JSONL metrics file with its bytes.
 type metricsLine struct {
 	m   Metrics
 	raw []byte // including the newline
 }
 
-// readMetricsLines parses metrics.jsonl. A missing file has no lines. A
-// final line without a newline that does not parse is dropped and
-// reported with an error wrapping ErrTruncatedMetrics next to the good
-// lines; a bad line anywhere else is an error and no lines are returned.
+// readMetricsLines parses the JSONL metrics file at path (metrics.jsonl
+// or updates.jsonl). A missing file has no lines. A final line without a
+// newline that does not parse is dropped and reported with an error
+// wrapping ErrTruncatedMetrics next to the good lines; a bad line
+// anywhere else is an error and no lines are returned.
 func readMetricsLines(path string) ([]metricsLine, error) {
+	name := filepath.Base(path)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read metrics: %w", err)
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	var (
 		lines []metricsLine
@@ -334,10 +435,10 @@ func readMetricsLines(path string) ([]metricsLine, error) {
 		var m Metrics
 		if err := json.Unmarshal(text, &m); err != nil {
 			if final {
-				warn = fmt.Errorf("%s line %d (%d bytes): %w", MetricsFile, n, len(raw), ErrTruncatedMetrics)
+				warn = fmt.Errorf("%s line %d (%d bytes): %w", name, n, len(raw), ErrTruncatedMetrics)
 				break
 			}
-			return nil, fmt.Errorf("read metrics: %s line %d: %w", MetricsFile, n, err)
+			return nil, fmt.Errorf("read %s: line %d: %w", name, n, err)
 		}
 		if final {
 			raw = append(raw[:len(raw):len(raw)], '\n')
@@ -347,13 +448,9 @@ func readMetricsLines(path string) ([]metricsLine, error) {
 	return lines, warn
 }
 
-// Metrics reads every line of metrics.jsonl in file order. If the last
-// line was cut short by a crash it is ignored and the other lines are
-// returned with an error wrapping ErrTruncatedMetrics, which callers may
-// treat as a warning. Any other bad line is an error and returns no
-// metrics, so a damaged file is never misread.
-func (r *Run) Metrics() ([]Metrics, error) {
-	lines, err := readMetricsLines(r.metricsPath())
+// readMetricsFile returns the metrics of every line of the file at path.
+func readMetricsFile(path string) ([]Metrics, error) {
+	lines, err := readMetricsLines(path)
 	if lines == nil {
 		return nil, err
 	}
@@ -364,12 +461,27 @@ func (r *Run) Metrics() ([]Metrics, error) {
 	return ms, err
 }
 
-// TruncateMetricsAfter atomically rewrites metrics.jsonl keeping only the
-// lines whose step is at most step (byte for byte) and dropping a
-// truncated final line, then sets LastStep to the highest step kept. The
-// dropped lines are first appended to metrics-dropped.jsonl, so nothing
+// Metrics reads every line of metrics.jsonl in file order. If the last
+// line was cut short by a crash it is ignored and the other lines are
+// returned with an error wrapping ErrTruncatedMetrics, which callers may
+// treat as a warning. Any other bad line is an error and returns no
+// metrics, so a damaged file is never misread.
+func (r *Run) Metrics() ([]Metrics, error) { return readMetricsFile(r.metricsPath()) }
+
+// Updates reads every line of updates.jsonl in file order, one per
+// optimizer update, with the same handling of a cut-short last line
+// (ErrTruncatedMetrics next to the other lines) and of damaged lines as
+// Metrics. A run without update lines has none and no error.
+func (r *Run) Updates() ([]Metrics, error) { return readMetricsFile(r.updatesPath()) }
+
+// TruncateMetricsAfter atomically rewrites metrics.jsonl and
+// updates.jsonl, keeping only the lines whose step is at most step (byte
+// for byte) and dropping a truncated final line, then sets LastStep to the
+// highest step kept in metrics.jsonl. The dropped lines are first
+// appended to metrics-dropped.jsonl and updates-dropped.jsonl, so nothing
 // measured is lost. It refuses to rewrite a file with a damaged line
-// before the end.
+// before the end; updates.jsonl is rewritten first, so such a refusal
+// there leaves both files as they were.
 func (r *Run) TruncateMetricsAfter(step int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -377,31 +489,13 @@ func (r *Run) TruncateMetricsAfter(step int) error {
 }
 
 func (r *Run) truncateMetricsLocked(step int) error {
-	lines, err := readMetricsLines(r.metricsPath())
-	if err != nil && !errors.Is(err, ErrTruncatedMetrics) {
+	if _, err := truncateLines(r.updatesPath(), filepath.Join(r.dir, DroppedUpdatesFile), step); err != nil {
+		return fmt.Errorf("truncate updates: %w", err)
+	}
+	r.updChecked = true
+	last, err := truncateLines(r.metricsPath(), filepath.Join(r.dir, DroppedMetricsFile), step)
+	if err != nil {
 		return fmt.Errorf("truncate metrics: %w", err)
-	}
-	var (
-		buf, dropped bytes.Buffer
-		last         int
-	)
-	for _, l := range lines {
-		if l.m.Step > step {
-			dropped.Write(l.raw)
-			continue
-		}
-		buf.Write(l.raw)
-		last = max(last, l.m.Step)
-	}
-	if dropped.Len() > 0 {
-		if err := appendSync(filepath.Join(r.dir, DroppedMetricsFile), dropped.Bytes()); err != nil {
-			return fmt.Errorf("truncate metrics: keep dropped lines: %w", err)
-		}
-	}
-	if lines != nil || err != nil {
-		if werr := writeFileAtomic(r.metricsPath(), buf.Bytes(), 0o644); werr != nil {
-			return fmt.Errorf("truncate metrics: %w", werr)
-		}
 	}
 	r.tailChecked = true
 	if r.meta.LastStep != last {
@@ -413,6 +507,36 @@ func (r *Run) truncateMetricsLocked(step int) error {
 		}
 	}
 	return nil
+}
+
+// truncateLines rewrites the JSONL file at path keeping the lines whose
+// step is at most step, appends the others to the file at droppedPath and
+// returns the highest step kept. A missing file stays missing.
+func truncateLines(path, droppedPath string, step int) (last int, err error) {
+	lines, err := readMetricsLines(path)
+	if err != nil && !errors.Is(err, ErrTruncatedMetrics) {
+		return 0, err
+	}
+	var buf, dropped bytes.Buffer
+	for _, l := range lines {
+		if l.m.Step > step {
+			dropped.Write(l.raw)
+			continue
+		}
+		buf.Write(l.raw)
+		last = max(last, l.m.Step)
+	}
+	if dropped.Len() > 0 {
+		if err := appendSync(droppedPath, dropped.Bytes()); err != nil {
+			return 0, fmt.Errorf("keep dropped lines: %w", err)
+		}
+	}
+	if lines != nil || err != nil {
+		if werr := writeFileAtomic(path, buf.Bytes(), 0o644); werr != nil {
+			return 0, werr
+		}
+	}
+	return last, nil
 }
 
 // appendSync appends data to the file at path, creating it, and fsyncs it.

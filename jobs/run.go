@@ -27,8 +27,12 @@ const (
 	ResolvedFile = "resolved.json"
 	PlanFile     = "plan.json"
 	MetricsFile  = "metrics.jsonl"
+	// UpdatesFile holds one line per optimizer update (see AppendUpdate).
+	UpdatesFile = "updates.jsonl"
 	// DroppedMetricsFile keeps metric lines removed by TruncateMetricsAfter.
 	DroppedMetricsFile = "metrics-dropped.jsonl"
+	// DroppedUpdatesFile keeps update lines removed by TruncateMetricsAfter.
+	DroppedUpdatesFile = "updates-dropped.jsonl"
 	LogFileName        = "log"
 	CheckpointsDir     = "checkpoints"
 	lockFileName       = ".lock"
@@ -46,12 +50,19 @@ const (
 	// StatusStopped is a run that ended cleanly before its last step, as
 	// asked (rlpipe run --steps); it can be resumed.
 	StatusStopped Status = "stopped"
+	// StatusInterrupted is a run whose process died without recording how
+	// it ended (SIGKILL, the OOM killer, a power loss): run.json still
+	// says running, but no process holds the run's lock. Open and List
+	// report such a run as interrupted without rewriting run.json; the
+	// status is stored only if a caller then writes the opened run's
+	// metadata. It can be resumed.
+	StatusInterrupted Status = "interrupted"
 )
 
 // Valid reports whether s is one of the defined statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusRunning, StatusSucceeded, StatusFailed, StatusCanceled, StatusStopped:
+	case StatusRunning, StatusSucceeded, StatusFailed, StatusCanceled, StatusStopped, StatusInterrupted:
 		return true
 	}
 	return false
@@ -77,15 +88,26 @@ type Meta struct {
 	ID string `json:"id"`
 	// Name is a human label, usually the job name from the spec.
 	Name string `json:"name,omitempty"`
-	// SpecPath is the path of the spec file the run was started from.
+	// SpecPath is the path of the spec file the run was started from, as
+	// the caller gave it.
 	SpecPath string `json:"spec_path,omitempty"`
+	// SpecDir is the absolute directory that the spec's relative paths
+	// (data files, models) resolve against. With it, a run can be resumed
+	// from any working directory using the record's own copy of the spec
+	// (spec.yaml).
+	SpecDir string `json:"spec_dir,omitempty"`
+	// Seed is the seed of the run's random choices.
+	Seed int64 `json:"seed"`
 	// Created is when the run directory was made.
 	Created time.Time `json:"created"`
 	// Updated is when run.json was last written.
 	Updated time.Time `json:"updated"`
-	// Finished is when the run last left the running status.
+	// Finished is when the run last left the running status. It stays
+	// zero for an interrupted run, whose end was never recorded; Updated
+	// then bounds the last time its process wrote run.json.
 	Finished time.Time `json:"finished,omitzero"`
-	// Status is running, succeeded, failed or canceled.
+	// Status is one of the Status constants. Open and List report a run
+	// stored as running whose lock no process holds as interrupted.
 	Status Status `json:"status"`
 	// Error is the message of the error that failed or canceled the run.
 	Error string `json:"error,omitempty"`
@@ -101,6 +123,12 @@ type Meta struct {
 	Version string `json:"version,omitempty"`
 	// Resumes counts how many times the run was resumed.
 	Resumes int `json:"resumes,omitempty"`
+	// Exported is the absolute directory of the HF export once it has
+	// been written (see SetExported); empty while there is none.
+	Exported string `json:"exported,omitempty"`
+	// ExportedStep is the step whose weights Exported holds: the run's
+	// LastStep when SetExported was called.
+	ExportedStep int `json:"exported_step,omitempty"`
 
 	// Dir is the run directory; it is filled in when the run is loaded
 	// and is not stored.
@@ -144,6 +172,7 @@ type Run struct {
 	meta        Meta
 	lock        *os.File
 	tailChecked bool         // metrics.jsonl ends with a newline
+	updChecked  bool         // updates.jsonl ends with a newline
 	prepared    map[int]bool // checkpoint dirs made by this Run
 	now         func() time.Time
 }
@@ -153,9 +182,10 @@ var dirNameRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{8}$`)
 
 // Create makes a new run directory under root (created if missing), writes
 // run.json with status running and returns the run, locked against a
-// concurrent Resume until Close. From m it keeps Name, SpecPath,
+// concurrent Resume until Close. From m it keeps Name, SpecPath, SpecDir
+// (made absolute against the working directory when relative), Seed,
 // TotalSteps, Version and Host (the local host name when empty); it sets
-// the id, times, status, PID and Dir itself.
+// the id, times, status, PID and Dir itself and clears the rest.
 func Create(root string, m Meta) (*Run, error) {
 	return create(root, m, time.Now, uuid.New)
 }
@@ -163,6 +193,13 @@ func Create(root string, m Meta) (*Run, error) {
 func create(root string, m Meta, now func() time.Time, newID func() uuid.UUID) (*Run, error) {
 	if root == "" {
 		root = DefaultRoot
+	}
+	if m.SpecDir != "" {
+		abs, err := filepath.Abs(m.SpecDir)
+		if err != nil {
+			return nil, fmt.Errorf("create run: spec dir: %w", err)
+		}
+		m.SpecDir = abs
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("create run: %w", err)
@@ -190,6 +227,7 @@ func create(root string, m Meta, now func() time.Time, newID func() uuid.UUID) (
 	m.Created, m.Updated, m.Finished = t, t, time.Time{}
 	m.Status, m.Error = StatusRunning, ""
 	m.LastStep, m.Resumes = 0, 0
+	m.Exported, m.ExportedStep = "", 0
 	m.PID = os.Getpid()
 	m.Dir = dir
 	r := &Run{dir: dir, meta: m, now: now}
@@ -219,7 +257,9 @@ func create(root string, m Meta, now func() time.Time, newID func() uuid.UUID) (
 // a prefix of it (for example the 8 characters in the directory name), or
 // the directory name or a prefix of it. An exact match of a full id or
 // directory name wins over prefix matches; several prefix matches give an
-// *AmbiguousError. The returned run is not locked.
+// *AmbiguousError. The returned run is not locked. A run stored as running
+// whose lock no process holds is reported as interrupted in its Meta (see
+// StatusInterrupted); run.json is left as it is.
 func Open(root, idOrPrefix string) (*Run, error) {
 	if root == "" {
 		root = DefaultRoot
@@ -272,6 +312,7 @@ func Open(root, idOrPrefix string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open run %s: %w", matches[0], err)
 	}
+	observeStatus(&m)
 	return &Run{dir: dir, meta: m, now: time.Now}, nil
 }
 
@@ -279,7 +320,8 @@ func Open(root, idOrPrefix string) (*Run, error) {
 // missing root holds no runs. Directories that cannot be read as runs are
 // skipped; List then returns the readable runs together with an error
 // joining one *BrokenRunError per skipped directory, so callers can print
-// the runs and warn about the rest.
+// the runs and warn about the rest. Runs stored as running whose lock no
+// process holds are listed as interrupted (see StatusInterrupted).
 func List(root string) ([]Meta, error) {
 	if root == "" {
 		root = DefaultRoot
@@ -305,6 +347,7 @@ func List(root string) ([]Meta, error) {
 			broken = append(broken, &BrokenRunError{Dir: filepath.Join(root, name), Err: err})
 			continue
 		}
+		observeStatus(&m)
 		metas = append(metas, m)
 	}
 	sort.Slice(metas, func(i, j int) bool {
@@ -316,7 +359,24 @@ func List(root string) ([]Meta, error) {
 	return metas, errors.Join(broken...)
 }
 
-// readMeta loads and checks run.json in dir.
+// observeStatus turns the stored status running into interrupted when no
+// process holds the run's lock. The lock is the only evidence of a live
+// process: it is taken by Create and Resume and released by the kernel
+// when the process dies, however it dies. Where the lock cannot be
+// probed (no flock, an unreadable lock file) the stored status stands.
+//
+// run.json is not rewritten here: reading a record stays read-only (it
+// works on a read-only copy and never races a process that resumes the
+// run between the probe and the write), and the answer is derived afresh
+// on every read, so it cannot go stale.
+func observeStatus(m *Meta) {
+	if m.Status == StatusRunning && lockFree(filepath.Join(m.Dir, lockFileName)) {
+		m.Status = StatusInterrupted
+	}
+}
+
+// readMeta loads and checks run.json in dir, reporting the status as
+// stored.
 func readMeta(dir string) (Meta, error) {
 	data, err := os.ReadFile(filepath.Join(dir, MetaFile))
 	if err != nil {
@@ -378,8 +438,8 @@ func (r *Run) Close() error {
 
 // reserved lists names that WriteFile must not overwrite.
 var reserved = map[string]bool{
-	MetaFile: true, MetricsFile: true, DroppedMetricsFile: true, LogFileName: true,
-	CheckpointsDir: true, lockFileName: true,
+	MetaFile: true, MetricsFile: true, DroppedMetricsFile: true, UpdatesFile: true,
+	DroppedUpdatesFile: true, LogFileName: true, CheckpointsDir: true, lockFileName: true,
 }
 
 // checkName validates a file name for WriteFile and ReadFile.
@@ -393,8 +453,8 @@ func checkName(name string) error {
 
 // WriteFile atomically replaces the named file in the run directory with
 // data. name must be a plain file name; the files the package manages
-// itself (run.json, metrics.jsonl, log, checkpoints) are refused with
-// ErrReservedName.
+// itself (run.json, metrics.jsonl, updates.jsonl, their -dropped files,
+// log, checkpoints and hidden files) are refused with ErrReservedName.
 func (r *Run) WriteFile(name string, data []byte) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -479,6 +539,33 @@ func (r *Run) SetTotalSteps(n int) error {
 	defer r.mu.Unlock()
 	prev := r.meta
 	r.meta.TotalSteps = n
+	if err := r.writeMetaLocked(); err != nil {
+		r.meta = prev
+		return err
+	}
+	return nil
+}
+
+// SetExported records dir, made absolute, as the directory of the run's HF
+// export, together with the step it was made from: the run's LastStep, so
+// call it after the last step's metrics line. An empty dir clears the
+// record. Call it once the export is complete, so that a record naming an
+// export never points at a partial one.
+func (r *Run) SetExported(dir string) error {
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return fmt.Errorf("set exported: %w", err)
+		}
+		dir = abs
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.meta
+	r.meta.Exported, r.meta.ExportedStep = dir, 0
+	if dir != "" {
+		r.meta.ExportedStep = r.meta.LastStep
+	}
 	if err := r.writeMetaLocked(); err != nil {
 		r.meta = prev
 		return err

@@ -37,7 +37,9 @@ func mustCreate(t *testing.T, root string, when time.Time, id string, m Meta) *R
 func TestCreateLayout(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "runs")
 	id := "0123abcd-0000-4000-8000-000000000001"
-	r := mustCreate(t, root, t0, id, Meta{Name: "grpo", SpecPath: "job.yaml", TotalSteps: 10, Version: "v0.1.0", Host: "h1"})
+	specDir := t.TempDir()
+	r := mustCreate(t, root, t0, id, Meta{Name: "grpo", SpecPath: "job.yaml", SpecDir: specDir, Seed: -42, TotalSteps: 10,
+		Version: "v0.1.0", Host: "h1", Status: StatusFailed, LastStep: 3, Exported: "/x", ExportedStep: 3, Resumes: 2})
 	if want := filepath.Join(root, "20260301-120000-0123abcd"); r.Dir() != want {
 		t.Fatalf("dir = %q, want %q", r.Dir(), want)
 	}
@@ -58,17 +60,49 @@ func TestCreateLayout(t *testing.T) {
 		"id": id, "name": "grpo", "spec_path": "job.yaml", "status": "running",
 		"last_step": 0.0, "total_steps": 10.0, "host": "h1", "version": "v0.1.0",
 		"created": "2026-03-01T12:00:00Z", "updated": "2026-03-01T12:00:00Z",
+		"spec_dir": specDir, "seed": -42.0,
 	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("run.json %s = %v, want %v", k, got[k], v)
 		}
 	}
-	if _, ok := got["finished"]; ok {
-		t.Errorf("run.json has finished while running")
+	for _, k := range []string{"finished", "exported", "exported_step", "resumes", "error"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("run.json of a new run has %s", k)
+		}
 	}
 	if got["pid"] != float64(os.Getpid()) {
 		t.Errorf("pid = %v", got["pid"])
+	}
+}
+
+func TestCreateSpecDir(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		specDir string
+		want    string
+	}{
+		{"", ""},
+		{"/data/jobs", "/data/jobs"},
+		{"/data/jobs/../specs/", "/data/specs"},
+		{"examples", filepath.Join(wd, "examples")},
+		{".", wd},
+	}
+	for _, tt := range tests {
+		root := t.TempDir()
+		r := mustCreate(t, root, t0, "12345678-0000-4000-8000-000000000001", Meta{SpecDir: tt.specDir, Seed: 7})
+		o, err := Open(root, r.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Meta().SpecDir != tt.want || o.Meta().SpecDir != tt.want || o.Meta().Seed != 7 {
+			t.Errorf("spec dir %q: got %q, stored %q (seed %d), want %q",
+				tt.specDir, r.Meta().SpecDir, o.Meta().SpecDir, o.Meta().Seed, tt.want)
+		}
 	}
 }
 
@@ -269,6 +303,11 @@ func TestWriteFile(t *testing.T) {
 		{"unencodable", func() error { return r.WritePlan(func() {}) }, nil},
 		{"run.json", func() error { return r.WriteFile(MetaFile, nil) }, ErrReservedName},
 		{"metrics", func() error { return r.WriteFile(MetricsFile, nil) }, ErrReservedName},
+		{"dropped metrics", func() error { return r.WriteFile(DroppedMetricsFile, nil) }, ErrReservedName},
+		{"updates", func() error { return r.WriteFile(UpdatesFile, nil) }, ErrReservedName},
+		{"dropped updates", func() error { return r.WriteFile(DroppedUpdatesFile, nil) }, ErrReservedName},
+		{"log", func() error { return r.WriteFile(LogFileName, nil) }, ErrReservedName},
+		{"checkpoints", func() error { return r.WriteFile(CheckpointsDir, nil) }, ErrReservedName},
 		{"hidden", func() error { return r.WriteFile(".lock", nil) }, ErrReservedName},
 		{"subdir", func() error { return r.WriteFile("a/b", nil) }, nil},
 		{"parent", func() error { return r.WriteFile("..", nil) }, nil},
@@ -357,6 +396,45 @@ func TestSetStatus(t *testing.T) {
 	}
 	if err := r.SetVersion("v2"); err != nil || r.Meta().Version != "v2" {
 		t.Errorf("version: %v", err)
+	}
+}
+
+func TestSetExported(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	r := mustCreate(t, root, t0, "12345678-0000-4000-8000-000000000001", Meta{TotalSteps: 4})
+	tests := []struct {
+		lastStep int // metrics lines written before
+		dir      string
+		want     string
+		wantStep int
+	}{
+		{2, filepath.Join(r.Dir(), "export", "actor"), filepath.Join(r.Dir(), "export", "actor"), 2},
+		{4, "out/actor", filepath.Join(wd, "out", "actor"), 4},
+		{4, "", "", 0},
+	}
+	for _, tt := range tests {
+		for r.Meta().LastStep < tt.lastStep {
+			if err := r.AppendMetrics(Metrics{Step: r.Meta().LastStep + 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.SetExported(tt.dir); err != nil {
+			t.Fatal(err)
+		}
+		o, err := Open(root, r.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []Meta{r.Meta(), o.Meta()} {
+			if m.Exported != tt.want || m.ExportedStep != tt.wantStep {
+				t.Errorf("SetExported(%q) at step %d: exported %q at step %d, want %q at step %d",
+					tt.dir, tt.lastStep, m.Exported, m.ExportedStep, tt.want, tt.wantStep)
+			}
+		}
 	}
 }
 
