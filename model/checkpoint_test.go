@@ -22,7 +22,7 @@ func loadTiny(t *testing.T, family string) *Config {
 }
 
 func TestWriteCheckpointRoundTrip(t *testing.T) {
-	for _, fam := range []string{"llama", "qwen2", "qwen3", "mistral"} {
+	for _, fam := range []string{"llama", "qwen2", "qwen3", "mistral", "llama-bias"} {
 		t.Run(fam, func(t *testing.T) {
 			c := loadTiny(t, fam)
 			dir := filepath.Join(t.TempDir(), "ckpt")
@@ -164,6 +164,27 @@ func TestCheck(t *testing.T) {
 			return slices.DeleteFunc(ts, func(x Tensor) bool { return strings.HasSuffix(x.Name, "v_proj.bias") })
 		}, []string{`missing tensor "model.layers.0.self_attn.v_proj.bias"`, `missing tensor "model.layers.1.self_attn.v_proj.bias"`},
 			[]error{ErrMissingTensor}},
+		{"llama-bias", "ok", nil, nil, nil},
+		{"llama-bias", "missing o_proj bias", func(ts []Tensor) []Tensor {
+			return slices.DeleteFunc(ts, func(x Tensor) bool { return strings.HasSuffix(x.Name, "o_proj.bias") })
+		}, []string{`missing tensor "model.layers.0.self_attn.o_proj.bias"`, `missing tensor "model.layers.1.self_attn.o_proj.bias"`},
+			[]error{ErrMissingTensor}},
+		{"llama-bias", "o_proj bias shape", func(ts []Tensor) []Tensor {
+			for i := range ts {
+				if ts[i].Name == layer0+"self_attn.o_proj.bias" {
+					ts[i].Shape = []int64{32}
+					ts[i].Data = ts[i].Data[:32]
+				}
+			}
+			return ts
+		}, []string{`tensor "model.layers.0.self_attn.o_proj.bias": shape mismatch: got [32], want [64]`}, []error{ErrShapeMismatch}},
+		{"llama", "o_proj bias without attention_bias", func(ts []Tensor) []Tensor {
+			return append(ts, Tensor{Name: layer0 + "self_attn.o_proj.bias", DType: "F32", Shape: []int64{64}, Data: make([]float32, 64)})
+		}, []string{`unexpected tensor "model.layers.0.self_attn.o_proj.bias": not a parameter of llama`}, []error{ErrUnexpectedTensor}},
+		// Qwen2 has q/k/v biases but never an o_proj bias.
+		{"qwen2", "o_proj bias", func(ts []Tensor) []Tensor {
+			return append(ts, Tensor{Name: layer0 + "self_attn.o_proj.bias", DType: "F32", Shape: []int64{64}, Data: make([]float32, 64)})
+		}, []string{`unexpected tensor "model.layers.0.self_attn.o_proj.bias": not a parameter of qwen2`}, []error{ErrUnexpectedTensor}},
 		{"qwen3", "several problems at once", func(ts []Tensor) []Tensor {
 			ts = slices.DeleteFunc(ts, func(x Tensor) bool { return x.Name == "model.layers.2.self_attn.q_norm.weight" })
 			for i := range ts {
@@ -528,8 +549,14 @@ func ExampleConfig_NumParams() {
 // TestHFCheckpoints opens the tiny checkpoints written by transformers'
 // save_pretrained (transformers 5 dialect) under testdata/hf, when present.
 func TestHFCheckpoints(t *testing.T) {
-	for _, fam := range []string{"llama", "qwen2", "qwen3", "mistral"} {
+	// Golden cases that are not named after their model_type.
+	modelType := map[string]string{"llama_bias": "llama"}
+	for _, fam := range families {
 		t.Run(fam, func(t *testing.T) {
+			want := fam
+			if mt, ok := modelType[fam]; ok {
+				want = mt
+			}
 			dir := filepath.Join("testdata", "hf", fam, "model")
 			if _, err := os.Stat(dir); err != nil {
 				t.Skip("no HF checkpoint:", err)
@@ -538,7 +565,7 @@ func TestHFCheckpoints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(c.Family) != fam || c.DType != "float32" || c.RopeTheta != 10000 {
+			if string(c.Family) != want || c.DType != "float32" || c.RopeTheta != 10000 {
 				t.Errorf("config %+v", *c)
 			}
 			ck, err := OpenCheckpoint(dir)
@@ -562,6 +589,36 @@ func TestHFCheckpoints(t *testing.T) {
 			if ones == len(norm) {
 				t.Error("model.norm.weight is all ones; expected randomised norms")
 			}
+			// Only llama_bias has o_proj biases; like every bias they are
+			// randomised, so a model that skipped one would fail parity.
+			if c.OutputBias != (fam == "llama_bias") {
+				t.Errorf("OutputBias = %v", c.OutputBias)
+			}
+			nb := 0
+			for _, name := range ck.Names() {
+				if !strings.HasSuffix(name, ".bias") {
+					continue
+				}
+				info, _, _ := ck.Tensor(name)
+				b := make([]float32, info.Shape[0])
+				if err := ck.ReadRows(name, 0, info.Shape[0], b); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(b, func(v float32) bool { return v != 0 }) {
+					t.Errorf("%s is all zeros; expected a randomised bias", name)
+				}
+				nb++
+			}
+			if want := c.NumLayers * (3*btoi(c.AttentionBias) + btoi(c.OutputBias)); nb != want {
+				t.Errorf("%d bias tensors, want %d", nb, want)
+			}
 		})
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -51,6 +51,28 @@ func (f Family) Architecture() string {
 
 func (f Family) supported() bool { return f.Architecture() != "" }
 
+// readsAttentionBias reports whether transformers reads the attention_bias
+// key of config.json for the family: LlamaConfig and Qwen3Config have it;
+// Qwen2Config and MistralConfig do not, their attention layers hard-code
+// the biases.
+func (f Family) readsAttentionBias() bool { return f == FamilyLlama || f == FamilyQwen3 }
+
+// projectionBiases returns whether the q/k/v projections and o_proj carry a
+// bias in the family's transformers attention layer, given the
+// config.json's attention_bias (ignored by families that do not read it).
+// LlamaAttention and Qwen3Attention build all four projections with
+// bias=attention_bias; Qwen2Attention has q/k/v biases and no o_proj bias,
+// always; MistralAttention has no bias at all.
+func (f Family) projectionBiases(attentionBias bool) (qkv, out bool) {
+	switch f {
+	case FamilyQwen2:
+		return true, false
+	case FamilyMistral:
+		return false, false
+	}
+	return attentionBias, attentionBias
+}
+
 // ErrUnsupported is wrapped by errors about values that are well formed but
 // that rlpipe does not implement (a model_type, a rope type, a dtype).
 var ErrUnsupported = errors.New("unsupported")
@@ -105,6 +127,7 @@ type Config struct {
 
 	TieWordEmbeddings bool
 	AttentionBias     bool // q/k/v projections carry a bias
+	OutputBias        bool // o_proj carries a bias (llama and qwen3 with attention_bias)
 	QKNorm            bool // per-head RMSNorm on q and k (qwen3)
 	SlidingWindow     int  // attention window in tokens; 0 when attention is full
 
@@ -142,8 +165,12 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig parses config.json contents; name is used in errors. Both the
 // transformers 4 dialect (rope_theta, rope_scaling, torch_dtype) and the
-// transformers 5 dialect (rope_parameters, dtype) are accepted. All problems
-// found are reported, joined with errors.Join; each is a *ConfigError.
+// transformers 5 dialect (rope_parameters, dtype) are accepted. The
+// projection biases follow transformers: attention_bias gives llama and
+// qwen3 q/k/v and o_proj biases; qwen2 always has q/k/v biases and no o_proj
+// bias, mistral no bias at all, and both ignore attention_bias. All
+// problems found are reported, joined with errors.Join; each is a
+// *ConfigError.
 func ParseConfig(name string, data []byte) (*Config, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
@@ -187,26 +214,26 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	c.RMSNormEps = p.optFloat("rms_norm_eps", 1e-6)
 	c.TieWordEmbeddings = p.optBool("tie_word_embeddings", false)
 
+	attentionBias := false
+	if c.Family.readsAttentionBias() {
+		attentionBias = p.optBool("attention_bias", false)
+	}
+	c.AttentionBias, c.OutputBias = c.Family.projectionBiases(attentionBias)
 	switch c.Family {
 	case FamilyQwen2:
-		// Qwen2 always has q/k/v biases; the config has no key for it.
-		c.AttentionBias = true
 		if p.optBool("use_sliding_window", false) {
 			c.SlidingWindow = p.optInt("sliding_window", 0)
 		}
 	case FamilyQwen3:
-		c.AttentionBias = p.optBool("attention_bias", false)
 		c.QKNorm = true
 		if p.optBool("use_sliding_window", false) {
 			c.SlidingWindow = p.optInt("sliding_window", 0)
 		}
 	case FamilyLlama:
-		c.AttentionBias = p.optBool("attention_bias", false)
 		if p.optBool("mlp_bias", false) {
 			p.errorf("mlp_bias", ErrUnsupported, "mlp_bias true is unsupported")
 		}
 	case FamilyMistral:
-		c.AttentionBias = p.optBool("attention_bias", false)
 		c.SlidingWindow = p.optInt("sliding_window", 0)
 	}
 	p.layerTypes(c)
@@ -289,6 +316,12 @@ func (c *Config) validate(name string) error {
 		}
 		if c.HeadDim%2 != 0 {
 			bad("head_dim", "head_dim %d is odd; rotary embeddings need an even head_dim", c.HeadDim)
+		}
+	}
+	if c.Family.supported() {
+		if qkv, out := c.Family.projectionBiases(c.AttentionBias); qkv != c.AttentionBias || out != c.OutputBias {
+			bad("attention_bias", "%s cannot have q/k/v bias %v with o_proj bias %v (transformers builds %v and %v)",
+				c.Family, c.AttentionBias, c.OutputBias, qkv, out)
 		}
 	}
 	if c.SlidingWindow < 0 {
@@ -597,7 +630,10 @@ func shorten(r json.RawMessage) string {
 // dialect (rope_theta, rope_scaling, torch_dtype). Keys of Raw that Config
 // does not model (bos_token_id, for example) are kept; the transformers 5
 // keys rope_parameters and dtype are replaced by their transformers 4
-// forms. Keys are sorted and the output ends with a newline.
+// forms. attention_bias, which sets both the q/k/v and the o_proj biases,
+// is written for llama and qwen3 only: Qwen2Config and MistralConfig have no
+// such key, so a copy of it in Raw is dropped. Keys are sorted and the
+// output ends with a newline.
 func (c *Config) MarshalHF() ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -641,8 +677,12 @@ func (c *Config) MarshalHF() ([]byte, error) {
 		out["rope_scaling"] = nil
 	}
 	out["tie_word_embeddings"] = c.TieWordEmbeddings
-	if c.Family != FamilyQwen2 {
+	// attention_bias drives the q/k/v and o_proj biases together where
+	// transformers reads it; elsewhere the key would only mislead.
+	if c.Family.readsAttentionBias() {
 		out["attention_bias"] = c.AttentionBias
+	} else {
+		delete(out, "attention_bias")
 	}
 	switch c.Family {
 	case FamilyQwen2, FamilyQwen3:

@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,19 @@ func TestLoadConfig(t *testing.T) {
 			Family: FamilyQwen3, HiddenSize: 64, IntermediateSize: 96, NumLayers: 3, NumHeads: 4, NumKVHeads: 2,
 			HeadDim: 32, VocabSize: 300, MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6,
 			TieWordEmbeddings: true, QKNorm: true, DType: "bfloat16"}},
+		{"testdata/tiny-llama-bias.json", Config{
+			Family: FamilyLlama, HiddenSize: 64, IntermediateSize: 160, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+			HeadDim: 16, VocabSize: 256, MaxPositionEmbeddings: 512, RMSNormEps: 1e-5, RopeTheta: 10000,
+			AttentionBias: true, OutputBias: true, DType: "bfloat16"}},
+		// Written by transformers 5.17 save_pretrained (gen_goldens.py).
+		{"testdata/hf/llama_bias/model", Config{
+			Family: FamilyLlama, HiddenSize: 64, IntermediateSize: 128, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+			HeadDim: 16, VocabSize: 256, MaxPositionEmbeddings: 256, RMSNormEps: 1e-6, RopeTheta: 10000,
+			AttentionBias: true, OutputBias: true, DType: "float32"}},
+		{"testdata/hf/qwen2/model", Config{
+			Family: FamilyQwen2, HiddenSize: 64, IntermediateSize: 128, NumLayers: 2, NumHeads: 4, NumKVHeads: 2,
+			HeadDim: 16, VocabSize: 256, MaxPositionEmbeddings: 256, RMSNormEps: 1e-6, RopeTheta: 10000,
+			TieWordEmbeddings: true, AttentionBias: true, DType: "float32"}},
 		{"testdata/tiny-mistral.json", Config{
 			Family: FamilyMistral, HiddenSize: 64, IntermediateSize: 224, NumLayers: 2, NumHeads: 8, NumKVHeads: 2,
 			HeadDim: 8, VocabSize: 320, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-5, RopeTheta: 1e6,
@@ -111,11 +125,25 @@ func TestParseConfigVariants(t *testing.T) {
 		{"kv heads default to heads", `{` + base + `}`, func(c *Config) bool { return c.NumKVHeads == 4 && c.HeadDim == 16 }},
 		{"defaults", `{` + base + `}`, func(c *Config) bool {
 			return c.DType == "float32" && c.RopeTheta == 10000 && c.RMSNormEps == 1e-6 && c.RopeScaling == nil &&
-				c.MaxPositionEmbeddings == 2048 && !c.TieWordEmbeddings && !c.AttentionBias
+				c.MaxPositionEmbeddings == 2048 && !c.TieWordEmbeddings && !c.AttentionBias && !c.OutputBias
 		}},
-		{"llama attention_bias", `{` + base + `, "attention_bias": true}`, func(c *Config) bool { return c.AttentionBias }},
+		// attention_bias gives Llama and Qwen3 q/k/v and o_proj biases;
+		// Qwen2 always has q/k/v biases and never an o_proj bias; Mistral
+		// has none. Qwen2Config and MistralConfig do not read the key.
+		{"llama attention_bias", `{` + base + `, "attention_bias": true}`,
+			func(c *Config) bool { return c.AttentionBias && c.OutputBias }},
+		{"llama attention_bias false", `{` + base + `, "attention_bias": false}`,
+			func(c *Config) bool { return !c.AttentionBias && !c.OutputBias }},
 		{"qwen3 attention_bias", `{` + strings.Replace(base, "llama", "qwen3", 1) + `, "attention_bias": true}`,
-			func(c *Config) bool { return c.AttentionBias && c.QKNorm }},
+			func(c *Config) bool { return c.AttentionBias && c.OutputBias && c.QKNorm }},
+		{"qwen3 default", `{` + strings.Replace(base, "llama", "qwen3", 1) + `}`,
+			func(c *Config) bool { return !c.AttentionBias && !c.OutputBias }},
+		{"qwen2 default", `{` + strings.Replace(base, "llama", "qwen2", 1) + `}`,
+			func(c *Config) bool { return c.AttentionBias && !c.OutputBias }},
+		{"qwen2 ignores attention_bias", `{` + strings.Replace(base, "llama", "qwen2", 1) + `, "attention_bias": false}`,
+			func(c *Config) bool { return c.AttentionBias && !c.OutputBias }},
+		{"mistral ignores attention_bias", `{` + strings.Replace(base, "llama", "mistral", 1) + `, "attention_bias": true}`,
+			func(c *Config) bool { return !c.AttentionBias && !c.OutputBias }},
 		{"explicit head_dim", `{` + base + `, "head_dim": 32}`, func(c *Config) bool { return c.HeadDim == 32 }},
 		{"legacy rope type key", `{` + base + `, "rope_scaling": {"type": "linear", "factor": 2}}`,
 			func(c *Config) bool {
@@ -238,6 +266,11 @@ func TestMarshalHFRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hf, err := filepath.Glob("testdata/hf/*/model/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, hf...)
 	paths = append(paths, "../examples/models/llama-3.1-8b/config.json")
 	for _, p := range paths {
 		t.Run(p, func(t *testing.T) {
@@ -268,6 +301,11 @@ func TestMarshalHFRoundTrip(t *testing.T) {
 			if _, ok := m["bos_token_id"]; strings.Contains(string(c.Raw), "bos_token_id") && !ok {
 				t.Error("unknown key bos_token_id dropped")
 			}
+			// attention_bias is written exactly where transformers reads it.
+			ab, ok := m["attention_bias"]
+			if reads := c.Family == FamilyLlama || c.Family == FamilyQwen3; ok != reads || ok && ab != c.AttentionBias {
+				t.Errorf("attention_bias %v (present %v) for %s with q/k/v bias %v", ab, ok, c.Family, c.AttentionBias)
+			}
 			back, err := ParseConfig("out.json", out)
 			if err != nil {
 				t.Fatal(err)
@@ -294,6 +332,73 @@ func TestMarshalHFFromCode(t *testing.T) {
 	c.NumKVHeads = 3
 	if _, err := c.MarshalHF(); err == nil {
 		t.Error("MarshalHF accepted an invalid config")
+	}
+}
+
+// TestProjectionBiases checks that Validate accepts exactly the bias
+// combinations a transformers config.json can describe, and that MarshalHF
+// writes attention_bias only where transformers reads it.
+func TestProjectionBiases(t *testing.T) {
+	tests := []struct {
+		family   Family
+		qkv, out bool
+		ok       bool
+	}{
+		{FamilyLlama, false, false, true},
+		{FamilyLlama, true, true, true},
+		{FamilyLlama, true, false, false},
+		{FamilyLlama, false, true, false},
+		{FamilyQwen3, true, true, true},
+		{FamilyQwen3, true, false, false},
+		{FamilyQwen2, true, false, true},
+		{FamilyQwen2, false, false, false},
+		{FamilyQwen2, true, true, false},
+		{FamilyMistral, false, false, true},
+		{FamilyMistral, true, false, false},
+		{FamilyMistral, true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/qkv=%v/o=%v", tt.family, tt.qkv, tt.out), func(t *testing.T) {
+			c := &Config{Family: tt.family, HiddenSize: 32, IntermediateSize: 64, NumLayers: 1, NumHeads: 2, NumKVHeads: 1,
+				HeadDim: 16, VocabSize: 50, MaxPositionEmbeddings: 128, RMSNormEps: 1e-6, RopeTheta: 1e4,
+				AttentionBias: tt.qkv, OutputBias: tt.out, QKNorm: tt.family == FamilyQwen3, DType: "float32",
+				// A stray key in the raw config: kept for Llama and Qwen3 only as
+				// the value Config holds, dropped for the others.
+				Raw: []byte(`{"attention_bias": true}`)}
+			err := c.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate: %v, want ok %v", err, tt.ok)
+			}
+			if !tt.ok {
+				var ce *ConfigError
+				if !errors.As(err, &ce) || ce.Key != "attention_bias" {
+					t.Errorf("error %v, want a ConfigError on attention_bias", err)
+				}
+				if _, err := c.MarshalHF(); err == nil {
+					t.Error("MarshalHF accepted the config")
+				}
+				return
+			}
+			out, err := c.MarshalHF()
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseConfig("out.json", out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.AttentionBias != tt.qkv || back.OutputBias != tt.out {
+				t.Errorf("read back q/k/v bias %v, o_proj bias %v", back.AttentionBias, back.OutputBias)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(out, &m); err != nil {
+				t.Fatal(err)
+			}
+			ab, ok := m["attention_bias"]
+			if reads := tt.family == FamilyLlama || tt.family == FamilyQwen3; ok != reads || ok && ab != tt.qkv {
+				t.Errorf("attention_bias = %v (present %v)", ab, ok)
+			}
+		})
 	}
 }
 

@@ -200,6 +200,7 @@ func (c *Config) checkWeights(what string, w LayerWeights) error {
 		{"q_proj bias", w.QBias, []int{qd}, c.AttentionBias},
 		{"k_proj bias", w.KBias, []int{kd}, c.AttentionBias},
 		{"v_proj bias", w.VBias, []int{kd}, c.AttentionBias},
+		{"o_proj bias", w.OBias, []int{h}, c.OutputBias},
 		{"q_norm", w.QNorm, []int{d}, c.QKNorm},
 		{"k_norm", w.KNorm, []int{d}, c.QKNorm},
 		{"gate_proj", w.Gate, []int{inter, h}, true},
@@ -255,10 +256,10 @@ func flat2(name string, t gpu.Tensor, rows, cols int) (gpu.Tensor, error) {
 // [T,H] and writes the result to out (fp32 [T,H]; out may be in), saving
 // the activations in a. The ops follow HF: input RMSNorm; q/k/v
 // projections (+bias); for Qwen3 a per-head RMSNorm of q and k; RoPE;
-// causal varlen attention with scale 1/sqrt(head_dim); o_proj; mid = in +
-// o_out in fp32; post-attention RMSNorm; gate and up projections; SwiGLU;
-// down projection; out = mid + down_out. Activations are computed in the
-// dtypes of a's tensors, weights in theirs.
+// causal varlen attention with scale 1/sqrt(head_dim); o_proj (+bias);
+// mid = in + o_out in fp32; post-attention RMSNorm; gate and up
+// projections; SwiGLU; down projection; out = mid + down_out. Activations
+// are computed in the dtypes of a's tensors, weights in theirs.
 //
 // out may be the zero Tensor, as when the forward is rerun for the
 // backward (activation checkpointing): the down projection and the last
@@ -316,6 +317,11 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	}
 	if err := b.Gemm(lv.oOut, lv.attn2, w.O, false, true, 1, 0); err != nil {
 		return err
+	}
+	if c.OutputBias {
+		if err := b.AddBias(lv.oOut, w.OBias); err != nil {
+			return err
+		}
 	}
 	if err := b.Add(lv.mid, in, lv.oOut); err != nil {
 		return err
@@ -458,7 +464,7 @@ func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 //	dgate, dup = swiglu'(dact)     dW_gate, dW_up += ·ᵀ·xn2
 //	dxn2  = dgate·W_gate + dup·W_up (last use of dact, dgate, dup)
 //	dxn2  = rmsnorm'(dxn2); dres += dxn2
-//	dy_o  = dres (cast)            dW_o += dy_oᵀ·attn
+//	dy_o  = dres (cast)            dW_o += dy_oᵀ·attn; o_proj bias grad
 //	dattn = dy_o·W_o               (last use of dy_o)
 //	dq, dk, dv = attention'(dattn); RoPE' and q/k norm' in place; bias
 //	grads; dW_q, dW_k, dW_v += ·ᵀ·xn (last use of dattn)
@@ -550,6 +556,11 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	}
 	if err := b.Copy(gv.DyO, dres); err != nil {
 		return err
+	}
+	if c.OutputBias {
+		if err := b.BiasGrad(dw.OBias, gv.DyO); err != nil {
+			return err
+		}
 	}
 	if err := b.Gemm(dw.O, gv.DyO, lv.attn2, true, false, 1, 1); err != nil {
 		return err

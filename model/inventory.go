@@ -76,6 +76,9 @@ func (c *Config) Units() []Unit {
 			add("self_attn.v_proj.bias", kvDim)
 		}
 		add("self_attn.o_proj.weight", h, qDim)
+		if c.OutputBias {
+			add("self_attn.o_proj.bias", h)
+		}
 		if c.QKNorm {
 			add("self_attn.q_norm.weight", d)
 			add("self_attn.k_norm.weight", d)

@@ -17,6 +17,9 @@ func handCount(c *Config) int64 {
 	if c.AttentionBias {
 		layer += q + 2*kv
 	}
+	if c.OutputBias {
+		layer += h // o_proj bias
+	}
 	if c.QKNorm {
 		layer += 2 * d
 	}
@@ -41,6 +44,11 @@ func TestNumParams(t *testing.T) {
 		{"testdata/tiny-qwen2.json", 0},
 		{"testdata/tiny-qwen3.json", 0},
 		{"testdata/tiny-mistral.json", 0},
+		{"testdata/tiny-llama-bias.json", 0},
+		// The tensors transformers saved for this model hold 107200
+		// elements (golden.json checkpoint_tensors), o_proj biases included.
+		{"testdata/hf/llama_bias/model/config.json", 107_200},
+		{"testdata/hf/llama/model/config.json", 106_816},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -64,13 +72,15 @@ func TestUnits(t *testing.T) {
 		path      string
 		perLayer  int // parameters per decoder unit
 		headNames []string
-		hasBias   bool
+		hasBias   bool // q/k/v biases
+		hasOBias  bool // o_proj bias
 		hasQKNorm bool
 	}{
-		{"testdata/tiny-llama.json", 9, []string{"model.norm.weight", "lm_head.weight"}, false, false},
-		{"testdata/tiny-qwen2.json", 12, []string{"model.norm.weight"}, true, false},
-		{"testdata/tiny-qwen3.json", 11, []string{"model.norm.weight"}, false, true},
-		{"testdata/tiny-mistral.json", 9, []string{"model.norm.weight", "lm_head.weight"}, false, false},
+		{"testdata/tiny-llama.json", 9, []string{"model.norm.weight", "lm_head.weight"}, false, false, false},
+		{"testdata/tiny-llama-bias.json", 13, []string{"model.norm.weight", "lm_head.weight"}, true, true, false},
+		{"testdata/tiny-qwen2.json", 12, []string{"model.norm.weight"}, true, false, false},
+		{"testdata/tiny-qwen3.json", 11, []string{"model.norm.weight"}, false, false, true},
+		{"testdata/tiny-mistral.json", 9, []string{"model.norm.weight", "lm_head.weight"}, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -99,7 +109,7 @@ func TestUnits(t *testing.T) {
 					if !strings.HasPrefix(p.Name, "model.layers.") {
 						t.Errorf("param %s outside model.layers", p.Name)
 					}
-					if strings.HasSuffix(p.Name, ".bias") && !tt.hasBias {
+					if strings.HasSuffix(p.Name, ".bias") && !tt.hasBias && !tt.hasOBias {
 						t.Errorf("unexpected bias %s", p.Name)
 					}
 				}
@@ -107,6 +117,14 @@ func TestUnits(t *testing.T) {
 			name := func(s string) bool { return seen["model.layers.0."+s] }
 			if name("self_attn.q_proj.bias") != tt.hasBias || name("self_attn.k_proj.bias") != tt.hasBias {
 				t.Errorf("q/k bias present = %v, want %v", name("self_attn.q_proj.bias"), tt.hasBias)
+			}
+			if name("self_attn.o_proj.bias") != tt.hasOBias {
+				t.Errorf("o_proj bias present = %v, want %v", name("self_attn.o_proj.bias"), tt.hasOBias)
+			}
+			if tt.hasOBias {
+				if shape := c.inventory()["model.layers.1.self_attn.o_proj.bias"]; !slices.Equal(shape, []int64{int64(c.HiddenSize)}) {
+					t.Errorf("o_proj bias shape %v, want [%d]", shape, c.HiddenSize)
+				}
 			}
 			if name("self_attn.q_norm.weight") != tt.hasQKNorm || name("self_attn.k_norm.weight") != tt.hasQKNorm {
 				t.Errorf("q/k norm present = %v, want %v", name("self_attn.q_norm.weight"), tt.hasQKNorm)

@@ -165,8 +165,8 @@ func (c *Config) slotViews(u Unit, slots []Slot, flat gpu.Tensor) (map[string]gp
 }
 
 // LayerWeights holds views of one decoder layer's parameters. Absent
-// parameters (biases without attention_bias, q/k norms outside Qwen3) are
-// zero Tensors.
+// parameters (biases the config does not have, q/k norms outside Qwen3)
+// are zero Tensors.
 type LayerWeights struct {
 	// InputNorm and PostNorm are the input_layernorm and
 	// post_attention_layernorm weights, [H].
@@ -174,8 +174,11 @@ type LayerWeights struct {
 	// Q, K, V and O are the attention projections: q_proj [Hq·D, H],
 	// k_proj and v_proj [Hkv·D, H], o_proj [H, Hq·D].
 	Q, K, V, O gpu.Tensor
-	// QBias, KBias and VBias are the projection biases, [Hq·D] and [Hkv·D].
+	// QBias, KBias and VBias are the projection biases, [Hq·D] and [Hkv·D]
+	// (Config.AttentionBias).
 	QBias, KBias, VBias gpu.Tensor
+	// OBias is the o_proj bias, [H] (Config.OutputBias).
+	OBias gpu.Tensor
 	// QNorm and KNorm are the per-head RMSNorm weights of Qwen3, [D].
 	QNorm, KNorm gpu.Tensor
 	// Gate, Up and Down are the MLP projections: gate_proj and up_proj
@@ -221,6 +224,8 @@ func (c *Config) LayerWeightsFrom(u Unit, slots []Slot, flat gpu.Tensor) (LayerW
 			w.KBias = v
 		case "self_attn.v_proj.bias":
 			w.VBias = v
+		case "self_attn.o_proj.bias":
+			w.OBias = v
 		case "self_attn.q_norm.weight":
 			w.QNorm = v
 		case "self_attn.k_norm.weight":

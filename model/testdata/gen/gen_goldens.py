@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Reference values (goldens) for rlpipe's model math and GRPO train step.
 
-For each family (llama, qwen2, qwen3, mistral) this builds a tiny random
-Hugging Face model, saves it as an HF checkpoint, computes per-token log-probs
-and entropies of three fixed samples, and runs ONE GRPO training step with the
-slime loss (see shared/RL-MATH.md), recording everything the Go side needs to
-reproduce it.
+For each case (llama, qwen2, qwen3, mistral, llama_bias) this builds a tiny
+random Hugging Face model, saves it as an HF checkpoint, computes per-token
+log-probs and entropies of three fixed samples, and runs ONE GRPO training
+step with the slime loss (see shared/RL-MATH.md), recording everything the
+Go side needs to reproduce it.
 
-    python3 model/testdata/gen/gen_goldens.py --out DIR
+    python3 model/testdata/gen/gen_goldens.py --out DIR [--families a,b]
 
 writes DIR/<family>/{model/, golden.json, grads.safetensors,
-after_step.safetensors}.  See README.md beside this file.
+after_step.safetensors} for every case, or only for those --families names.
+A "family" here is a case key: llama_bias is an HF Llama model (model_type
+llama) with attention_bias true.  See README.md beside this file.
 
 Everything runs on CPU and is seeded; the actor is float32.  Besides the HF
 forward, the script carries its own float64 implementation of the decoder
@@ -39,7 +41,9 @@ import torch.nn.functional as F
 # Fixed settings
 # ---------------------------------------------------------------------------
 
-FAMILIES = ["llama", "qwen2", "qwen3", "mistral"]
+# Case keys.  The index of a key feeds its seeds, so new cases are appended:
+# the committed goldens of the earlier ones stay reproducible.
+FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "llama_bias"]
 
 COMMON = dict(
     hidden_size=64,
@@ -54,7 +58,9 @@ COMMON = dict(
     initializer_range=0.1,
 )
 
-# Per-family variations (all fields used by ref_forward too).
+# Per-case variations (all fields used by ref_forward too).  model_type
+# names the HF model class where it differs from the case key; output_bias
+# (o_proj bias) is False where absent.
 VARIANTS = {
     "llama": dict(
         tie_word_embeddings=False,
@@ -91,9 +97,20 @@ VARIANTS = {
         rope_scaling=None,
         sliding_window=None,
     ),
+    # Llama with attention_bias: transformers' LlamaAttention then builds
+    # q_proj, k_proj, v_proj AND o_proj with a bias.
+    "llama_bias": dict(
+        model_type="llama",
+        tie_word_embeddings=False,
+        attention_bias=True,
+        output_bias=True,
+        qk_norm=False,
+        head_dim=16,
+        rope_scaling=None,
+    ),
 }
 
-# Family index feeds the seeds, so each family gets different weights.
+# The case index feeds the seeds, so each case gets different weights.
 SEED_BASE = 1234
 
 # (prompt_length, response_length) of the three samples: one GRPO group.
@@ -257,14 +274,20 @@ def ref_forward(p, spec, ids):
         pre = "model.layers.%d." % i
         h = rms(x, p[pre + "input_layernorm.weight"], eps)
 
-        def lin(name, inp):
+        def lin(name, inp, bias=False):
+            """y = inp W^T (+ b); bias says whether the spec has b."""
             w = p[pre + name + ".weight"]
             b = p.get(pre + name + ".bias")
+            if (b is not None) != bias:
+                raise ValueError("%s%s: bias present %s, spec says %s" % (pre, name, b is not None, bias))
             return F.linear(inp, w, b)
 
-        q = lin("self_attn.q_proj", h).view(L, nh, hd)
-        k = lin("self_attn.k_proj", h).view(L, nkv, hd)
-        v = lin("self_attn.v_proj", h).view(L, nkv, hd)
+        # q/k/v biases: attention_bias.  o_proj bias: output_bias (Llama and
+        # Qwen3 with attention_bias; never Qwen2 or Mistral).  MLP: none.
+        qkv_bias, o_bias = spec["attention_bias"], spec.get("output_bias", False)
+        q = lin("self_attn.q_proj", h, qkv_bias).view(L, nh, hd)
+        k = lin("self_attn.k_proj", h, qkv_bias).view(L, nkv, hd)
+        v = lin("self_attn.v_proj", h, qkv_bias).view(L, nkv, hd)
         if spec["qk_norm"]:
             q = rms(q, p[pre + "self_attn.q_norm.weight"], eps)
             k = rms(k, p[pre + "self_attn.k_norm.weight"], eps)
@@ -277,7 +300,7 @@ def ref_forward(p, spec, ids):
         s = s.masked_fill(~causal[None], float("-inf"))
         a = torch.softmax(s, dim=-1)
         o = torch.einsum("hqk,khd->qhd", a, v).reshape(L, nh * hd)
-        x = x + lin("self_attn.o_proj", o)
+        x = x + lin("self_attn.o_proj", o, o_bias)
         h = rms(x, p[pre + "post_attention_layernorm.weight"], eps)
         m = F.silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h)
         x = x + lin("mlp.down_proj", m)
@@ -306,6 +329,8 @@ def dev_params(spec, gen):
         if spec["attention_bias"]:
             for x, d in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
                 p[pre + "self_attn.%s_proj.bias" % x] = torch.zeros(d)
+        if spec.get("output_bias", False):
+            p[pre + "self_attn.o_proj.bias"] = torch.zeros(H)
         if spec["qk_norm"]:
             p[pre + "self_attn.q_norm.weight"] = torch.ones(hd)
             p[pre + "self_attn.k_norm.weight"] = torch.ones(hd)
@@ -327,12 +352,13 @@ def dev_params(spec, gen):
 
 def hf_config(spec, transformers):
     major = int(transformers.__version__.split(".")[0])
+    fam = spec.get("model_type", spec["family"])
     cls = {
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
         "mistral": transformers.MistralConfig,
-    }[spec["family"]]
+    }[fam]
     kw = dict(
         hidden_size=spec["hidden_size"],
         intermediate_size=spec["intermediate_size"],
@@ -357,15 +383,20 @@ def hf_config(spec, transformers):
         kw["rope_theta"] = spec["rope_theta"]
         kw["rope_scaling"] = copy.deepcopy(spec["rope_scaling"])
         kw["torch_dtype"] = "float32"
-    fam = spec["family"]
+    if fam in ("llama", "qwen3"):
+        # One key drives the q/k/v and the o_proj biases in these families.
+        if spec.get("output_bias", False) != spec["attention_bias"]:
+            raise ValueError("%s: output_bias must equal attention_bias" % spec["family"])
+    elif spec.get("output_bias", False) or spec["attention_bias"] != (fam == "qwen2"):
+        raise ValueError("%s: %s biases are fixed (q/k/v %s, o_proj none)" % (spec["family"], fam, fam == "qwen2"))
     if fam == "llama":
-        kw["attention_bias"] = False
+        kw["attention_bias"] = spec["attention_bias"]
         kw["mlp_bias"] = False
     elif fam == "qwen2":
         kw["use_sliding_window"] = False
     elif fam == "qwen3":
         kw["head_dim"] = spec["head_dim"]
-        kw["attention_bias"] = False
+        kw["attention_bias"] = spec["attention_bias"]
         kw["use_sliding_window"] = False
     elif fam == "mistral":
         kw["sliding_window"] = None
@@ -405,6 +436,8 @@ def build_hf_model(spec, transformers, seed):
     assert tuple(a.q_proj.weight.shape) == (nh * hd, spec["hidden_size"]), a.q_proj.weight.shape
     assert tuple(a.k_proj.weight.shape) == (nkv * hd, spec["hidden_size"]), a.k_proj.weight.shape
     assert (a.q_proj.bias is not None) == spec["attention_bias"]
+    assert (a.o_proj.bias is not None) == spec.get("output_bias", False), a.o_proj
+    assert model.model.layers[0].mlp.down_proj.bias is None
     assert hasattr(a, "q_norm") == spec["qk_norm"]
     return model
 
@@ -791,9 +824,17 @@ def run_family(family, fi, out_dir, dev):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help="comma-separated case keys to generate (default: all: %(default)s)",
+    )
     ap.add_argument("--dev", action="store_true", help="no transformers: test this script only (not goldens)")
     args = ap.parse_args()
+    chosen = [f for f in args.families.split(",") if f]
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown or not chosen:
+        ap.error("--families: unknown %s (known: %s)" % (",".join(unknown) or "none given", ",".join(FAMILIES)))
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -805,7 +846,7 @@ def main():
         print("transformers", transformers.__version__)
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    for family in args.families.split(","):
+    for family in chosen:
         try:
             run_family(family, FAMILIES.index(family), args.out, args.dev)
         except Exception:
