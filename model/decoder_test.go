@@ -488,8 +488,9 @@ func (r *run) params(bufs []gpu.Tensor) map[string][]float32 {
 }
 
 // lossInputs builds the loss config, the rl batch (our log-probs and
-// entropies, the golden's other inputs) and the loss scale dp/GBS.
-func lossInputs(g *golden, p packed, logp, ent []float32) (rl.LossConfig, *rl.Batch, float64) {
+// entropies, the golden's other inputs) and the mini-batch normalisation:
+// dp ranks, GBS samples and the batch's loss-mask tokens.
+func lossInputs(g *golden, p packed, logp, ent []float32) (rl.LossConfig, *rl.Batch, rl.Norm) {
 	lc := g.LossConfig
 	cfg := rl.LossConfig{
 		Advantage: rl.AdvantageGRPO, NormalizeStd: true,
@@ -507,7 +508,15 @@ func lossInputs(g *golden, p packed, logp, ent []float32) (rl.LossConfig, *rl.Ba
 		LogP: logp, OldLogP: f32(g.OldLogP), RefLogP: f32(g.RefLogP), Entropy: ent,
 		Mask: p.mask, Lengths: p.lengths, Advantages: g.Advantages,
 	}
-	return cfg, b, float64(lc.DPSize) / float64(lc.GlobalBatchSize)
+	tokens := float64(len(logp))
+	if p.mask != nil {
+		tokens = 0
+		for _, m := range p.mask {
+			tokens += float64(m)
+		}
+	}
+	n := rl.Norm{DP: lc.DPSize, Samples: lc.GlobalBatchSize, Tokens: tokens, PGTokens: tokens}
+	return cfg, b, n
 }
 
 // maxErr returns the largest absolute and relative (to |want|, floored at
@@ -539,7 +548,10 @@ func relDiff(got, want float64) float64 {
 	return math.Abs(got-want) / math.Max(math.Abs(want), 1e-12)
 }
 
-var families = []string{"llama", "qwen2", "qwen3", "mistral"}
+// families are the HF golden cases under testdata/hf: one per supported
+// family, and llama_bias, a Llama with attention_bias (q/k/v and o_proj
+// biases).
+var families = []string{"llama", "qwen2", "qwen3", "mistral", "llama_bias"}
 
 // TestDecoderParityHF checks the decoder against the HF goldens in fp32:
 // log-probs and entropies at two temperatures, the loss and its metrics,
@@ -585,22 +597,25 @@ func TestDecoderParityHF(t *testing.T) {
 		}
 
 		// Loss and metrics.
-		cfg, lb, scale := lossInputs(g, p, logp, ent)
+		// The goldens are unnormalised sums over GBS samples; ComputeLoss
+		// returns them divided by GBS.
+		cfg, lb, norm := lossInputs(g, p, logp, ent)
 		var out rl.Output
-		if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
+		if err := rl.ComputeLoss(cfg, lb, norm, &out); err != nil {
 			t.Fatal(err)
 		}
 		met := out.Metrics
+		gbs := float64(norm.Samples)
 		worst := 0.0
 		for _, q := range []struct {
 			name      string
 			got, want float64
 		}{
-			{"loss", out.Loss, g.Loss},
-			{"pg_loss", met.PGLoss, g.MetricsSum["pg_loss"]},
-			{"kl", met.KLLoss, g.MetricsSum["kl"]},
-			{"entropy", met.EntropyLoss, g.MetricsSum["entropy"]},
-			{"clipfrac", met.PGClipFrac, g.MetricsSum["clipfrac"]},
+			{"loss", out.Loss * gbs, g.Loss},
+			{"pg_loss", met.PGLoss * gbs, g.MetricsSum["pg_loss"]},
+			{"kl", met.KLLoss * gbs, g.MetricsSum["kl"]},
+			{"entropy", met.EntropyLoss * gbs, g.MetricsSum["entropy"]},
+			{"clipfrac", met.PGClipFrac * gbs, g.MetricsSum["clipfrac"]},
 		} {
 			d := relDiff(q.got, q.want)
 			worst = max(worst, d)
@@ -778,9 +793,9 @@ func TestDecoderBF16(t *testing.T) {
 		}
 		// Backward from the loss of our bf16 log-probs and the golden's
 		// other loss inputs, with recomputed activations.
-		cfg, lb, scale := lossInputs(g, p, logp, ent)
+		cfg, lb, norm := lossInputs(g, p, logp, ent)
 		var out rl.Output
-		if err := rl.ComputeLoss(cfg, lb, scale, &out); err != nil {
+		if err := rl.ComputeLoss(cfg, lb, norm, &out); err != nil {
 			t.Fatal(err)
 		}
 		grads := r.backward(out.DLogP, out.DEntropy, true)
@@ -816,6 +831,17 @@ func TestLayout(t *testing.T) {
 		{"llama", 3, -1, []string{"model.norm.weight", "lm_head.weight"}, []int64{66, 258}, []int64{0, 66}, 66 + 258*64, 22 + 86*64},
 		{"llama", 1, 0, []string{EmbedWeightName}, []int64{256}, []int64{0}, 256 * 64, 256 * 64},
 		{"llama", 5, 1, nil, nil, nil, 0, 0},
+		// A decoder layer with q/k/v and o_proj biases, in HF parameter order.
+		{"llama_bias", 1, 1, []string{
+			"model.layers.0.input_layernorm.weight",
+			"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+			"model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+			"model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+			"model.layers.0.self_attn.o_proj.weight", "model.layers.0.self_attn.o_proj.bias",
+			"model.layers.0.post_attention_layernorm.weight",
+			"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+		}, []int64{64, 64, 64, 32, 32, 32, 32, 64, 64, 64, 128, 128, 64},
+			[]int64{0, 64, 4160, 4224, 6272, 6304, 8352, 8384, 12480, 12544, 12608, 20800, 28992}, 37184, 37184},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/dp%d/unit%d", tc.family, tc.dp, tc.unit), func(t *testing.T) {

@@ -24,9 +24,27 @@ const (
 
 // Aggregation modes accepted by LossConfig.Aggregation.
 const (
-	AggSampleMean = "sample_mean"
-	AggTokenSum   = "token_sum"
+	AggSampleMean          = "sample_mean"
+	AggTokenSum            = "token_sum"
+	AggTokenMean           = "token_mean"
+	AggSeqMeanTokenSumNorm = "seq_mean_token_sum_norm"
 )
+
+// Policy losses accepted by LossConfig.PolicyLoss.
+const (
+	PolicyLossPPO   = "ppo"
+	PolicyLossCISPO = "cispo"
+)
+
+// Truncated-importance-sampling modes accepted by LossConfig.TIS.
+const (
+	TISOff      = ""
+	TISTruncate = "truncate"
+	TISMask     = "mask"
+)
+
+// DefaultTISCap is the cap C used when LossConfig.TISCap is 0.
+const DefaultTISCap = 2.0
 
 // lowVarKLClamp is the symmetric clamp applied to the low_var_kl estimator.
 const lowVarKLClamp = 10.0
@@ -60,26 +78,48 @@ type LossConfig struct {
 	// (key kl_unbiased). The weight is not detached, as in slime.
 	KLUnbiased bool
 	// EntropyCoef multiplies the entropy bonus: the loss is reduced by
-	// EntropyCoef·SM(H) (key entropy_coef).
+	// EntropyCoef times the aggregated entropy (key entropy_coef).
 	EntropyCoef float64
-	// Aggregation is "sample_mean" (default when empty) or "token_sum"
-	// (key aggregation). token_sum changes only the policy-gradient term.
+	// Aggregation is how per-token terms are summed and normalised over
+	// a mini-batch (key aggregation): "sample_mean" (default when empty),
+	// "token_sum", "token_mean" or "seq_mean_token_sum_norm". See Norm
+	// for the weights of each mode.
 	Aggregation string
+	// LossNormLen is the fixed length L of seq_mean_token_sum_norm
+	// (key loss_norm_len), normally the generation's maximum response
+	// length. It is required (> 0) with that aggregation and must be 0
+	// with the others.
+	LossNormLen int
+	// PolicyLoss is the policy-gradient term: "ppo" (default when empty),
+	// the clipped surrogate, or "cispo", the clipped-ratio-weighted
+	// log-prob of MiniMax-M1 (key policy_loss).
+	PolicyLoss string
 	// UseRolloutLogProbs makes l_old the rollout engine's log-probs
 	// instead of the actor recompute (key use_rollout_log_probs). The
 	// caller honours it by filling Batch.OldLogP accordingly.
 	UseRolloutLogProbs bool
+	// TIS corrects the rollout/train mismatch by truncated importance
+	// sampling with weights exp(l_old − l_rollout) (key tis): "" (off),
+	// "truncate" (the policy term of each token is multiplied by the
+	// weight capped at TISCap) or "mask" (tokens whose weight exceeds
+	// TISCap leave the policy term). It needs Batch.RolloutLogP.
+	TIS string
+	// TISCap is the cap C of TIS (key tis_cap); 0 means DefaultTISCap.
+	// It must be 0 when TIS is off.
+	TISCap float64
 }
 
 // DefaultLossConfig returns the defaults: grpo advantages normalised by the
-// group std, eps_clip 0.2 on both sides, no dual clip, no KL, no entropy
-// bonus, per-sample-mean aggregation and actor-recomputed old log-probs.
+// group std, the ppo policy loss with eps_clip 0.2 on both sides, no dual
+// clip, no KL, no entropy bonus, per-sample-mean aggregation,
+// actor-recomputed old log-probs and no truncated importance sampling.
 func DefaultLossConfig() LossConfig {
 	return LossConfig{
 		Advantage:    AdvantageGRPO,
 		NormalizeStd: true,
 		EpsClip:      0.2,
 		Aggregation:  AggSampleMean,
+		PolicyLoss:   PolicyLossPPO,
 	}
 }
 
@@ -121,9 +161,43 @@ func (c *LossConfig) Validate() error {
 		return fmt.Errorf("entropy_coef: %v is not finite", c.EntropyCoef)
 	}
 	switch c.Aggregation {
-	case "", AggSampleMean, AggTokenSum:
+	case "", AggSampleMean, AggTokenSum, AggTokenMean:
+		if c.LossNormLen != 0 {
+			return fmt.Errorf("loss_norm_len: %d is set but aggregation is not seq_mean_token_sum_norm", c.LossNormLen)
+		}
+	case AggSeqMeanTokenSumNorm:
+		if c.LossNormLen <= 0 {
+			return fmt.Errorf("loss_norm_len: %d must be > 0 with aggregation seq_mean_token_sum_norm", c.LossNormLen)
+		}
 	default:
-		return fmt.Errorf("aggregation: unknown mode %q (want sample_mean or token_sum)", c.Aggregation)
+		return fmt.Errorf("aggregation: unknown mode %q (want sample_mean, token_sum, token_mean or seq_mean_token_sum_norm)", c.Aggregation)
+	}
+	switch c.PolicyLoss {
+	case "", PolicyLossPPO:
+	case PolicyLossCISPO:
+		if c.Advantage == AdvantageGSPO {
+			return errors.New("policy_loss: cispo does not combine with advantage gspo")
+		}
+		if c.DualClipC != 0 {
+			return fmt.Errorf("dual_clip_c: %v is set but policy_loss cispo has no dual clip", c.DualClipC)
+		}
+	default:
+		return fmt.Errorf("policy_loss: unknown loss %q (want ppo or cispo)", c.PolicyLoss)
+	}
+	switch c.TIS {
+	case TISOff:
+		if c.TISCap != 0 {
+			return fmt.Errorf("tis_cap: %v is set but tis is off", c.TISCap)
+		}
+	case TISTruncate, TISMask:
+		if !finite(c.TISCap) || (c.TISCap != 0 && c.TISCap < 1) {
+			return fmt.Errorf("tis_cap: %v must be 0 (default %v) or finite and >= 1", c.TISCap, DefaultTISCap)
+		}
+		if c.UseRolloutLogProbs {
+			return errors.New("tis: use_rollout_log_probs makes l_old the rollout log-probs, so every weight would be 1")
+		}
+	default:
+		return fmt.Errorf("tis: unknown mode %q (want truncate or mask)", c.TIS)
 	}
 	return nil
 }
@@ -135,6 +209,15 @@ func (c *LossConfig) ClipHigh() float64 {
 		return c.EpsClip
 	}
 	return c.EpsClipHigh
+}
+
+// EffectiveTISCap returns the cap C of truncated importance sampling:
+// TISCap, or DefaultTISCap when TISCap is 0.
+func (c *LossConfig) EffectiveTISCap() float64 {
+	if c.TISCap == 0 {
+		return DefaultTISCap
+	}
+	return c.TISCap
 }
 
 func finite(x float64) bool {

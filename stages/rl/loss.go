@@ -31,268 +31,306 @@ type Batch struct {
 	Lengths []int
 	// Advantages is the per-sample advantage r̂_i (see Advantages).
 	Advantages []float64
-}
-
-// Metrics holds metric sums of one or more micro-batches. Every field
-// except Samples and Tokens is a sum over samples (SM, see docs/rl.md), so
-// sums over micro-batches and ranks divided by the global batch size are
-// per-sample means; Normalize does that division.
-type Metrics struct {
-	// Samples is the number of samples summed.
-	Samples int
-	// Tokens is Σ m_t over all samples.
-	Tokens float64
-	// Loss is the loss value (unscaled).
-	Loss float64
-	// PGLoss is the policy-gradient term of the loss: SM(pg), or
-	// Σ_i Σ_t m_t pg_t under token_sum aggregation.
-	PGLoss float64
-	// PGClipFrac is SM(1[clipped branch selected]).
-	PGClipFrac float64
-	// DualClipFrac is SM(1[dual clip selected]) (rlpipe addition).
-	DualClipFrac float64
-	// PPOKL is SM(δ) with δ = l_old − l (sequence-level for gspo).
-	PPOKL float64
-	// Ratio is SM(ρ), ρ = exp(−δ) (rlpipe addition).
-	Ratio float64
-	// KLLoss is SM(kl), 0 without a KL estimator.
-	KLLoss float64
-	// EntropyLoss is SM(H), 0 without entropies.
-	EntropyLoss float64
-}
-
-// Add adds o to m field by field.
-func (m *Metrics) Add(o Metrics) {
-	m.Samples += o.Samples
-	m.Tokens += o.Tokens
-	m.Loss += o.Loss
-	m.PGLoss += o.PGLoss
-	m.PGClipFrac += o.PGClipFrac
-	m.DualClipFrac += o.DualClipFrac
-	m.PPOKL += o.PPOKL
-	m.Ratio += o.Ratio
-	m.KLLoss += o.KLLoss
-	m.EntropyLoss += o.EntropyLoss
-}
-
-// Normalize divides the summed metrics by gbs, the number of samples of
-// the optimizer step over all dp ranks, and returns them under their
-// logged names: loss, pg_loss, pg_clipfrac, pg_dualclipfrac, ppo_kl,
-// ratio, kl_loss and entropy_loss.
-func (m Metrics) Normalize(gbs int) (map[string]float64, error) {
-	if gbs <= 0 {
-		return nil, fmt.Errorf("normalize metrics: global batch size %d must be > 0", gbs)
-	}
-	d := float64(gbs)
-	return map[string]float64{
-		"loss":            m.Loss / d,
-		"pg_loss":         m.PGLoss / d,
-		"pg_clipfrac":     m.PGClipFrac / d,
-		"pg_dualclipfrac": m.DualClipFrac / d,
-		"ppo_kl":          m.PPOKL / d,
-		"ratio":           m.Ratio / d,
-		"kl_loss":         m.KLLoss / d,
-		"entropy_loss":    m.EntropyLoss / d,
-	}, nil
+	// RolloutLogP is the rollout engine's log-prob l_rollout,t. It is
+	// required when LossConfig.TIS is set; whenever it is given, the
+	// rollout/train mismatch metrics are measured.
+	RolloutLogP []float32
 }
 
 // Output is the result of ComputeLoss.
 type Output struct {
-	// Loss is the unscaled micro-batch loss
-	// SM(pg) − c_ent·SM(H) + c_kl·SM(kl) (token_sum: Σ m·pg for the
-	// first term).
+	// Loss is the micro-batch's contribution to the mini-batch objective:
+	// the sum of Loss over all micro-batches and ranks of a mini-batch is
+	// the objective (see Norm for the weights).
 	Loss float64
-	// Metrics holds the metric sums of the micro-batch.
+	// Metrics holds the micro-batch's contributions to the logged values;
+	// see Metrics.
 	Metrics Metrics
-	// DLogP is d(scale·Loss)/dl_t, one per token (0 where m_t = 0).
+	// DLogP is d(DP·Loss)/dl_t, one per token (0 where m_t = 0).
 	DLogP []float32
-	// DEntropy is d(scale·Loss)/dH_t, one per token; it has length 0 when
+	// DEntropy is d(DP·Loss)/dH_t, one per token; it has length 0 when
 	// Batch.Entropy is nil.
 	DEntropy []float32
 }
 
-// ComputeLoss computes the loss of one micro-batch, its metric sums, and
-// the gradients of scale·Loss with respect to every LogP and Entropy entry.
+// ComputeLoss computes the contribution of one micro-batch to the loss of
+// its mini-batch n, the contributions to the logged metrics, and the
+// gradients of n.DP times that contribution with respect to every LogP and
+// Entropy entry: after the gradients are averaged over the n.DP ranks, the
+// optimizer update minimises the mini-batch objective.
 //
-// The caller passes scale = dp/GBS (dp ranks, GBS samples per optimizer
-// step over all ranks): after gradients are averaged over dp, the step
-// minimises (1/GBS)·Σ over the step's samples, as in slime. Gradients
-// follow torch autograd exactly, including its rules at kinks: max/min
-// ties split the gradient equally between both arguments, clamp passes the
-// gradient on the closed range [lo, hi] and blocks it outside.
+// The policy term is the ppo clipped surrogate (optionally dual-clipped,
+// sequence-level for gspo) or cispo, optionally weighted or masked by
+// truncated importance sampling; the terms are aggregated as Norm
+// describes. Gradients follow torch autograd exactly, including its rules
+// at kinks: max/min ties split the gradient equally between both
+// arguments, clamp passes the gradient on the closed range [lo, hi] and
+// blocks it outside; detached factors (the cispo ratio, the TIS weight)
+// carry no gradient.
 //
-// The slices of out are reused when their capacity suffices. cfg is
+// The slices of out are reused when their capacity suffices. cfg and n are
 // validated; length mismatches, missing inputs and non-finite values at
-// unmasked tokens are errors.
-func ComputeLoss(cfg LossConfig, b *Batch, scale float64, out *Output) error {
+// unmasked tokens are errors, and out is then unspecified.
+func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	if b == nil || out == nil {
 		return errors.New("compute loss: nil batch or output")
 	}
-	if !finite(scale) {
-		return fmt.Errorf("compute loss: scale %v is not finite", scale)
-	}
-	n := len(b.LogP)
-	if err := checkLen("old_log_probs", b.OldLogP, n); err != nil {
+	if err := n.check(len(b.Lengths)); err != nil {
 		return err
 	}
-	useKL := cfg.KL != KLNone
-	if useKL {
-		if b.RefLogP == nil {
-			return fmt.Errorf("compute loss: kl %q needs ref log-probs", cfg.KL)
+	sums, err := checkBatch(&cfg, b)
+	if err != nil {
+		return err
+	}
+	if cfg.Aggregation == AggTokenMean {
+		var tok, pgTok float64
+		for _, s := range sums {
+			tok += s.m
+			pgTok += s.pg
 		}
-		if err := checkLen("ref_log_probs", b.RefLogP, n); err != nil {
+		if err := n.checkTokens(tok, pgTok); err != nil {
 			return err
 		}
-	}
-	useEnt := b.Entropy != nil
-	if cfg.EntropyCoef != 0 && !useEnt {
-		return errors.New("compute loss: entropy_coef is set but entropies are missing")
-	}
-	if useEnt {
-		if err := checkLen("entropy", b.Entropy, n); err != nil {
-			return err
-		}
-	}
-	if b.Mask != nil {
-		if err := checkLen("loss_mask", b.Mask, n); err != nil {
-			return err
-		}
-	}
-	if len(b.Advantages) != len(b.Lengths) {
-		return fmt.Errorf("compute loss: %d advantages for %d samples", len(b.Advantages), len(b.Lengths))
-	}
-	total := 0
-	for i, l := range b.Lengths {
-		if l < 0 {
-			return fmt.Errorf("compute loss: sample %d has negative length %d", i, l)
-		}
-		total += l
-	}
-	if total != n {
-		return fmt.Errorf("compute loss: sample lengths sum to %d but there are %d log-probs", total, n)
 	}
 
-	out.DLogP = zeroed(out.DLogP, n)
+	nt := len(b.LogP)
+	useKL := cfg.KL != KLNone
+	useEnt := b.Entropy != nil
+	out.DLogP = zeroed(out.DLogP, nt)
 	if useEnt {
-		out.DEntropy = zeroed(out.DEntropy, n)
+		out.DEntropy = zeroed(out.DEntropy, nt)
 	} else {
 		out.DEntropy = out.DEntropy[:0]
 	}
 
 	lo, hi := 1-cfg.EpsClip, 1+cfg.ClipHigh()
 	gspo := cfg.Advantage == AdvantageGSPO
-	tokenSum := cfg.Aggregation == AggTokenSum
+	cispo := cfg.PolicyLoss == PolicyLossCISPO
+	haveRO := b.RolloutLogP != nil
+	capC := cfg.EffectiveTISCap()
+	dp := float64(n.DP)
 	mask := func(t int) float64 {
 		if b.Mask == nil {
 			return 1
 		}
 		return float64(b.Mask[t])
 	}
+	// tisAt returns x = l_old − l_rollout at token t (0 without rollout
+	// log-probs) and what truncated importance sampling makes of it (see
+	// tisToken).
+	tisAt := func(t int) (x, w float64, keep, over bool) {
+		if haveRO {
+			x = float64(b.OldLogP[t]) - float64(b.RolloutLogP[t])
+		}
+		w, keep, over = tisToken(cfg.TIS, capC, x)
+		return x, w, keep, over
+	}
 
 	var met Metrics
 	met.Samples = len(b.Lengths)
-	var pgTerm, klSM, entSM float64
+	if haveRO {
+		met.RolloutSamples = len(b.Lengths)
+	}
+	if cfg.TIS != TISOff {
+		met.TISSamples = len(b.Lengths)
+	}
+	var pgTerm, klTerm, entTerm float64
 	start := 0
 	for i, length := range b.Lengths {
 		end := start + length
 		a := b.Advantages[i]
-		if !finite(a) {
-			return fmt.Errorf("compute loss: advantage of sample %d is %v", i, a)
-		}
-		// Validate the sample's tokens and compute its mask sum.
-		var sumM float64
-		for t := start; t < end; t++ {
-			m := mask(t)
-			if !finite(m) || m < 0 {
-				return fmt.Errorf("compute loss: loss mask %d is %v", t, m)
-			}
-			if m == 0 {
-				continue
-			}
-			sumM += m
-			if err := checkToken(b, t, useKL, useEnt); err != nil {
-				return err
-			}
-		}
-		met.Tokens += sumM
-		den := math.Max(sumM, 1)
-		// coefSeq is the per-unit-mask gradient of the gspo policy term.
+		met.Tokens += sums[i].m
+		wt := sampleWeights(&cfg, n, sums[i].m, sums[i].pg)
+		// coefSeq is the gspo policy gradient per unit of m'.
 		var coefSeq float64
 		if gspo {
-			var s float64
+			// The sequence ratio uses the policy-term mask m'.
+			var sd, sw float64
 			for t := start; t < end; t++ {
-				if m := mask(t); m != 0 {
-					s += m * (float64(b.OldLogP[t]) - float64(b.LogP[t]))
+				m := mask(t)
+				if m == 0 {
+					continue
+				}
+				if _, w, keep, _ := tisAt(t); keep {
+					sd += m * (float64(b.OldLogP[t]) - float64(b.LogP[t]))
+					sw += m * w
 				}
 			}
-			delta := s / den
+			den := math.Max(sums[i].pg, 1)
+			delta := sd / den
 			rho := math.Exp(-delta)
 			pg, dpg, clip, dual := policyTerm(rho, a, lo, hi, cfg.DualClipC)
-			wSM := sumM / den // Σ_t m_t/den
-			wPG := wSM
-			if tokenSum {
-				wPG = sumM
-			}
-			pgTerm += wPG * pg
-			met.PGClipFrac += wSM * clip
-			met.DualClipFrac += wSM * dual
-			met.PPOKL += wSM * delta
-			met.Ratio += wSM * rho
-			// dρ/dl_t = ρ·m_t/den.
-			coefSeq = wPG * dpg * rho / den
+			pgTerm += wt.pg * sw * pg
+			// dρ/dl_t = ρ·m'_t/D'_i.
+			coefSeq = wt.pg * sw * dpg * rho / den
+			d := wt.diag * sums[i].m
+			met.PGClipFrac += d * clip
+			met.DualClipFrac += d * dual
+			met.PPOKL += d * delta
+			met.Ratio += d * rho
 		}
 		for t := start; t < end; t++ {
 			m := mask(t)
 			if m == 0 {
 				continue
 			}
-			w := m / den
 			l := float64(b.LogP[t])
 			old := float64(b.OldLogP[t])
+			d := wt.diag * m
+			x, w, keep, over := tisAt(t)
+			mp := m // m'_t
+			if !keep {
+				mp = 0
+			}
+			if haveRO {
+				abs, k3 := mismatch(x)
+				met.MismatchAbs += d * abs
+				met.MismatchK3 += d * k3
+				if cfg.TIS != TISOff {
+					// The weight applied: w under truncate, 1[kept] under mask.
+					met.TISWeight += d * w * b2f(keep)
+					met.TISClipFrac += d * b2f(over)
+				}
+			}
 			var g float64
 			if gspo {
-				g = m * coefSeq
+				g = mp * coefSeq
 			} else {
 				delta := old - l
 				rho := math.Exp(-delta)
-				pg, dpg, clip, dual := policyTerm(rho, a, lo, hi, cfg.DualClipC)
-				wPG := w
-				if tokenSum {
-					wPG = m
+				var pg, dpg, clip, dual float64
+				if cispo {
+					pg, dpg, clip = cispoTerm(rho, a, l, hi)
+				} else {
+					pg, dpg, clip, dual = policyTerm(rho, a, lo, hi, cfg.DualClipC)
+					dpg *= rho // dρ/dl = ρ
 				}
-				pgTerm += wPG * pg
-				g = wPG * dpg * rho // dρ/dl = ρ
-				met.PGClipFrac += w * clip
-				met.DualClipFrac += w * dual
-				met.PPOKL += w * delta
-				met.Ratio += w * rho
+				pw := wt.pg * mp * w
+				pgTerm += pw * pg
+				g = pw * dpg
+				met.PGClipFrac += d * clip
+				met.DualClipFrac += d * dual
+				met.PPOKL += d * delta
+				met.Ratio += d * rho
 			}
+			rw := wt.reg * m
 			if useKL {
-				kl, dkl := klTerm(cfg.KL, cfg.KLUnbiased, l, old, float64(b.RefLogP[t]))
-				klSM += w * kl
-				g += cfg.KLCoef * w * dkl
+				kl, dkl := klEstimator(cfg.KL, cfg.KLUnbiased, l, old, float64(b.RefLogP[t]))
+				klTerm += rw * kl
+				g += cfg.KLCoef * rw * dkl
 			}
 			if useEnt {
-				entSM += w * float64(b.Entropy[t])
+				entTerm += rw * float64(b.Entropy[t])
 				if cfg.EntropyCoef != 0 {
-					out.DEntropy[t] = float32(-scale * cfg.EntropyCoef * w)
+					out.DEntropy[t] = float32(-dp * cfg.EntropyCoef * rw)
 				}
 			}
-			out.DLogP[t] = float32(scale * g)
+			out.DLogP[t] = float32(dp * g)
 		}
 		start = end
 	}
-	loss := pgTerm - cfg.EntropyCoef*entSM + cfg.KLCoef*klSM
+	loss := pgTerm - cfg.EntropyCoef*entTerm + cfg.KLCoef*klTerm
 	met.Loss = loss
 	met.PGLoss = pgTerm
-	met.KLLoss = klSM
-	met.EntropyLoss = entSM
+	met.KLLoss = klTerm
+	met.EntropyLoss = entTerm
 	out.Loss = loss
 	out.Metrics = met
 	return nil
+}
+
+// maskSums are a sample's Σ_t m_t and Σ_t m'_t.
+type maskSums struct {
+	m, pg float64
+}
+
+// checkBatch validates b against cfg: lengths, required inputs, and every
+// value read at an unmasked token. It returns the mask sums of every
+// sample.
+func checkBatch(cfg *LossConfig, b *Batch) ([]maskSums, error) {
+	n := len(b.LogP)
+	if err := checkLen("old_log_probs", b.OldLogP, n); err != nil {
+		return nil, err
+	}
+	useKL := cfg.KL != KLNone
+	if useKL {
+		if b.RefLogP == nil {
+			return nil, fmt.Errorf("compute loss: kl %q needs ref log-probs", cfg.KL)
+		}
+		if err := checkLen("ref_log_probs", b.RefLogP, n); err != nil {
+			return nil, err
+		}
+	}
+	useEnt := b.Entropy != nil
+	if cfg.EntropyCoef != 0 && !useEnt {
+		return nil, errors.New("compute loss: entropy_coef is set but entropies are missing")
+	}
+	if useEnt {
+		if err := checkLen("entropy", b.Entropy, n); err != nil {
+			return nil, err
+		}
+	}
+	if b.Mask != nil {
+		if err := checkLen("loss_mask", b.Mask, n); err != nil {
+			return nil, err
+		}
+	}
+	if b.RolloutLogP == nil {
+		if cfg.TIS != TISOff {
+			return nil, fmt.Errorf("compute loss: tis %q needs rollout log-probs", cfg.TIS)
+		}
+	} else if err := checkLen("rollout_log_probs", b.RolloutLogP, n); err != nil {
+		return nil, err
+	}
+	if len(b.Advantages) != len(b.Lengths) {
+		return nil, fmt.Errorf("compute loss: %d advantages for %d samples", len(b.Advantages), len(b.Lengths))
+	}
+	total := 0
+	for i, l := range b.Lengths {
+		if l < 0 {
+			return nil, fmt.Errorf("compute loss: sample %d has negative length %d", i, l)
+		}
+		total += l
+	}
+	if total != n {
+		return nil, fmt.Errorf("compute loss: sample lengths sum to %d but there are %d log-probs", total, n)
+	}
+	capC := cfg.EffectiveTISCap()
+	sums := make([]maskSums, len(b.Lengths))
+	start := 0
+	for i, length := range b.Lengths {
+		if a := b.Advantages[i]; !finite(a) {
+			return nil, fmt.Errorf("compute loss: advantage of sample %d is %v", i, a)
+		}
+		for t := start; t < start+length; t++ {
+			m := 1.0
+			if b.Mask != nil {
+				m = float64(b.Mask[t])
+			}
+			if !finite(m) || m < 0 {
+				return nil, fmt.Errorf("compute loss: loss mask %d is %v", t, m)
+			}
+			if m == 0 {
+				continue
+			}
+			if err := checkToken(b, t, useKL, useEnt); err != nil {
+				return nil, err
+			}
+			sums[i].m += m
+			keep := true
+			if cfg.TIS != TISOff {
+				_, keep, _ = tisToken(cfg.TIS, capC, float64(b.OldLogP[t])-float64(b.RolloutLogP[t]))
+			}
+			if keep {
+				sums[i].pg += m
+			}
+		}
+		start += length
+	}
+	return sums, nil
 }
 
 // policyTerm returns the per-token clipped policy loss pg(ρ) for advantage
@@ -329,12 +367,12 @@ func policyTerm(rho, a, lo, hi, c float64) (pg, dpg, clip, dual float64) {
 	return pg, dpg, clip, dual
 }
 
-// klTerm returns the KL estimator at one token and its derivative with
+// klEstimator returns the KL estimator at one token and its derivative with
 // respect to l. With unbiased set, the estimator is multiplied by
 // w = exp(l − old) and the gradient flows through w (dw/dl = w), as in
 // slime. low_var_kl is clamped to [−10, 10] after the weighting; outside
 // that range the gradient is 0.
-func klTerm(kind string, unbiased bool, l, old, ref float64) (kl, dkl float64) {
+func klEstimator(kind string, unbiased bool, l, old, ref float64) (kl, dkl float64) {
 	x := l - ref
 	switch kind {
 	case KLK1:
@@ -377,6 +415,11 @@ func checkToken(b *Batch, t int, useKL, useEnt bool) error {
 			return fmt.Errorf("compute loss: entropy %d is %v", t, v)
 		}
 	}
+	if b.RolloutLogP != nil {
+		if v := b.RolloutLogP[t]; !finite(float64(v)) {
+			return fmt.Errorf("compute loss: rollout log-prob %d is %v", t, v)
+		}
+	}
 	return nil
 }
 
@@ -394,4 +437,11 @@ func zeroed(s []float32, n int) []float32 {
 	s = s[:n]
 	clear(s)
 	return s
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -26,7 +26,8 @@ func toF64(v []float32) []float64 {
 }
 
 // TestPolicyLossHand checks single-token samples (OldLogP 0, so ρ = e^l)
-// against values computed by hand.
+// against values computed by hand. With one sample of one token in a
+// mini-batch of one sample, every aggregation gives the same loss.
 func TestPolicyLossHand(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -55,8 +56,11 @@ func TestPolicyLossHand(t *testing.T) {
 			cfg := DefaultLossConfig()
 			cfg.DualClipC = tt.dual
 			cfg.EpsClipHigh = tt.high
-			for _, agg := range []string{AggSampleMean, AggTokenSum} {
-				cfg.Aggregation = agg
+			for _, agg := range []string{AggSampleMean, AggTokenSum, AggTokenMean, AggSeqMeanTokenSumNorm} {
+				cfg.Aggregation, cfg.LossNormLen = agg, 0
+				if agg == AggSeqMeanTokenSumNorm {
+					cfg.LossNormLen = 1
+				}
 				b := &Batch{
 					LogP:       f32s(ln(tt.rho)),
 					OldLogP:    f32s(0),
@@ -64,7 +68,7 @@ func TestPolicyLossHand(t *testing.T) {
 					Advantages: []float64{tt.adv},
 				}
 				var out Output
-				if err := ComputeLoss(cfg, b, 1, &out); err != nil {
+				if err := ComputeLoss(cfg, b, Norm{DP: 1, Samples: 1, Tokens: 1, PGTokens: 1}, &out); err != nil {
 					t.Fatal(err)
 				}
 				assertClose(t, agg+" loss", []float64{out.Loss}, []float64{tt.loss}, 1e-6)
@@ -141,7 +145,7 @@ func TestGSPOHand(t *testing.T) {
 				Advantages: []float64{tt.adv},
 			}
 			var out Output
-			if err := ComputeLoss(cfg, b, 1, &out); err != nil {
+			if err := ComputeLoss(cfg, b, Norm{DP: 1, Samples: 1}, &out); err != nil {
 				t.Fatal(err)
 			}
 			assertClose(t, "loss", []float64{out.Loss}, []float64{tt.loss}, 1e-6)
@@ -188,7 +192,7 @@ func TestKLHand(t *testing.T) {
 				Advantages: []float64{0},
 			}
 			var out Output
-			if err := ComputeLoss(cfg, b, 1, &out); err != nil {
+			if err := ComputeLoss(cfg, b, Norm{DP: 1, Samples: 1}, &out); err != nil {
 				t.Fatal(err)
 			}
 			assertClose(t, "kl", []float64{out.Metrics.KLLoss, out.Loss}, []float64{tt.val, 0.1 * tt.val}, 1e-6)
@@ -197,26 +201,41 @@ func TestKLHand(t *testing.T) {
 	}
 }
 
-// TestAggregation compares sample_mean and token_sum on two samples of 1
-// and 3 tokens (ρ = 1, A = 1, pg_t = −1) with a k1 KL and an entropy
-// bonus, which keep the per-sample mean in both modes, and scale 0.5.
+// TestAggregation compares the four aggregations on two samples of 1 and 3
+// tokens (ρ = 1, A = 1, pg_t = −1) with a k1 KL (x = 1) and an entropy
+// bonus (H = 2) in a mini-batch of B = 2 samples, N = N' = 8 tokens and
+// L = 5. With dp = 1 the sample_mean and token_sum gradients are those of
+// the old API at scale dp/GBS = 0.5; the loss is the old sum divided by 2.
 func TestAggregation(t *testing.T) {
 	tests := []struct {
-		agg   string
-		loss  float64
-		pg    float64
-		dlogp []float64
+		agg      string
+		loss     float64
+		pg       float64
+		kl, ent  float64
+		dlogp    []float64
+		dentropy []float64
 	}{
-		// pg: −1 − 1 = −2; kl: 1 + 1 = 2 (x = 1); entropy: 2 + 2 = 4.
-		// dL/dl: pg −w, kl 0.1·w with w = 1 or 1/3.
-		{AggSampleMean, -2 + 0.1*2 - 0.01*4, -2, []float64{-0.9, -0.3, -0.3, -0.3}},
-		// pg: Σ m·pg = −4; dL/dl: pg −1 everywhere, kl 0.1·w.
-		{AggTokenSum, -4 + 0.1*2 - 0.01*4, -4, []float64{-0.9, -1 + 0.1/3, -1 + 0.1/3, -1 + 0.1/3}},
+		// pg (−1 − 1)/2 = −1; kl (1 + 1)/2 = 1; entropy (2 + 2)/2 = 2.
+		// dL/dl: (−1 + 0.1)·w/2 with w = 1 or 1/3.
+		{AggSampleMean, -1 + 0.1*1 - 0.01*2, -1, 1, 2,
+			[]float64{-0.45, -0.15, -0.15, -0.15}, []float64{-0.005, -0.01 / 6, -0.01 / 6, -0.01 / 6}},
+		// pg Σ m·pg/B = −4/2; kl and entropy keep the per-sample mean.
+		{AggTokenSum, -2 + 0.1*1 - 0.01*2, -2, 1, 2,
+			[]float64{-0.45, -0.5 + 0.1/6, -0.5 + 0.1/6, -0.5 + 0.1/6}, []float64{-0.005, -0.01 / 6, -0.01 / 6, -0.01 / 6}},
+		// Every term Σ m·x/N with N = 8: pg −4/8, kl 4/8, entropy 8/8.
+		{AggTokenMean, -0.5 + 0.1*0.5 - 0.01*1, -0.5, 0.5, 1,
+			[]float64{-0.1125, -0.1125, -0.1125, -0.1125}, []float64{-0.00125, -0.00125, -0.00125, -0.00125}},
+		// Every term Σ m·x/(B·L) with B·L = 10: pg −0.4, kl 0.4, entropy 0.8.
+		{AggSeqMeanTokenSumNorm, -0.4 + 0.1*0.4 - 0.01*0.8, -0.4, 0.4, 0.8,
+			[]float64{-0.09, -0.09, -0.09, -0.09}, []float64{-0.001, -0.001, -0.001, -0.001}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.agg, func(t *testing.T) {
 			cfg := DefaultLossConfig()
 			cfg.Aggregation = tt.agg
+			if tt.agg == AggSeqMeanTokenSumNorm {
+				cfg.LossNormLen = 5
+			}
 			cfg.KL, cfg.KLCoef = KLK1, 0.1
 			cfg.EntropyCoef = 0.01
 			b := &Batch{
@@ -227,24 +246,34 @@ func TestAggregation(t *testing.T) {
 				Lengths:    []int{1, 3},
 				Advantages: []float64{1, 1},
 			}
-			var out Output
-			if err := ComputeLoss(cfg, b, 0.5, &out); err != nil {
-				t.Fatal(err)
+			// The gradients are those of dp × the loss; the loss does not
+			// depend on dp.
+			for _, dp := range []int{1, 3} {
+				var out Output
+				if err := ComputeLoss(cfg, b, Norm{DP: dp, Samples: 2, Tokens: 8, PGTokens: 8}, &out); err != nil {
+					t.Fatal(err)
+				}
+				m := out.Metrics
+				assertClose(t, "loss", []float64{out.Loss, m.Loss, m.PGLoss, m.KLLoss, m.EntropyLoss},
+					[]float64{tt.loss, tt.loss, tt.pg, tt.kl, tt.ent}, 1e-6)
+				// Diagnostics stay per-sample means: ρ = 1 over B = 2.
+				assertClose(t, "diagnostics", []float64{m.Ratio, m.PPOKL, m.PGClipFrac, float64(m.Samples), m.Tokens},
+					[]float64{1, 0, 0, 2, 4}, 1e-6)
+				want, wantEnt := make([]float64, 4), make([]float64, 4)
+				for i := range want {
+					want[i] = float64(dp) * tt.dlogp[i]
+					wantEnt[i] = float64(dp) * tt.dentropy[i]
+				}
+				assertClose(t, "dlogp", toF64(out.DLogP), want, 1e-6)
+				assertClose(t, "dentropy", toF64(out.DEntropy), wantEnt, 1e-6)
 			}
-			assertClose(t, "loss", []float64{out.Loss, out.Metrics.Loss, out.Metrics.PGLoss, out.Metrics.KLLoss, out.Metrics.EntropyLoss},
-				[]float64{tt.loss, tt.loss, tt.pg, 2, 4}, 1e-6)
-			want := make([]float64, len(tt.dlogp))
-			for i, g := range tt.dlogp {
-				want[i] = 0.5 * g
-			}
-			assertClose(t, "dlogp", toF64(out.DLogP), want, 1e-6)
-			assertClose(t, "dentropy", toF64(out.DEntropy),
-				[]float64{-0.5 * 0.01, -0.5 * 0.01 / 3, -0.5 * 0.01 / 3, -0.5 * 0.01 / 3}, 1e-6)
 		})
 	}
 }
 
-// TestMasks checks partial masks and an all-zero-mask sample.
+// TestMasks checks partial masks and an all-zero-mask sample. Norm{DP: 2,
+// Samples: 2} has dp/GBS = 1, so the gradients are the per-micro-batch
+// ones and the loss is the sum over the two samples divided by 2.
 func TestMasks(t *testing.T) {
 	cfg := DefaultLossConfig()
 	cfg.KL, cfg.KLCoef = KLK2, 1
@@ -252,20 +281,22 @@ func TestMasks(t *testing.T) {
 	nan := math.NaN()
 	b := &Batch{
 		// Sample 0: tokens 0..2, middle masked. Sample 1: all masked.
-		LogP:       f32s(ln(1.1), nan, ln(0.9), nan, 7),
-		OldLogP:    f32s(0, nan, 0, 0, nan),
-		RefLogP:    f32s(ln(1.1), nan, ln(0.9), 0, 0),
-		Entropy:    f32s(1, nan, 3, nan, 5),
-		Mask:       []float32{1, 0, 1, 0, 0},
-		Lengths:    []int{3, 2},
-		Advantages: []float64{1, 5},
+		LogP:        f32s(ln(1.1), nan, ln(0.9), nan, 7),
+		OldLogP:     f32s(0, nan, 0, 0, nan),
+		RefLogP:     f32s(ln(1.1), nan, ln(0.9), 0, 0),
+		Entropy:     f32s(1, nan, 3, nan, 5),
+		Mask:        []float32{1, 0, 1, 0, 0},
+		RolloutLogP: f32s(0, nan, 0, nan, nan),
+		Lengths:     []int{3, 2},
+		Advantages:  []float64{1, 5},
 	}
 	var out Output
-	if err := ComputeLoss(cfg, b, 1, &out); err != nil {
+	if err := ComputeLoss(cfg, b, Norm{DP: 2, Samples: 2}, &out); err != nil {
 		t.Fatal(err)
 	}
-	// pg: (−1.1 − 0.9)/2 = −1; kl 0 (x = 0); entropy (1 + 3)/2 = 2.
-	assertClose(t, "loss", []float64{out.Loss, out.Metrics.Tokens, float64(out.Metrics.Samples)}, []float64{-1 - 0.5*2, 2, 2}, 1e-6)
+	// pg: (−1.1 − 0.9)/2 = −1; kl 0 (x = 0); entropy (1 + 3)/2 = 2; the
+	// sum −1 − 0.5·2 over 2 samples.
+	assertClose(t, "loss", []float64{out.Loss, out.Metrics.Tokens, float64(out.Metrics.Samples)}, []float64{(-1 - 0.5*2) / 2, 2, 2}, 1e-6)
 	assertClose(t, "dlogp", toF64(out.DLogP), []float64{-0.55, 0, -0.45, 0, 0}, 1e-6)
 	assertClose(t, "dentropy", toF64(out.DEntropy), []float64{-0.25, 0, -0.25, 0, 0}, 1e-6)
 
@@ -278,7 +309,7 @@ func TestMasks(t *testing.T) {
 		Advantages: []float64{1},
 	}
 	cfg2 := DefaultLossConfig()
-	if err := ComputeLoss(cfg2, b2, 1, &out); err != nil {
+	if err := ComputeLoss(cfg2, b2, Norm{DP: 1, Samples: 1}, &out); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "fractional", []float64{out.Loss, out.Metrics.Tokens}, []float64{-0.5, 0.5}, 1e-6)
@@ -295,7 +326,7 @@ func TestOutputReuse(t *testing.T) {
 		LogP: f32s(0, 0), OldLogP: f32s(0, 0), Mask: []float32{0, 1},
 		Lengths: []int{2}, Advantages: []float64{1},
 	}
-	if err := ComputeLoss(DefaultLossConfig(), b, 1, &out); err != nil {
+	if err := ComputeLoss(DefaultLossConfig(), b, Norm{DP: 1, Samples: 1}, &out); err != nil {
 		t.Fatal(err)
 	}
 	assertClose(t, "dlogp", toF64(out.DLogP), []float64{0, -1}, 1e-12)
@@ -308,95 +339,105 @@ func TestComputeLossErrors(t *testing.T) {
 	good := func() *Batch {
 		return &Batch{
 			LogP: f32s(0, 0, 0), OldLogP: f32s(0, 0, 0), RefLogP: f32s(0, 0, 0),
-			Entropy: f32s(1, 1, 1), Mask: []float32{1, 1, 1},
+			Entropy: f32s(1, 1, 1), Mask: []float32{1, 1, 1}, RolloutLogP: f32s(0, 0, -1),
 			Lengths: []int{1, 2}, Advantages: []float64{1, -1},
 		}
 	}
 	klCfg := DefaultLossConfig()
 	klCfg.KL, klCfg.KLCoef, klCfg.EntropyCoef = KLK3, 0.1, 0.01
+	tisCfg := DefaultLossConfig()
+	tisCfg.TIS = TISMask
+	meanCfg := DefaultLossConfig()
+	meanCfg.Aggregation = AggTokenMean
+	meanTIS := meanCfg
+	meanTIS.TIS = TISMask
+	norm := Norm{DP: 1, Samples: 4, Tokens: 3, PGTokens: 3}
 	tests := []struct {
 		name   string
 		cfg    LossConfig
 		modify func(*Batch)
-		scale  float64
+		norm   Norm
 		want   string
 	}{
-		{"invalid config", LossConfig{EpsClip: 2}, func(*Batch) {}, 1, "eps_clip"},
-		{"short old", klCfg, func(b *Batch) { b.OldLogP = b.OldLogP[:2] }, 1, "old_log_probs"},
-		{"missing ref", klCfg, func(b *Batch) { b.RefLogP = nil }, 1, "ref log-probs"},
-		{"short ref", klCfg, func(b *Batch) { b.RefLogP = b.RefLogP[:1] }, 1, "ref_log_probs"},
-		{"missing entropy", klCfg, func(b *Batch) { b.Entropy = nil }, 1, "entropies"},
-		{"long entropy", klCfg, func(b *Batch) { b.Entropy = f32s(1, 1, 1, 1) }, 1, "entropy"},
-		{"short mask", klCfg, func(b *Batch) { b.Mask = b.Mask[:2] }, 1, "loss_mask"},
-		{"advantage count", klCfg, func(b *Batch) { b.Advantages = b.Advantages[:1] }, 1, "advantages"},
-		{"length sum", klCfg, func(b *Batch) { b.Lengths = []int{1, 1} }, 1, "sum"},
-		{"negative length", klCfg, func(b *Batch) { b.Lengths = []int{4, -1} }, 1, "negative"},
-		{"nan logp", klCfg, func(b *Batch) { b.LogP[1] = float32(math.NaN()) }, 1, "log-prob 1"},
-		{"inf old", klCfg, func(b *Batch) { b.OldLogP[2] = float32(math.Inf(-1)) }, 1, "old log-prob 2"},
-		{"nan ref", klCfg, func(b *Batch) { b.RefLogP[0] = float32(math.NaN()) }, 1, "ref log-prob 0"},
-		{"nan entropy", klCfg, func(b *Batch) { b.Entropy[0] = float32(math.NaN()) }, 1, "entropy 0"},
-		{"negative mask", klCfg, func(b *Batch) { b.Mask[0] = -1 }, 1, "loss mask"},
-		{"nan advantage", klCfg, func(b *Batch) { b.Advantages[1] = math.NaN() }, 1, "advantage"},
-		{"nan scale", klCfg, func(*Batch) {}, math.NaN(), "scale"},
+		{"invalid config", LossConfig{EpsClip: 2}, func(*Batch) {}, norm, "eps_clip"},
+		{"short old", klCfg, func(b *Batch) { b.OldLogP = b.OldLogP[:2] }, norm, "old_log_probs"},
+		{"missing ref", klCfg, func(b *Batch) { b.RefLogP = nil }, norm, "ref log-probs"},
+		{"short ref", klCfg, func(b *Batch) { b.RefLogP = b.RefLogP[:1] }, norm, "ref_log_probs"},
+		{"missing entropy", klCfg, func(b *Batch) { b.Entropy = nil }, norm, "entropies"},
+		{"long entropy", klCfg, func(b *Batch) { b.Entropy = f32s(1, 1, 1, 1) }, norm, "entropy"},
+		{"short mask", klCfg, func(b *Batch) { b.Mask = b.Mask[:2] }, norm, "loss_mask"},
+		{"advantage count", klCfg, func(b *Batch) { b.Advantages = b.Advantages[:1] }, norm, "advantages"},
+		{"length sum", klCfg, func(b *Batch) { b.Lengths = []int{1, 1} }, norm, "sum"},
+		{"negative length", klCfg, func(b *Batch) { b.Lengths = []int{4, -1} }, norm, "negative"},
+		{"nan logp", klCfg, func(b *Batch) { b.LogP[1] = float32(math.NaN()) }, norm, "log-prob 1"},
+		{"inf old", klCfg, func(b *Batch) { b.OldLogP[2] = float32(math.Inf(-1)) }, norm, "old log-prob 2"},
+		{"nan ref", klCfg, func(b *Batch) { b.RefLogP[0] = float32(math.NaN()) }, norm, "ref log-prob 0"},
+		{"nan entropy", klCfg, func(b *Batch) { b.Entropy[0] = float32(math.NaN()) }, norm, "entropy 0"},
+		{"negative mask", klCfg, func(b *Batch) { b.Mask[0] = -1 }, norm, "loss mask"},
+		{"nan advantage", klCfg, func(b *Batch) { b.Advantages[1] = math.NaN() }, norm, "advantage"},
+		{"short rollout", klCfg, func(b *Batch) { b.RolloutLogP = b.RolloutLogP[:2] }, norm, "rollout_log_probs"},
+		{"nan rollout", klCfg, func(b *Batch) { b.RolloutLogP[1] = float32(math.NaN()) }, norm, "rollout log-prob 1"},
+		{"tis without rollout", tisCfg, func(b *Batch) { b.RolloutLogP = nil }, norm, "needs rollout log-probs"},
+		{"zero dp", klCfg, func(*Batch) {}, Norm{Samples: 4}, "dp"},
+		{"zero samples", klCfg, func(*Batch) {}, Norm{DP: 1}, "samples"},
+		{"fewer samples than the micro-batch", klCfg, func(*Batch) {}, Norm{DP: 1, Samples: 1}, "samples"},
+		{"nan tokens", klCfg, func(*Batch) {}, Norm{DP: 1, Samples: 2, Tokens: math.NaN()}, "tokens"},
+		{"negative pg tokens", klCfg, func(*Batch) {}, Norm{DP: 1, Samples: 2, PGTokens: -1}, "pg tokens"},
+		{"token_mean without tokens", meanCfg, func(*Batch) {}, Norm{DP: 1, Samples: 2}, "norm tokens 0"},
+		{"token_mean short tokens", meanCfg, func(*Batch) {}, Norm{DP: 1, Samples: 2, Tokens: 2.5, PGTokens: 3}, "norm tokens 2.5"},
+		// Under tis mask, token 2 (exp(1) > 2) leaves the policy term: N' ≥ 2.
+		{"token_mean short pg tokens", meanTIS, func(*Batch) {}, Norm{DP: 1, Samples: 2, Tokens: 3, PGTokens: 1.5}, "pg tokens 1.5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := good()
 			tt.modify(b)
 			var out Output
-			err := ComputeLoss(tt.cfg, b, tt.scale, &out)
+			err := ComputeLoss(tt.cfg, b, tt.norm, &out)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want one mentioning %q", err, tt.want)
 			}
 		})
 	}
-	if err := ComputeLoss(DefaultLossConfig(), nil, 1, &Output{}); err == nil {
+	// The limits themselves are accepted.
+	for _, tt := range []struct {
+		name string
+		cfg  LossConfig
+		norm Norm
+	}{
+		{"samples equal to the micro-batch", klCfg, Norm{DP: 1, Samples: 2}},
+		{"token_mean exact tokens", meanCfg, Norm{DP: 1, Samples: 2, Tokens: 3, PGTokens: 3}},
+		{"token_mean exact pg tokens", meanTIS, Norm{DP: 1, Samples: 2, Tokens: 3, PGTokens: 2}},
+	} {
+		if err := ComputeLoss(tt.cfg, good(), tt.norm, &Output{}); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+	if err := ComputeLoss(DefaultLossConfig(), nil, norm, &Output{}); err == nil {
 		t.Fatal("nil batch accepted")
 	}
-	if err := ComputeLoss(DefaultLossConfig(), good(), 1, nil); err == nil {
+	if err := ComputeLoss(DefaultLossConfig(), good(), norm, nil); err == nil {
 		t.Fatal("nil output accepted")
 	}
 }
 
-func TestMetricsAddNormalize(t *testing.T) {
-	a := Metrics{Samples: 2, Tokens: 10, Loss: 1, PGLoss: 2, PGClipFrac: 0.5, DualClipFrac: 0.25, PPOKL: 0.1, Ratio: 2, KLLoss: 0.2, EntropyLoss: 3}
-	var sum Metrics
-	sum.Add(a)
-	sum.Add(a)
-	if sum.Samples != 4 || sum.Tokens != 20 {
-		t.Fatalf("counts = %d, %v", sum.Samples, sum.Tokens)
-	}
-	got, err := sum.Normalize(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]float64{"loss": 0.5, "pg_loss": 1, "pg_clipfrac": 0.25, "pg_dualclipfrac": 0.125, "ppo_kl": 0.05, "ratio": 1, "kl_loss": 0.1, "entropy_loss": 1.5}
-	if len(got) != len(want) {
-		t.Fatalf("got %v", got)
-	}
-	for k, v := range want {
-		if math.Abs(got[k]-v) > 1e-12 {
-			t.Fatalf("%s = %v, want %v", k, got[k], v)
-		}
-	}
-	if _, err := sum.Normalize(0); err == nil {
-		t.Fatal("gbs 0 accepted")
-	}
-}
-
 // TestGradientFiniteDifference checks DLogP and DEntropy against central
-// differences of Loss for random inputs kept away from the kinks.
+// differences of DP·Loss for random inputs kept away from the kinks. Under
+// cispo the ratio is detached, so the difference is taken with l_old and
+// l_rollout moved together with l: that keeps the ratio and the TIS weight
+// fixed and leaves exactly the gradient that cispo defines.
 func TestGradientFiniteDifference(t *testing.T) {
 	var cfgs []LossConfig
 	for _, adv := range []string{AdvantageGRPO, AdvantageGSPO} {
-		for _, agg := range []string{AggSampleMean, AggTokenSum} {
+		for _, agg := range aggregations {
 			for _, kl := range []string{KLNone, KLK1, KLK2, KLK3, KLLowVarKL} {
 				for _, unbiased := range []bool{false, true} {
 					if kl == KLNone && unbiased {
 						continue
 					}
 					c := DefaultLossConfig()
-					c.Advantage, c.Aggregation, c.KL, c.KLUnbiased = adv, agg, kl, unbiased
+					c.Advantage, c.KL, c.KLUnbiased = adv, kl, unbiased
+					setAggregation(&c, agg)
 					if kl != KLNone {
 						c.KLCoef = 0.3
 					}
@@ -408,52 +449,110 @@ func TestGradientFiniteDifference(t *testing.T) {
 			}
 		}
 	}
+	for _, pl := range []string{PolicyLossPPO, PolicyLossCISPO} {
+		for _, tis := range []string{TISOff, TISTruncate, TISMask} {
+			for _, adv := range []string{AdvantageGRPO, AdvantageGSPO} {
+				if pl == PolicyLossCISPO && adv == AdvantageGSPO {
+					continue
+				}
+				for k, agg := range aggregations {
+					c := DefaultLossConfig()
+					c.PolicyLoss, c.TIS, c.Advantage = pl, tis, adv
+					setAggregation(&c, agg)
+					c.KL, c.KLCoef, c.EntropyCoef, c.EpsClipHigh = KLK3, 0.3, 0.02, 0.28
+					if pl == PolicyLossPPO {
+						c.DualClipC = 3
+					}
+					if tis != TISOff && k%2 == 1 {
+						c.TISCap = 1.5
+					}
+					cfgs = append(cfgs, c)
+				}
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	const h = 1e-3
+	const h = 1.0 / 1024 // exact on the 2^-12 grid of randomBatch
 	for ci, cfg := range cfgs {
 		b := randomBatch(rng, cfg)
-		scale := 0.25
+		n := randomNorm(&cfg, b)
 		var out Output
-		if err := ComputeLoss(cfg, b, scale, &out); err != nil {
+		if err := ComputeLoss(cfg, b, n, &out); err != nil {
 			t.Fatal(err)
 		}
 		lossAt := func() float64 {
 			var o Output
-			if err := ComputeLoss(cfg, b, scale, &o); err != nil {
+			if err := ComputeLoss(cfg, b, n, &o); err != nil {
 				t.Fatal(err)
 			}
-			return scale * o.Loss
+			return float64(n.DP) * o.Loss
 		}
-		check := func(name string, vals []float32, grads []float32) {
-			for i := range vals {
-				v := vals[i]
-				vals[i] = float32(float64(v) + h)
-				up, hiV := lossAt(), float64(vals[i])
-				vals[i] = float32(float64(v) - h)
-				down, loV := lossAt(), float64(vals[i])
-				vals[i] = v
-				fd := (up - down) / (hiV - loV)
+		check := func(name string, grads []float32, vals ...[]float32) {
+			for i := range grads {
+				shift := func(d float64) {
+					for _, v := range vals {
+						v[i] = float32(float64(v[i]) + d)
+					}
+				}
+				shift(h)
+				up := lossAt()
+				shift(-2 * h)
+				down := lossAt()
+				shift(h)
+				fd := (up - down) / (2 * h)
 				g := float64(grads[i])
 				if math.Abs(fd-g) > 1e-4*math.Max(1, math.Abs(fd)) {
-					t.Errorf("cfg %d (%s/%s/kl=%s unbiased=%v) %s[%d]: analytic %.8g, finite difference %.8g",
-						ci, cfg.Advantage, cfg.Aggregation, cfg.KL, cfg.KLUnbiased, name, i, g, fd)
+					t.Errorf("cfg %d (%s/%s/%s/tis=%q/kl=%s unbiased=%v) %s[%d]: analytic %.8g, finite difference %.8g",
+						ci, cfg.PolicyLoss, cfg.Advantage, cfg.Aggregation, cfg.TIS, cfg.KL, cfg.KLUnbiased, name, i, g, fd)
 				}
 			}
 		}
-		check("logp", b.LogP, out.DLogP)
-		check("entropy", b.Entropy, out.DEntropy)
+		if cfg.PolicyLoss == PolicyLossCISPO {
+			check("logp", out.DLogP, b.LogP, b.OldLogP, b.RolloutLogP)
+		} else {
+			check("logp", out.DLogP, b.LogP)
+		}
+		check("entropy", out.DEntropy, b.Entropy)
 	}
 }
 
+// aggregations lists every aggregation mode.
+var aggregations = []string{AggSampleMean, AggTokenSum, AggTokenMean, AggSeqMeanTokenSumNorm}
+
+// setAggregation sets c's aggregation, with loss_norm_len 8 where it is
+// required.
+func setAggregation(c *LossConfig, agg string) {
+	c.Aggregation, c.LossNormLen = agg, 0
+	if agg == AggSeqMeanTokenSumNorm {
+		c.LossNormLen = 8
+	}
+}
+
+// randomNorm returns the normalisation of a mini-batch of dp 2 that holds b
+// and other micro-batches: 3 more samples, 7.5 more tokens and 5 more
+// policy-term tokens.
+func randomNorm(cfg *LossConfig, b *Batch) Norm {
+	tok, pgTok, err := cfg.TokenCounts(b.Mask, b.OldLogP, b.RolloutLogP)
+	if err != nil {
+		panic(err)
+	}
+	return Norm{DP: 2, Samples: len(b.Lengths) + 3, Tokens: tok + 7.5, PGTokens: pgTok + 5}
+}
+
 // randomBatch builds 4 samples of 0..6 tokens whose ratios (token-level or
-// sequence-level) stay at least 0.03 away from the clip boundaries and the
-// dual-clip constant, with some masked tokens and KL values inside the
-// low_var_kl clamp.
+// sequence-level, the latter over the policy-term mask) stay at least 0.03
+// away from the clip boundaries and the dual-clip constant, with some
+// masked tokens, KL values inside the low_var_kl clamp, and rollout
+// log-probs whose importance weights are spread on both sides of the TIS
+// cap. Every value lies on a 2^-12 grid, so that float32 sums and
+// differences with steps of 2^-10 are exact.
 func randomBatch(rng *rand.Rand, cfg LossConfig) *Batch {
 	lo, hi, c := 1-cfg.EpsClip, 1+cfg.ClipHigh(), cfg.DualClipC
+	capC := cfg.EffectiveTISCap()
 	safe := func(rho float64) bool {
 		return math.Abs(rho-lo) > 0.03 && math.Abs(rho-hi) > 0.03 && math.Abs(rho-c) > 0.03 && math.Abs(rho-1) > 1e-3
 	}
+	q := func(v float64) float32 { return float32(math.Round(v*4096) / 4096) }
 	b := &Batch{}
 	for {
 		*b = Batch{}
@@ -467,22 +566,25 @@ func randomBatch(rng *rand.Rand, cfg LossConfig) *Batch {
 			level := []float64{0, 0.5, -0.5, 1.4}[rng.IntN(4)]
 			var sumM, sumD float64
 			for t := 0; t < n; t++ {
-				old := -rng.Float64() * 3
-				d := level + 0.05*rng.NormFloat64()
-				l := float32(old + d)
+				old := q(-rng.Float64() * 3)
+				l := q(float64(old) + level + 0.05*rng.NormFloat64())
+				ro := q(float64(old) - 0.6*rng.NormFloat64())
 				m := float32(1)
 				if rng.IntN(5) == 0 {
 					m = 0
 				}
 				b.LogP = append(b.LogP, l)
-				b.OldLogP = append(b.OldLogP, float32(old))
-				b.RefLogP = append(b.RefLogP, float32(float64(l)-0.8*rng.NormFloat64()))
-				b.Entropy = append(b.Entropy, float32(rng.Float64()*4))
+				b.OldLogP = append(b.OldLogP, old)
+				b.RolloutLogP = append(b.RolloutLogP, ro)
+				b.RefLogP = append(b.RefLogP, q(float64(l)-0.8*rng.NormFloat64()))
+				b.Entropy = append(b.Entropy, q(rng.Float64()*4))
 				b.Mask = append(b.Mask, m)
-				dd := float64(l) - float64(float32(old))
+				dd := float64(l) - float64(old)
 				if m != 0 {
-					sumM++
-					sumD += dd
+					if cfg.TIS != TISMask || math.Exp(float64(old)-float64(ro)) <= capC {
+						sumM++
+						sumD += dd
+					}
 					if cfg.Advantage != AdvantageGSPO && !safe(math.Exp(dd)) {
 						ok = false
 					}
