@@ -1,10 +1,8 @@
 package spec
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -25,8 +23,8 @@ var (
 	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
 	modelKeys    = []string{"role", "path", "copy_of"}
 	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu"}
-	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "max_tokens_per_gpu", "max_seq_len", "temperature"}
-	trainKeys    = []string{"steps", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
+	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
+	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
 	stagesKeys   = []string{"setup", "step"}
 	stageKeys    = []string{"id", "uses", "needs", "with", "when"}
@@ -77,74 +75,6 @@ func Parse(file string, data []byte) (*Spec, error) {
 	return s, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError records a syntax error from the YAML parser.
-func (d *decoder) yamlError(err error) {
-	msg := err.Error()
-	pos := Pos{File: d.file, Line: 1, Col: 1}
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		if l, err := strconv.Atoi(m[1]); err == nil && l > 0 {
-			pos.Line = l
-			if text, ok := SourceLine(d.file, l); ok {
-				lead := []rune(text[:len(text)-len(strings.TrimLeft(text, " \t"))])
-				pos.Col = len(lead) + 1
-				if i := strings.IndexRune(string(lead), '\t'); i >= 0 {
-					pos.Col = len([]rune(string(lead)[:i])) + 1
-					m[2] += " (tabs are not allowed for indentation)"
-				}
-			}
-		}
-		msg = m[2]
-		if strings.HasPrefix(msg, "mapping values are not allowed") {
-			msg += " (quote values that contain \": \", such as a ? b : c expressions)"
-		}
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	d.errs = append(d.errs, &Error{Pos: pos, Msg: "invalid YAML: " + msg})
-}
-
-// decodeYAML decodes the next document, turning a panic of the YAML library
-// into an error.
-func decodeYAML(dec *yaml.Decoder, n *yaml.Node) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("yaml: internal error: %v", r)
-		}
-	}()
-	return dec.Decode(n)
-}
-
-// parseYAML parses data as a single YAML document and returns its root node.
-func (d *decoder) parseYAML(data []byte) *yaml.Node {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	err := decodeYAML(dec, &doc)
-	if err == io.EOF || err == nil && len(doc.Content) == 0 {
-		d.errs.Addf(Pos{File: d.file, Line: 1, Col: 1}, "empty spec")
-		return nil
-	}
-	if err != nil {
-		d.yamlError(err)
-		return nil
-	}
-	var extra yaml.Node
-	switch err := decodeYAML(dec, &extra); {
-	case err == io.EOF:
-	case err != nil:
-		d.yamlError(err)
-		return nil
-	default:
-		at := &extra
-		if len(extra.Content) > 0 {
-			at = extra.Content[0]
-		}
-		d.errorf(at, "a spec file holds one YAML document; found a second one")
-	}
-	return doc.Content[0]
-}
-
 // spec decodes and validates the whole spec.
 func (d *decoder) spec(root *yaml.Node) *Spec {
 	s := &Spec{File: d.file, Dir: filepath.Dir(d.file)}
@@ -178,10 +108,11 @@ func (d *decoder) spec(root *yaml.Node) *Spec {
 	}
 	d.models(s, top)
 	d.mesh(s, top)
-	d.data(s, top)
-	d.train(s, top)
+	batchOK := d.data(s, top)
+	d.train(s, top, batchOK)
 	d.policies(s, top)
 	d.stages(s, top)
+	s.positions = d.positions(root)
 	return s
 }
 
@@ -196,20 +127,68 @@ func (d *decoder) section(top *fields, key string, known []string) (*fields, Pos
 	return f, d.pos(k)
 }
 
-// intField decodes the integer under key into out. It returns the value node
-// when the key is present and valid, and ok=false when it is present but
-// invalid (an error has been recorded).
-func (d *decoder) intField(f *fields, key string, out *int) (n *yaml.Node, ok bool) {
-	n = f.get(key)
+// Upper bounds of the integer keys of the spec. They are far above any real
+// job and keep the numbers a planner multiplies within int64: tokens of a
+// micro-batch (MaxTokens) times a hidden size, a vocabulary and a byte size
+// of up to 2^16, 2^18 and 2^3 stay at most 2^61; the samples of a step times
+// their length (MaxRolloutSamples × MaxTokens) at most 2^44. Every bound but
+// MaxGPUBytes and that of train.seed also fits in an int32.
+const (
+	MaxNodes            = 1 << 10                   // mesh.nodes
+	MaxGPUsPerNode      = 1 << 6                    // mesh.gpus_per_node
+	MaxDP               = MaxNodes * MaxGPUsPerNode // mesh.dp (2^16)
+	MaxGPUBytes         = 1 << 50                   // mesh.gpu as a byte count (1 PiB)
+	MaxGlobalBatchSize  = 1 << 20                   // data.global_batch_size
+	MaxSamplesPerPrompt = 1 << 16                   // data.samples_per_prompt
+	MaxRolloutSamples   = 1 << 20                   // data.rollout_batch_size, and it times samples_per_prompt
+	MaxTokens           = 1 << 24                   // data.max_tokens_per_gpu and data.max_seq_len
+	MaxSteps            = 1 << 20                   // train.steps and train.checkpoint_every
+	MaxPPOEpochs        = 1 << 10                   // train.ppo_epochs
+	MaxUpdates          = 1<<31 - 1                 // train.warmup_steps, train.decay_steps and the run's total optimizer updates
+)
+
+// intIn decodes the integer under key into out and checks that it lies in
+// [lo, hi]. It returns the value node (nil when the key is absent) and
+// whether the value is valid; an invalid value has been reported and leaves
+// out unchanged.
+func intIn[T int | int64](d *decoder, f *fields, key string, lo, hi int64, out *T) (*yaml.Node, bool) {
+	n := f.get(key)
 	if n == nil {
-		return nil, true
-	}
-	v, ok := d.intValue(n, join(f.path, key), strconv.IntSize)
-	if !ok {
 		return nil, false
 	}
-	*out = int(v)
-	return n, true
+	v, ok := d.boundedInt(n, join(f.path, key), lo, hi)
+	if ok {
+		*out = T(v)
+	}
+	return n, ok
+}
+
+// boundedInt decodes an integer scalar in [lo, hi]. Integers beyond int64
+// are reported as out of bounds, like any other.
+func (d *decoder) boundedInt(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	n = resolve(n)
+	big := n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && bigIntRE.MatchString(n.Value)
+	var v int64
+	if !big {
+		if n == nil || n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+			d.errorf(n, "%s: want an integer, got %s", path, describe(n))
+			return 0, false
+		}
+		big = n.Decode(&v) != nil
+	}
+	switch {
+	case big && strings.HasPrefix(n.Value, "-"):
+		d.errorf(n, "%s: must be at least %d, got %s", path, lo, n.Value)
+	case big:
+		d.errorf(n, "%s: must be at most %d, got %s", path, hi, n.Value)
+	case v < lo:
+		d.errorf(n, "%s: must be at least %d, got %d", path, lo, v)
+	case v > hi:
+		d.errorf(n, "%s: must be at most %d, got %d", path, hi, v)
+	default:
+		return v, true
+	}
+	return 0, false
 }
 
 // floatField decodes the number under key into out, like intField.
@@ -224,13 +203,6 @@ func (d *decoder) floatField(f *fields, key string, out *float64) (n *yaml.Node,
 	}
 	*out = v
 	return n, true
-}
-
-// atLeast reports an integer field below lo.
-func (d *decoder) atLeast(n *yaml.Node, path string, v, lo int) {
-	if n != nil && v < lo {
-		d.errorf(n, "%s: must be at least %d, got %d", path, lo, v)
-	}
 }
 
 // positive reports a number field that is not > 0.
@@ -354,32 +326,24 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 	f, pos := d.section(top, "mesh", meshKeys)
 	m := &s.Mesh
 	m.Nodes, m.GPUsPerNode, m.Pos = 1, 1, pos
-	nodesN, okN := d.intField(f, "nodes", &m.Nodes)
-	gpusN, okG := d.intField(f, "gpus_per_node", &m.GPUsPerNode)
-	d.atLeast(nodesN, "mesh.nodes", m.Nodes, 1)
-	d.atLeast(gpusN, "mesh.gpus_per_node", m.GPUsPerNode, 1)
-	worldOK := okN && okG && m.Nodes >= 1 && m.GPUsPerNode >= 1 && m.Nodes <= math.MaxInt32 && m.GPUsPerNode <= math.MaxInt32
+	nodesN, nodesOK := intIn(d, f, "nodes", 1, MaxNodes, &m.Nodes)
+	gpusN, gpusOK := intIn(d, f, "gpus_per_node", 1, MaxGPUsPerNode, &m.GPUsPerNode)
+	worldOK := (nodesN == nil || nodesOK) && (gpusN == nil || gpusOK)
 	m.DP = 0
-	dpN, _ := d.intField(f, "dp", &m.DP)
-	if dpN == nil {
+	if dpN, dpOK := intIn(d, f, "dp", 1, MaxDP, &m.DP); dpN == nil {
 		if worldOK {
 			m.DP = m.WorldSize()
 		}
-	} else {
-		d.atLeast(dpN, "mesh.dp", m.DP, 1)
-		if worldOK && m.DP >= 1 && m.DP != m.WorldSize() {
-			d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node = %d (only FSDP data parallelism is supported), got %d", m.WorldSize(), m.DP)
-		}
+	} else if dpOK && worldOK && m.DP != m.WorldSize() {
+		d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node = %d (only FSDP data parallelism is supported), got %d", m.WorldSize(), m.DP)
 	}
 	if n := f.get("gpu"); n != nil {
 		switch {
-		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int":
-			if v, ok := d.intValue(n, "mesh.gpu", 64); ok {
-				if v <= 0 {
-					d.errorf(n, "mesh.gpu: a memory size must be a positive byte count, got %d", v)
-				} else {
-					m.GPU = strconv.FormatInt(v, 10)
-				}
+		case n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float" && bigIntRE.MatchString(n.Value)):
+			if strings.HasPrefix(n.Value, "-") || n.ShortTag() == "!!int" && isZero(n) {
+				d.errorf(n, "mesh.gpu: a memory size must be a positive byte count, got %s", n.Value)
+			} else if v, ok := d.boundedInt(n, "mesh.gpu", 1, MaxGPUBytes); ok {
+				m.GPU = strconv.FormatInt(v, 10)
 			}
 		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
 			if strings.TrimSpace(n.Value) == "" {
@@ -393,8 +357,15 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 	}
 }
 
-// data decodes `data:`.
-func (d *decoder) data(s *Spec, top *fields) {
+// isZero reports whether the integer scalar n is 0.
+func isZero(n *yaml.Node) bool {
+	var v int64
+	return n.Decode(&v) == nil && v == 0
+}
+
+// data decodes `data:`. It reports whether the batch sizes are all valid,
+// so that Spec.UpdatesPerStep can be computed.
+func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 	f, pos := d.section(top, "data", dataKeys)
 	if top.get("data") != nil {
 		d.require(f, "rollouts", "global_batch_size", "max_tokens_per_gpu")
@@ -410,48 +381,92 @@ func (d *decoder) data(s *Spec, top *fields) {
 			}
 		}
 	}
-	gbsN, _ := d.intField(f, "global_batch_size", &x.GlobalBatchSize)
-	d.atLeast(gbsN, "data.global_batch_size", x.GlobalBatchSize, 1)
-	sppN, sppOK := d.intField(f, "samples_per_prompt", &x.SamplesPerPrompt)
-	d.atLeast(sppN, "data.samples_per_prompt", x.SamplesPerPrompt, 1)
-	if gbsN != nil && x.GlobalBatchSize >= 1 && sppOK && x.SamplesPerPrompt >= 1 && x.GlobalBatchSize%x.SamplesPerPrompt != 0 {
+	gbsN, gbsOK := intIn(d, f, "global_batch_size", 1, MaxGlobalBatchSize, &x.GlobalBatchSize)
+	sppN, sppOK := intIn(d, f, "samples_per_prompt", 1, MaxSamplesPerPrompt, &x.SamplesPerPrompt)
+	sppOK = sppOK || sppN == nil
+	groupsOK := gbsOK && sppOK && x.GlobalBatchSize%x.SamplesPerPrompt == 0
+	if gbsOK && sppOK && !groupsOK {
 		at := sppN
 		if at == nil {
 			at = gbsN
 		}
 		d.errorf(at, "data.global_batch_size (%d) must be a multiple of samples_per_prompt (%d)", x.GlobalBatchSize, x.SamplesPerPrompt)
 	}
-	if gbsN != nil && x.GlobalBatchSize >= 1 && s.Mesh.DP >= 1 && x.GlobalBatchSize%s.Mesh.DP != 0 {
+	if gbsOK && s.Mesh.DP >= 1 && x.GlobalBatchSize%s.Mesh.DP != 0 {
 		d.errorf(gbsN, "data.global_batch_size (%d) must be a multiple of mesh.dp (%d)", x.GlobalBatchSize, s.Mesh.DP)
 	}
-	mtN, mtOK := d.intField(f, "max_tokens_per_gpu", &x.MaxTokensPerGPU)
-	d.atLeast(mtN, "data.max_tokens_per_gpu", x.MaxTokensPerGPU, 1)
-	x.MaxSeqLen = 0
-	msN, _ := d.intField(f, "max_seq_len", &x.MaxSeqLen)
-	if msN == nil {
-		x.MaxSeqLen = x.MaxTokensPerGPU
-	} else {
-		d.atLeast(msN, "data.max_seq_len", x.MaxSeqLen, 1)
-		if mtN != nil && mtOK && x.MaxSeqLen > x.MaxTokensPerGPU {
-			d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
+	rbsN, rbsOK := intIn(d, f, "rollout_batch_size", 1, MaxRolloutSamples, &x.RolloutBatchSize)
+	switch {
+	case rbsN == nil:
+		if groupsOK {
+			x.RolloutBatchSize = x.GlobalBatchSize / x.SamplesPerPrompt
+			batchOK = true
 		}
+	case rbsOK && sppOK:
+		b := x.RolloutSamples()
+		switch {
+		case b > MaxRolloutSamples:
+			d.errorf(rbsN, "data.rollout_batch_size: %d prompt groups × samples_per_prompt (%d) = %d samples per step; must be at most %d",
+				x.RolloutBatchSize, x.SamplesPerPrompt, b, MaxRolloutSamples)
+		case gbsOK && b%x.GlobalBatchSize != 0:
+			d.errorf(rbsN, "data.rollout_batch_size: %d prompt groups × samples_per_prompt (%d) = %d samples per step must be a multiple of global_batch_size (%d)",
+				x.RolloutBatchSize, x.SamplesPerPrompt, b, x.GlobalBatchSize)
+		default:
+			batchOK = groupsOK
+		}
+	}
+	mtN, mtOK := intIn(d, f, "max_tokens_per_gpu", 1, MaxTokens, &x.MaxTokensPerGPU)
+	x.MaxSeqLen = 0
+	if msN, msOK := intIn(d, f, "max_seq_len", 1, MaxTokens, &x.MaxSeqLen); msN == nil {
+		x.MaxSeqLen = x.MaxTokensPerGPU
+	} else if msOK && mtN != nil && mtOK && x.MaxSeqLen > x.MaxTokensPerGPU {
+		d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
 	}
 	tN, _ := d.floatField(f, "temperature", &x.Temperature)
 	d.positive(tN, "data.temperature", x.Temperature)
+	return batchOK
 }
 
-// train decodes `train:`.
-func (d *decoder) train(s *Spec, top *fields) {
+// boolField decodes the boolean under key into out. It returns the value
+// node (nil when the key is absent) and whether the value is valid.
+func (d *decoder) boolField(f *fields, key string, out *bool) (*yaml.Node, bool) {
+	n := f.get(key)
+	if n == nil {
+		return nil, false
+	}
+	v, ok := d.boolValue(n, join(f.path, key))
+	if ok {
+		*out = v
+	}
+	return n, ok
+}
+
+// train decodes `train:`. batchOK says whether the data section's batch
+// sizes are valid, so that the optimizer updates of the run are known.
+func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 	f, pos := d.section(top, "train", trainKeys)
 	if top.get("train") != nil {
 		d.require(f, "steps")
 	}
 	t := &s.Train
-	t.Pos, t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = pos, 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
-	stepsN, _ := d.intField(f, "steps", &t.Steps)
-	d.atLeast(stepsN, "train.steps", t.Steps, 1)
+	t.Pos, t.PPOEpochs, t.Seed = pos, 1, 1
+	t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
+	stepsN, stepsOK := intIn(d, f, "steps", 1, MaxSteps, &t.Steps)
+	epN, epOK := intIn(d, f, "ppo_epochs", 1, MaxPPOEpochs, &t.PPOEpochs)
+	updatesOK := stepsOK && (epN == nil || epOK) && batchOK
+	if updatesOK && s.TotalUpdates() > MaxUpdates {
+		d.errorf(stepsN, "train.steps: %d steps × %d optimizer updates per step (ppo_epochs × rollout samples / global_batch_size) = %d updates; must be at most %d",
+			t.Steps, s.UpdatesPerStep(), s.TotalUpdates(), MaxUpdates)
+		updatesOK = false
+	}
+	shN, shOK := d.boolField(f, "shuffle", &t.Shuffle)
+	if sgN, sgOK := d.boolField(f, "shuffle_groups", &t.ShuffleGroups); sgOK && t.ShuffleGroups && (shN == nil || shOK) && !t.Shuffle {
+		d.errorf(sgN, "train.shuffle_groups: true needs shuffle: true (without shuffling, every epoch visits the samples in rollout order)")
+	}
+	intIn(d, f, "seed", 0, math.MaxInt64, &t.Seed)
 	lrN, lrOK := d.floatField(f, "lr", &t.LR)
 	d.positive(lrN, "train.lr", t.LR)
+	lrOK = lrOK && t.LR > 0
 	minN, _ := d.floatField(f, "min_lr", &t.MinLR)
 	d.nonNegative(minN, "train.min_lr", t.MinLR)
 	if minN != nil && lrOK && t.MinLR > t.LR {
@@ -482,26 +497,39 @@ func (d *decoder) train(s *Spec, top *fields) {
 	d.nonNegative(wdN, "train.weight_decay", t.WeightDecay)
 	gcN, _ := d.floatField(f, "grad_clip", &t.GradClip)
 	d.nonNegative(gcN, "train.grad_clip", t.GradClip)
-	wsN, _ := d.intField(f, "warmup_steps", &t.WarmupSteps)
-	d.atLeast(wsN, "train.warmup_steps", t.WarmupSteps, 0)
+	wsN, wsOK := intIn(d, f, "warmup_steps", 0, MaxUpdates, &t.WarmupSteps)
+	wsOK = wsOK || wsN == nil
 	wiN, _ := d.floatField(f, "warmup_init_lr", &t.WarmupInitLR)
 	d.nonNegative(wiN, "train.warmup_init_lr", t.WarmupInitLR)
-	if n := f.get("decay"); n != nil {
-		if v, ok := d.stringValue(n, "train.decay"); ok {
+	if wiN != nil && lrOK && t.WarmupInitLR > t.LR {
+		d.errorf(wiN, "train.warmup_init_lr (%g) must not exceed lr (%g)", t.WarmupInitLR, t.LR)
+	}
+	decayN, decayOK := f.get("decay"), true
+	if decayN != nil {
+		decayOK = false
+		if v, ok := d.stringValue(decayN, "train.decay"); ok {
 			if !contains(Decays, v) {
-				d.errorf(n, "train.decay: want one of %s, got %q", quoteList(Decays), v)
+				d.errorf(decayN, "train.decay: want one of %s, got %q", quoteList(Decays), v)
 			} else {
-				t.Decay = v
+				t.Decay, decayOK = v, true
 			}
 		}
 	}
-	dsN, _ := d.intField(f, "decay_steps", &t.DecaySteps)
-	d.atLeast(dsN, "train.decay_steps", t.DecaySteps, 0)
-	if t.DecaySteps == 0 {
-		t.DecaySteps = t.Steps
+	dsN, dsOK := intIn(d, f, "decay_steps", 0, MaxUpdates, &t.DecaySteps)
+	dsOK = dsOK || dsN == nil
+	byDefault := t.DecaySteps == 0
+	if byDefault && updatesOK {
+		t.DecaySteps = int(s.TotalUpdates())
 	}
-	ceN, _ := d.intField(f, "checkpoint_every", &t.CheckpointEvery)
-	d.atLeast(ceN, "train.checkpoint_every", t.CheckpointEvery, 0)
+	if decayOK && t.Decay != "constant" && wsOK && dsOK && (updatesOK || !byDefault) && t.DecaySteps <= t.WarmupSteps {
+		if byDefault {
+			d.errorf(wsN, "train.warmup_steps (%d) must be less than decay_steps (%d: by default the run's optimizer updates, steps × updates per step) for %s decay",
+				t.WarmupSteps, t.DecaySteps, t.Decay)
+		} else {
+			d.errorf(dsN, "train.decay_steps (%d) must exceed warmup_steps (%d) for %s decay", t.DecaySteps, t.WarmupSteps, t.Decay)
+		}
+	}
+	intIn(d, f, "checkpoint_every", 0, MaxSteps, &t.CheckpointEvery)
 }
 
 // quoteList formats list as "a", "b" or "c".

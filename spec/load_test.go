@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -53,16 +54,19 @@ func TestParseExample(t *testing.T) {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	wantData := Data{Rollouts: filepath.Join(dir, "data/rollouts.jsonl"), GlobalBatchSize: 64, SamplesPerPrompt: 8,
-		MaxTokensPerGPU: 16384, MaxSeqLen: 4096, Temperature: 1, Pos: Pos{file, 13, 1}}
+		RolloutBatchSize: 16, MaxTokensPerGPU: 16384, MaxSeqLen: 4096, Temperature: 1, Pos: Pos{file, 13, 1}}
 	if s.Data != wantData {
 		t.Errorf("data = %+v, want %+v", s.Data, wantData)
 	}
-	wantTrain := Train{Steps: 100, LR: 1e-6, Betas: [2]float64{0.9, 0.95}, Eps: 1e-8, GradClip: 1,
-		Decay: "constant", DecaySteps: 100, Pos: Pos{file, 21, 1}}
+	wantTrain := Train{Steps: 100, PPOEpochs: 1, Shuffle: true, ShuffleGroups: true, Seed: 1, LR: 1e-6,
+		Betas: [2]float64{0.9, 0.95}, Eps: 1e-8, GradClip: 1, Decay: "constant", DecaySteps: 200, Pos: Pos{file, 22, 1}}
 	if s.Train != wantTrain {
 		t.Errorf("train = %+v, want %+v", s.Train, wantTrain)
 	}
-	if got := s.Policies.Precision.Pos; got != (Pos{file, 38, 15}) {
+	if b, u, n := s.Data.RolloutSamples(), s.UpdatesPerStep(), s.TotalUpdates(); b != 128 || u != 2 || n != 200 {
+		t.Errorf("rollout samples %d, updates per step %d, total updates %d; want 128, 2, 200", b, u, n)
+	}
+	if got := s.Policies.Precision.Pos; got != (Pos{file, 42, 15}) {
 		t.Errorf("precision pos = %v", got)
 	}
 	if len(s.Setup) != 2 || len(s.Step) != 3 {
@@ -70,13 +74,13 @@ func TestParseExample(t *testing.T) {
 	}
 	sync := s.Step[2]
 	if sync.ID != "sync_ref" || sync.Uses != "update_ref" || sync.Phase != Step ||
-		sync.Pos != (Pos{file, 56, 7}) || sync.UsesPos != (Pos{file, 57, 13}) {
+		sync.Pos != (Pos{file, 60, 7}) || sync.UsesPos != (Pos{file, 61, 13}) {
 		t.Errorf("sync_ref = %+v", sync)
 	}
-	if want := []Ref{{"train", Pos{file, 58, 14}}}; !reflect.DeepEqual(sync.Needs, want) {
+	if want := []Ref{{"train", Pos{file, 62, 14}}}; !reflect.DeepEqual(sync.Needs, want) {
 		t.Errorf("sync_ref needs = %v, want %v", sync.Needs, want)
 	}
-	if want := []Ref{{"load_actor", Pos{file, 47, 15}}}; !reflect.DeepEqual(s.Setup[1].Needs, want) {
+	if want := []Ref{{"load_actor", Pos{file, 51, 15}}}; !reflect.DeepEqual(s.Setup[1].Needs, want) {
 		t.Errorf("shard_actor needs = %v, want %v", s.Setup[1].Needs, want)
 	}
 	if s.Step[0].With != nil || s.Step[1].With == nil {
@@ -113,13 +117,17 @@ func TestParseDefaults(t *testing.T) {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	d := s.Data
-	if d.SamplesPerPrompt != 1 || d.MaxSeqLen != 1024 || d.Temperature != 1 || d.Rollouts != "dir/r.jsonl" {
+	if d.SamplesPerPrompt != 1 || d.RolloutBatchSize != 8 || d.MaxSeqLen != 1024 || d.Temperature != 1 || d.Rollouts != "dir/r.jsonl" {
 		t.Errorf("data defaults = %+v", d)
 	}
 	tr := s.Train
-	if tr.LR != 1e-6 || tr.Betas != [2]float64{0.9, 0.95} || tr.Eps != 1e-8 || tr.GradClip != 1 ||
-		tr.Decay != "constant" || tr.DecaySteps != 10 || tr.MinLR != 0 || tr.WarmupSteps != 0 {
+	if tr.PPOEpochs != 1 || tr.Shuffle || tr.ShuffleGroups || tr.Seed != 1 ||
+		tr.LR != 1e-6 || tr.Betas != [2]float64{0.9, 0.95} || tr.Eps != 1e-8 || tr.GradClip != 1 ||
+		tr.Decay != "constant" || tr.DecaySteps != 10 || tr.MinLR != 0 || tr.WarmupSteps != 0 || tr.CheckpointEvery != 0 {
 		t.Errorf("train defaults = %+v", tr)
+	}
+	if b, u, n := d.RolloutSamples(), s.UpdatesPerStep(), s.TotalUpdates(); b != 8 || u != 1 || n != 10 {
+		t.Errorf("rollout samples %d, updates per step %d, total updates %d; want 8, 1, 10", b, u, n)
 	}
 	if s.Policies != (Policies{}) || s.Setup != nil || s.Step != nil {
 		t.Errorf("policies/stages not empty: %+v %v %v", s.Policies, s.Setup, s.Step)
@@ -148,6 +156,17 @@ func TestParseValid(t *testing.T) {
 		{"null sections", "mesh:\npolicies:\nstages:\n", nil},
 		{"anchors", "x-common: &m {model: actor}\n", nil}, // replaced below
 		{"block when", "stages:\n  step:\n    - id: a\n      uses: b\n      when: |\n        step > 2\n", func(s *Spec) bool { return s.Step[0].When.Pos.Line == 17 }},
+		{"epochs and rollout batch", "data: {rollouts: r, global_batch_size: 8, samples_per_prompt: 4, rollout_batch_size: 16, max_tokens_per_gpu: 10}\ntrain: {steps: 3, ppo_epochs: 4}\n",
+			func(s *Spec) bool {
+				return s.UpdatesPerStep() == 32 && s.TotalUpdates() == 96 && s.Train.DecaySteps == 96
+			}},
+		{"cosine after warmup", "train: {steps: 10, warmup_steps: 9, decay: cosine}\n", func(s *Spec) bool { return s.Train.DecaySteps == 10 }},
+		{"warmup past a constant schedule", "train: {steps: 10, warmup_steps: 100}\n", func(s *Spec) bool { return s.Train.WarmupSteps == 100 }},
+		{"decay beyond the run", "train: {steps: 10, decay: linear, decay_steps: 1000}\n", func(s *Spec) bool { return s.Train.DecaySteps == 1000 }},
+		{"shuffle groups", "train: {steps: 1, shuffle: true, shuffle_groups: true, seed: 0}\n",
+			func(s *Spec) bool { return s.Train.Shuffle && s.Train.ShuffleGroups && s.Train.Seed == 0 }},
+		{"largest seed", "train: {steps: 1, seed: 9223372036854775807}\n", func(s *Spec) bool { return s.Train.Seed == math.MaxInt64 }},
+		{"warmup equal to lr", "train: {steps: 1, lr: 1e-5, warmup_init_lr: 1e-5, warmup_steps: 3}\n", nil},
 		{"alias with", "stages:\n  setup:\n    - {id: a, uses: b, with: &w {model: actor}}\n    - {id: c, uses: d, with: *w}\n",
 			func(s *Spec) bool { return s.Setup[1].With != nil && s.Setup[1].With.Kind == 4 }},
 	}
@@ -211,7 +230,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty", "", []want{{"1:1", "empty spec"}}},
 		{"comment only", "# nothing\n", []want{{"1:1", "empty spec"}}},
 		{"not a mapping", "- a\n", []want{{"1:1", "the spec must be a mapping"}}},
-		{"syntax", "version: 1\nname: [a\n", []want{{"1:1", "invalid YAML: did not find expected ',' or ']'"}}},
+		{"syntax", "version: 1\nname: [a\n", []want{{"2:7", "invalid YAML: did not find expected ',' or ']'"}}},
 		{"tab", "version: 1\nmesh:\n\tdp: 1\n", []want{{"3:1", "tabs are not allowed"}}},
 		{"two documents", minimal + "---\nversion: 1\n", []want{{"13:1", "one YAML document"}}},
 		{"missing top", "version: 1\n", []want{
@@ -232,7 +251,7 @@ func TestParseErrors(t *testing.T) {
 		{"mesh zero", "+mesh:\n  nodes: 0\n", []want{{"13:10", "mesh.nodes: must be at least 1, got 0"}}},
 		{"mesh gpu", "+mesh:\n  gpu: -5\n", []want{{"13:8", "positive byte count"}}},
 		{"mesh not mapping", "+mesh: 3\n", []want{{"12:7", "mesh: want a mapping, got integer 3"}}},
-		{"int overflow", "+mesh:\n  dp: 99999999999999999999\n", []want{{"13:7", "mesh.dp: integer 99999999999999999999 out of range"}}},
+		{"int overflow", "+mesh:\n  dp: 99999999999999999999\n", []want{{"13:7", "mesh.dp: must be at most 65536, got 99999999999999999999"}}},
 		{"models missing role", "+models:\n  pi:\n    path: m\n", []want{
 			{"13:3", `models.pi: missing required key "role"`}, {"12:1", "found none"}}},
 		{"models bad role", "+models:\n  actor:\n    role: critic\n    path: m\n", []want{
@@ -251,12 +270,42 @@ func TestParseErrors(t *testing.T) {
 			{"17:16", "max_seq_len (11) must not exceed max_tokens_per_gpu (10)"}}},
 		{"data temperature", "+data:\n  rollouts: r\n  global_batch_size: 8\n  max_tokens_per_gpu: 10\n  temperature: -1\n", []want{{"16:16", "data.temperature: must be greater than 0"}}},
 		{"data inf", "+data:\n  rollouts: r\n  global_batch_size: 8\n  max_tokens_per_gpu: 10\n  temperature: .inf\n", []want{{"16:16", "finite"}}},
-		{"train ranges", "+train:\n  steps: 0\n  lr: 1e-5\n  min_lr: 1e-4\n  eps: 0\n  weight_decay: -0.1\n  grad_clip: -1\n  warmup_steps: -1\n  decay_steps: -1\n  checkpoint_every: -2\n  seed: 1\n", []want{
+		{"train ranges", "+train:\n  steps: 0\n  lr: 1e-5\n  min_lr: 1e-4\n  eps: 0\n  weight_decay: -0.1\n  grad_clip: -1\n  warmup_steps: -1\n  decay_steps: -1\n  checkpoint_every: -2\n  seed: -1\n  ppo_epochs: 0\n", []want{
 			{"13:10", "train.steps: must be at least 1"}, {"15:11", "min_lr (0.0001) must not exceed lr (1e-05)"},
 			{"16:8", "train.eps: must be greater than 0"}, {"17:17", "weight_decay: must not be negative"},
 			{"18:14", "grad_clip: must not be negative"}, {"19:17", "warmup_steps: must be at least 0"},
 			{"20:16", "decay_steps: must be at least 0"}, {"21:21", "checkpoint_every: must be at least 0"},
-			{"22:3", `unknown key "seed" in train`}}},
+			{"22:9", "train.seed: must be at least 0, got -1"}, {"23:15", "train.ppo_epochs: must be at least 1, got 0"}}},
+		{"rollout not a multiple", "+data:\n  rollouts: r\n  global_batch_size: 16\n  samples_per_prompt: 4\n  rollout_batch_size: 3\n  max_tokens_per_gpu: 10\n", []want{
+			{"16:23", "data.rollout_batch_size: 3 prompt groups × samples_per_prompt (4) = 12 samples per step must be a multiple of global_batch_size (16)"}}},
+		{"rollout too large", "+data:\n  rollouts: r\n  global_batch_size: 16\n  samples_per_prompt: 4\n  rollout_batch_size: 262145\n  max_tokens_per_gpu: 10\n", []want{
+			{"16:23", "data.rollout_batch_size: 262145 prompt groups × samples_per_prompt (4) = 1048580 samples per step; must be at most 1048576"}}},
+		{"rollout type", "+data:\n  rollouts: r\n  global_batch_size: 16\n  rollout_batch_size: all\n  max_tokens_per_gpu: 10\n", []want{
+			{"15:23", `data.rollout_batch_size: want an integer, got string "all"`}}},
+		{"rollout with bad groups", "+data:\n  rollouts: r\n  global_batch_size: 12\n  samples_per_prompt: 8\n  rollout_batch_size: 2\n  max_tokens_per_gpu: 10\n", []want{
+			{"15:23", "global_batch_size (12) must be a multiple of samples_per_prompt (8)"},
+			{"16:23", "2 prompt groups × samples_per_prompt (8) = 16 samples per step must be a multiple of global_batch_size (12)"}}},
+		{"too many updates", "+data:\n  rollouts: r\n  global_batch_size: 1\n  rollout_batch_size: 4096\n  max_tokens_per_gpu: 10\ntrain:\n  steps: 1048576\n  ppo_epochs: 1\n", []want{
+			{"18:10", "train.steps: 1048576 steps × 4096 optimizer updates per step (ppo_epochs × rollout samples / global_batch_size) = 4294967296 updates; must be at most 2147483647"}}},
+		{"shuffle groups without shuffle", "+train:\n  steps: 1\n  shuffle_groups: true\n", []want{
+			{"14:19", "train.shuffle_groups: true needs shuffle: true (without shuffling, every epoch visits the samples in rollout order)"}}},
+		{"shuffle groups with shuffle false", "+train:\n  steps: 1\n  shuffle: false\n  shuffle_groups: true\n", []want{{"15:19", "shuffle_groups: true needs shuffle: true"}}},
+		{"shuffle type", "+train:\n  steps: 1\n  shuffle: yes\n  shuffle_groups: true\n", []want{{"14:12", `train.shuffle: want a boolean (true or false), got string "yes"`}}},
+		{"shuffle groups type", "+train:\n  steps: 1\n  shuffle_groups: 1\n", []want{{"14:19", "train.shuffle_groups: want a boolean (true or false), got integer 1"}}},
+		{"seed too large", "+train:\n  steps: 1\n  seed: 9223372036854775808\n", []want{{"14:9", "train.seed: must be at most 9223372036854775807, got 9223372036854775808"}}},
+		{"seed float", "+train:\n  steps: 1\n  seed: 1.5\n", []want{{"14:9", "train.seed: want an integer, got float 1.5"}}},
+		{"warmup covers the run", "+train:\n  steps: 10\n  warmup_steps: 10\n  decay: cosine\n", []want{
+			{"14:17", "train.warmup_steps (10) must be less than decay_steps (10: by default the run's optimizer updates, steps × updates per step) for cosine decay"}}},
+		{"decay within warmup", "+train:\n  steps: 10\n  warmup_steps: 5\n  decay: linear\n  decay_steps: 5\n", []want{
+			{"16:16", "train.decay_steps (5) must exceed warmup_steps (5) for linear decay"}}},
+		{"warmup above lr", "+train:\n  steps: 10\n  lr: 1e-6\n  warmup_init_lr: 1e-3\n", []want{
+			{"15:19", "train.warmup_init_lr (0.001) must not exceed lr (1e-06)"}}},
+		{"gpu too large", "+mesh:\n  gpu: 1125899906842625\n", []want{{"13:8", "mesh.gpu: must be at most 1125899906842624, got 1125899906842625"}}},
+		{"gpu beyond int64", "+mesh:\n  gpu: 99999999999999999999\n", []want{{"13:8", "mesh.gpu: must be at most 1125899906842624, got 99999999999999999999"}}},
+		{"gpu zero", "+mesh:\n  gpu: 0\n", []want{{"13:8", "mesh.gpu: a memory size must be a positive byte count, got 0"}}},
+		{"gpus per node overflow", "+mesh:\n  gpus_per_node: 4294967296\n", []want{{"13:18", "mesh.gpus_per_node: must be at most 64, got 4294967296"}}},
+		{"tokens overflow", "+data:\n  rollouts: r\n  global_batch_size: 8\n  max_tokens_per_gpu: 9223372036854775807\n", []want{
+			{"15:23", "data.max_tokens_per_gpu: must be at most 16777216, got 9223372036854775807"}}},
 		{"train betas", "+train:\n  steps: 1\n  betas: [0.9]\n", []want{{"14:10", "want a list of 2 numbers [beta1, beta2], got a list of 1"}}},
 		{"train betas type", "+train:\n  steps: 1\n  betas: [a, -0.1]\n", []want{{"14:11", `train.betas[0]: want a number, got string "a"`}, {"14:14", "train.betas[1]: must be in [0, 1)"}}},
 		{"train decay", "+train:\n  steps: 1\n  decay: Cosine\n", []want{{"14:10", `want one of "constant", "linear" or "cosine", got "Cosine"`}}},

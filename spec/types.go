@@ -42,6 +42,27 @@ type Spec struct {
 	Policies Policies
 	Setup    []*Stage // stages.setup, in file order
 	Step     []*Stage // stages.step, in file order
+
+	// positions maps the dotted path of every key of the file to the
+	// position of its value; see At.
+	positions map[string]Pos
+}
+
+// UpdatesPerStep is the number of optimizer updates of one training step:
+// ppo_epochs passes over the rollout batch of B = Data.RolloutSamples()
+// samples, each pass cut into B / global_batch_size mini-batches of one
+// update each. It is 0 when the global batch size is not set.
+func (s *Spec) UpdatesPerStep() int {
+	if s.Data.GlobalBatchSize <= 0 {
+		return 0
+	}
+	return s.Train.PPOEpochs * (s.Data.RolloutSamples() / s.Data.GlobalBatchSize)
+}
+
+// TotalUpdates is the number of optimizer updates of the whole run:
+// train.steps × UpdatesPerStep(). The learning-rate schedule counts these.
+func (s *Spec) TotalUpdates() int64 {
+	return int64(s.Train.Steps) * int64(s.UpdatesPerStep())
 }
 
 // Model is one entry of `models:`.
@@ -68,27 +89,37 @@ func (m Mesh) WorldSize() int { return m.Nodes * m.GPUsPerNode }
 // Data describes the rollout data and how it is batched.
 type Data struct {
 	Rollouts         string  // JSONL path, resolved against Spec.Dir
-	GlobalBatchSize  int     // samples per optimizer step over all dp ranks
+	GlobalBatchSize  int     // samples per optimizer update (one mini-batch) over all dp ranks
 	SamplesPerPrompt int     // n, the GRPO group size
+	RolloutBatchSize int     // prompt groups per training step; default GlobalBatchSize / SamplesPerPrompt
 	MaxTokensPerGPU  int     // upper bound of one packed micro-batch
 	MaxSeqLen        int     // longest sample (prompt + response) accepted
 	Temperature      float64 // rollout temperature; default 1
 	Pos              Pos
 }
 
+// RolloutSamples is B, the number of samples one training step consumes:
+// rollout_batch_size × samples_per_prompt. It is a multiple of
+// GlobalBatchSize.
+func (d Data) RolloutSamples() int { return d.RolloutBatchSize * d.SamplesPerPrompt }
+
 // Train holds the training loop and optimizer hyper-parameters.
 type Train struct {
-	Steps           int
+	Steps           int     // training steps; each consumes one rollout batch
+	PPOEpochs       int     // passes over the rollout batch per step; default 1
+	Shuffle         bool    // visit the samples of each epoch in a seeded random order; default false
+	ShuffleGroups   bool    // when shuffling, keep each prompt group's samples together; default false
+	Seed            int64   // seed of every random choice of the run; default 1
 	LR              float64 // default 1e-6
 	MinLR           float64 // default 0
 	Betas           [2]float64
 	Eps             float64 // default 1e-8
 	WeightDecay     float64 // default 0
 	GradClip        float64 // global L2 norm; default 1.0; 0 disables
-	WarmupSteps     int     // default 0
+	WarmupSteps     int     // optimizer updates of linear warmup; default 0
 	WarmupInitLR    float64 // default 0
 	Decay           string  // "constant" (default), "linear", "cosine"
-	DecaySteps      int     // default Steps
+	DecaySteps      int     // optimizer updates until the decay reaches MinLR; default Spec.TotalUpdates()
 	CheckpointEvery int     // steps between checkpoints; 0 = only at the end
 	Pos             Pos
 }
