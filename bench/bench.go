@@ -5,8 +5,8 @@
 //
 // Run builds the job in a work directory (a spec, a random-weights
 // checkpoint, synthetic rollouts) and runs it through the path `rlpipe run`
-// takes: spec.Load → runtime.NewGraph → stages.Resolve → stages.Plan →
-// stages.ReadData → stages.Run. Stages are timed by bench_mark stages (see
+// takes: spec.Load → stages.Resolve (graph, models, rollouts) → stages.Plan
+// → stages.Run. Stages are timed by bench_mark stages (see
 // marks.go). Nothing is written to a run record.
 package bench
 
@@ -29,7 +29,6 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/model"
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 	"github.com/rlpipe/rlpipe/stages/rollout"
@@ -342,22 +341,16 @@ func run(ctx context.Context, o Options, res *Result) error {
 	if err != nil {
 		return err
 	}
-	g, err := runtime.NewGraph(s)
-	if err != nil {
-		return err
-	}
 	dev, err := resolveGPU(o.GPU, o.Device, o.Backend)
 	if err != nil {
 		return err
 	}
 	res.GPU, res.GPUBytes = dev.Name, dev.Bytes
-	var order []*spec.Stage
-	for _, ph := range []spec.Phase{spec.Setup, spec.Step} {
-		for _, n := range g.Order(ph) {
-			order = append(order, n.Stage)
-		}
+	check := stages.CheckRun
+	if o.PlanOnly {
+		check = stages.CheckPlan // the checkpoint has no weights
 	}
-	j, err := stages.Resolve(s, order, dev)
+	j, err := stages.Resolve(s, dev, check)
 	if err != nil {
 		return err
 	}
@@ -374,10 +367,6 @@ func run(ctx context.Context, o Options, res *Result) error {
 	}
 	if !p.Fits(dev.Bytes) {
 		return fmt.Errorf("the plan needs %d bytes per device (arena %d + reserves %d) and %s has %d", p.DeviceTotal(), p.DeviceArena, p.ReserveBytes(), dev.Name, dev.Bytes)
-	}
-	data, err := stages.ReadData(j)
-	if err != nil {
-		return err
 	}
 	if o.PlanOnly {
 		o.logf("plan only: peak %.2f GiB (%s), arena %.2f GiB, device total %.2f GiB, host pinned %.2f GiB",
@@ -420,10 +409,9 @@ func run(ctx context.Context, o Options, res *Result) error {
 			stepsStart = time.Now().Add(-sr.Wall)
 			res.SetupS = stepsStart.Sub(start).Seconds()
 		}
-		batch := data.Batches[(sr.Step-1)%len(data.Batches)]
 		var tokens int64
-		for _, i := range batch {
-			tokens += int64(len(data.Samples[i].Tokens))
+		for _, sm := range j.Data.Step(sr.Step).Samples {
+			tokens += int64(len(sm.Tokens))
 		}
 		ref, err1 := rec.between(r.ID, sr.Step, "start", "ref")
 		train, err2 := rec.between(r.ID, sr.Step, "ref", "train")
@@ -475,7 +463,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 		return nil
 	}
-	_, err = stages.Run(ctx, j, g, p, data, opts)
+	_, err = stages.Run(ctx, j, p, opts)
 	if res.Device == "" {
 		res.Device = backendName
 	}

@@ -32,6 +32,9 @@ type markStage struct {
 	Mark     string `yaml:"mark"` // the name of the mark
 }
 
+// Ports declares none: a mark reads and writes no data.
+func (s *markStage) Ports(*spec.Spec) stages.Ports { return stages.Ports{} }
+
 func (s *markStage) Validate(vc *stages.ValidateContext) spec.Errors {
 	if s.Recorder == "" || s.Mark == "" {
 		return spec.Errors{spec.Errorf(vc.Stage.UsesPos, "%s needs run and mark", markKind)}

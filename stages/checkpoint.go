@@ -27,13 +27,14 @@ func (r *Rank) shardTensors() []struct {
 		name string
 		t    gpu.Tensor
 	}
-	names := make([]string, 0, len(r.Shards))
-	for n := range r.Shards {
+	shards := r.shards()
+	names := make([]string, 0, len(shards))
+	for n := range shards {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		st := r.Shards[n]
+		st := shards[n]
 		for _, u := range st.Units {
 			add := func(kind string, buf *ref, off int64, dt gpu.DType) {
 				if buf == nil {
@@ -109,7 +110,7 @@ type ShardRows map[string][]float32
 
 // ExportRows downloads the rank's rows of model name's parameters.
 func (r *Rank) ExportRows(name string) (ShardRows, error) {
-	st := r.Shards[name]
+	st := r.shards()[name]
 	if st == nil {
 		return nil, fmt.Errorf("model %q is not sharded on rank %d", name, r.ID)
 	}
@@ -133,6 +134,19 @@ func (r *Rank) ExportRows(name string) (ShardRows, error) {
 	return out, nil
 }
 
+// ExportDType returns the safetensors dtype (F32, BF16 or F16) of an export
+// dtype given as bf16, fp16, fp32 or their HF names (bfloat16, ...).
+func ExportDType(dtype string) (string, error) {
+	dt, ok := model.CanonicalDType(dtype)
+	switch {
+	case ok && (dt == model.F32 || dt == model.BF16 || dt == model.F16):
+		return dt, nil
+	case ok:
+		return "", fmt.Errorf("dtype %q: an HF export holds floating-point weights: bf16, fp16 or fp32", dtype)
+	}
+	return "", fmt.Errorf("unknown dtype %q (bf16, fp16, fp32)", dtype)
+}
+
 // ExportHF assembles every rank's rows into full tensors and writes model m
 // as an HF checkpoint (config.json + model.safetensors) in dtype (the
 // config's dtype when empty) into dir.
@@ -141,9 +155,9 @@ func ExportHF(m *Model, dp int, ranks []ShardRows, dir, dtype string) error {
 	if dtype == "" {
 		dtype = cfg.DType
 	}
-	dt, ok := model.CanonicalDType(dtype)
-	if !ok {
-		return fmt.Errorf("export: unknown dtype %q", dtype)
+	dt, err := ExportDType(dtype)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
 	}
 	var tensors []model.Tensor
 	for _, u := range cfg.Units() {
@@ -169,3 +183,49 @@ func ExportHF(m *Model, dp int, ranks []ShardRows, dir, dtype string) error {
 }
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// ExportCheckpoint writes model name of the job as an HF checkpoint from the
+// committed checkpoint directory ckpt (written by SaveShards on every rank)
+// into out, in dtype (the config's when empty). It reads the shard files on
+// the host and needs no backend, so any checkpoint of a run can be exported
+// after the fact.
+func ExportCheckpoint(j *Job, name, ckpt, out, dtype string) error {
+	m := j.Models[name]
+	if m == nil {
+		return fmt.Errorf("export: no model %q", name)
+	}
+	dp := j.Spec.Mesh.DP
+	ranks := make([]ShardRows, dp)
+	for r := range dp {
+		ck, err := model.OpenCheckpoint(rankDir(ckpt, r))
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		rows := ShardRows{}
+		for _, u := range Units(m, dp) {
+			tn := fmt.Sprintf("%s.params.%s", name, u.Name)
+			info, _, ok := ck.Tensor(tn)
+			if !ok {
+				ck.Close()
+				return fmt.Errorf("export: checkpoint %s has no tensor %s (was model %q sharded in that run?)", rankDir(ckpt, r), tn, name)
+			}
+			if info.NumElements() != u.ShardElems {
+				ck.Close()
+				return fmt.Errorf("export: checkpoint tensor %s has %d elements, the shard %d (another mesh?)", tn, info.NumElements(), u.ShardElems)
+			}
+			data := make([]float32, u.ShardElems)
+			if err := ck.ReadRows(tn, 0, u.ShardElems, data); err != nil {
+				ck.Close()
+				return fmt.Errorf("export: %w", err)
+			}
+			for _, s := range u.Slots {
+				if !s.Tied {
+					rows[s.Name] = data[s.ShardOffset : s.ShardOffset+s.ShardElems()]
+				}
+			}
+		}
+		ck.Close()
+		ranks[r] = rows
+	}
+	return ExportHF(m, dp, ranks, out, dtype)
+}

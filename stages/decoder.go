@@ -27,7 +27,8 @@ type decoder struct {
 	dp     int
 	prefix string
 	T, N   int // tokens and response tokens of the micro-batch (the budget while planning)
-	C      int // log-prob chunk
+	C      int // log-prob chunk of the current micro-batch
+	chunk  int // the stage's chunk_tokens
 	samp   model.Sampling
 	dts    []gpu.DType
 	rc     []bool
@@ -55,18 +56,12 @@ type decoder struct {
 	io       struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
 }
 
-func newDecoder(p *prog, name string, chunk int, entropyTempered bool) *decoder {
-	st := p.shards()[name]
-	if st == nil {
-		p.fail(fmt.Errorf("model %q has no sharded state (is its apply_fsdp2 stage earlier?)", name))
-		return nil
-	}
-	tokens := p.job.Spec.Data.MaxTokensPerGPU
-	for _, ps := range p.job.stagesOfKind("pack", nil) {
-		tokens = p.job.Stages[ps.ID].(*Pack).Tokens(p.job.Spec)
-	}
+// newDecoder prepares the decoder of st's model for micro-batches of at
+// most tokens tokens (the batch's budget), with log-prob chunks of chunk
+// rows.
+func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool) *decoder {
 	d := &decoder{p: p, st: st, cfg: st.Model.Config, dp: p.job.Spec.Mesh.DP, prefix: p.stage.ID,
-		T: tokens, N: tokens, C: min(chunk, tokens),
+		T: tokens, N: tokens, C: min(chunk, tokens), chunk: chunk,
 		samp: model.Sampling{Temperature: float32(p.job.Spec.Data.Temperature), EntropyTempered: entropyTempered}}
 	for _, u := range st.Units {
 		dt, err := p.job.Precision(st.Model, u.Unit, p.stage)
@@ -86,25 +81,28 @@ func newDecoder(p *prog, name string, chunk int, entropyTempered bool) *decoder 
 	return d
 }
 
-// microBatches is the number of micro-batches to run: one while planning.
-func (d *decoder) microBatches() int {
+// microBatches returns the micro-batches to run: this rank's of the batch,
+// or while planning one placeholder (nil) sized to the budget.
+func (d *decoder) microBatches(b *Batch) []*rollout.Packed {
 	if !d.p.running() {
-		return 1
+		return []*rollout.Packed{nil}
 	}
-	return len(d.p.r.Micro)
+	return b.Micro
 }
 
-// setBatch selects micro-batch i (running) and sizes the buffers to it.
-func (d *decoder) setBatch(i int) {
+// beginUpdate starts the micro-batches of one optimizer update: the first
+// reduction into each grad shard stores it.
+func (d *decoder) beginUpdate() { d.stored = map[int64]bool{} }
+
+// setBatch selects micro-batch mb (running; nil while planning) and sizes
+// the buffers to it.
+func (d *decoder) setBatch(mb *rollout.Packed) {
 	if !d.p.running() {
 		return
 	}
-	d.mb = d.p.r.Micro[i]
-	if i == 0 {
-		d.stored = map[int64]bool{}
-	}
+	d.mb = mb
 	d.T, d.N = d.mb.NumTokens(), len(d.mb.Targets)
-	d.C = max(1, min(d.C, d.N))
+	d.C = max(1, min(d.chunk, d.N))
 }
 
 func (d *decoder) name(parts ...any) string {

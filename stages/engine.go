@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -14,7 +15,6 @@ import (
 	rt "github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
-	"github.com/rlpipe/rlpipe/stages/rollout"
 )
 
 // Device memory outside the arena. The CUDA context and NCCL figures are
@@ -40,13 +40,18 @@ func Plan(j *Job) (*plan.Plan, error) {
 	if j.Spec.Mesh.WorldSize() > 1 {
 		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "two NCCL communicators' buffers (estimate)"})
 	}
-	pc := &PlanContext{Job: j, B: b, state: &planState{sharded: map[string]*ShardState{}}}
+	if j.Graph == nil {
+		return nil, fmt.Errorf("the job has no stage graph")
+	}
+	pc := &PlanContext{Job: j, B: b, state: &planState{values: values{}}}
+	// The plan's rollout batch: planning reads nothing from it.
+	pc.state.values[SourceRollouts] = &RolloutBatch{}
 	for _, st := range j.Order {
 		s := j.Stages[st.ID]
 		if s == nil {
 			return nil, fmt.Errorf("stage %q was not resolved", st.ID)
 		}
-		pc.Stage = st
+		pc.Stage, pc.Node = st, j.Graph.Node(st.ID)
 		b.BeginStage(st.ID, st.Uses, string(st.Phase))
 		if err := s.Plan(pc); err != nil {
 			return nil, fmt.Errorf("planning stage %q: %w", st.ID, err)
@@ -81,6 +86,11 @@ type RunOptions struct {
 	// past the step (a barrier); rank 0 typically records metrics and
 	// checkpoints there. An error stops the run.
 	AfterStep func(r *Rank, res StepResult) error
+	// Stop, when not nil, is asked (on rank 0, the answer shared) after
+	// every step: once it reports true the run stops cleanly after that
+	// step, which AfterStep sees with StepResult.Stop set, and Result.Last
+	// tells the step.
+	Stop func() bool
 }
 
 // StepResult is what one training step produced on a rank.
@@ -93,49 +103,34 @@ type StepResult struct {
 	Tokens int64
 	// Profile is the step's time per kind of op, with RunOptions.Profile.
 	Profile map[string]time.Duration
+	// Stop is set, the same on every rank, when RunOptions.Stop asked to
+	// stop and this is the run's last step although more were asked for:
+	// AfterStep should checkpoint it.
+	Stop bool
 }
 
 // Result is the outcome of a run.
 type Result struct {
 	Ranks  []*Rank
 	Export []ShardRows // per rank, when RunOptions.Export is set
-}
+	// Last is the last step the run finished (FirstStep−1 when it ran
+	// none); it is below the requested steps when RunOptions.Stop stopped
+	// it.
+	Last int
 
-// ReadData reads and checks the job's rollouts: every sample must fit
-// data.max_seq_len and the model's vocabulary, groups must have
-// samples_per_prompt samples, and the file must hold whole optimizer steps.
-func ReadData(j *Job) (*Data, error) {
-	sp := j.Spec
-	samples, err := rollout.Read(sp.Data.Rollouts)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range j.Models {
-		if err := rollout.CheckVocab(samples, m.Config.VocabSize); err != nil {
-			return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
-		}
-	}
-	for _, s := range samples {
-		if len(s.Tokens) > sp.Data.MaxSeqLen {
-			return nil, fmt.Errorf("%s:%d: sample of %d tokens exceeds data.max_seq_len %d", sp.Data.Rollouts, s.Line, len(s.Tokens), sp.Data.MaxSeqLen)
-		}
-	}
-	if _, err := rollout.Groups(samples, sp.Data.SamplesPerPrompt); err != nil {
-		return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
-	}
-	batches, err := rollout.Steps(len(samples), sp.Data.GlobalBatchSize)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sp.Data.Rollouts, err)
-	}
-	return &Data{Samples: samples, Batches: batches}, nil
+	stop atomic.Bool // rank 0's answer to RunOptions.Stop, read by every rank
 }
 
 // Run executes the job: dp ranks, each with its own backend and arena,
 // connected by a communicator (RunOptions.Comms, by default the loopback),
-// run the setup stages once and the step stages for every training step.
-// When it returns, it has closed the communicator and the backends it made
-// (those with a Close method).
-func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opts RunOptions) (*Result, error) {
+// run the setup stages once and the step stages for every training step,
+// each step's rollout batch taken from j.Data. When it returns, it has
+// closed the communicator and the backends it made (those with a Close
+// method).
+func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, error) {
+	if j.Graph == nil {
+		return nil, fmt.Errorf("the job has no stage graph")
+	}
 	dp := j.Spec.Mesh.DP
 	steps := j.Spec.Train.Steps
 	switch {
@@ -189,7 +184,7 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			err := runRank(ctx, j, g, p, data, backends[r], comms[r], r, first, steps, opts, res)
+			err := runRank(ctx, j, p, backends[r], comms[r], r, first, steps, opts, res)
 			if err != nil {
 				errs[r] = err
 				cancel(err)
@@ -212,13 +207,14 @@ func Run(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, opt
 	return res, errors.Join(errs...)
 }
 
-func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data, b gpu.Backend, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
+func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
+	g := j.Graph
 	arena, err := NewArena(b, p)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", id, err)
 	}
 	defer arena.Free(b)
-	r := newRank(id, comm, b, arena, data)
+	r := newRank(id, comm, b, arena)
 	r.Host = cpu.NewWithThreads(max(1, runtime.GOMAXPROCS(0)/j.Spec.Mesh.DP))
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)
@@ -229,12 +225,9 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 		if err := arena.StartStage(n.Stage.ID); err != nil {
 			return err
 		}
-		return j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Rank: r})
+		return j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Node: n, Rank: r})
 	}
-	env := func(n *rt.Node) *spec.Env {
-		return &spec.Env{Step: r.Step, Mesh: spec.MeshEnv{Nodes: j.Spec.Mesh.Nodes, GPUsPerNode: j.Spec.Mesh.GPUsPerNode, WorldSize: j.Spec.Mesh.WorldSize(), DP: j.Spec.Mesh.DP},
-			GPU: spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes}, Stage: spec.StageEnv{ID: n.Stage.ID, Kind: n.Stage.Uses}}
-	}
+	env := func(n *rt.Node) *spec.Env { return j.StepEnv(n.Stage, r.Step) }
 	if _, err := rt.Execute(ctx, g, spec.Setup, env, runStage); err != nil {
 		return fmt.Errorf("rank %d: setup: %w", id, err)
 	}
@@ -243,12 +236,18 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 			return fmt.Errorf("rank %d: resume: %w", id, err)
 		}
 	}
+	res.Last = first - 1
 	for step := first; step <= steps; step++ {
 		r.Step = step
 		if opts.Profile {
 			r.Profile = map[string]time.Duration{}
 		}
 		t0 := time.Now()
+		// A step reads only what its stages write this step.
+		r.values.clearStep(g)
+		if j.Data != nil {
+			r.values[SourceRollouts] = j.Data.Step(step)
+		}
 		rep, err := rt.Execute(ctx, g, spec.Step, env, runStage)
 		if err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
@@ -256,8 +255,12 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 		if err := comm.Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
 		}
+		stop, err := stopAll(ctx, id, comm, opts.Stop, &res.stop)
+		if err != nil {
+			return fmt.Errorf("rank %d: after step %d: %w", id, step, err)
+		}
 		hw, _ := arena.HighWater()
-		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens, Profile: r.Profile}
+		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens, Profile: r.Profile, Stop: stop && step < steps}
 		if opts.AfterStep != nil {
 			if err := opts.AfterStep(r, sr); err != nil {
 				return fmt.Errorf("rank %d: after step %d: %w", id, step, err)
@@ -265,6 +268,12 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 		}
 		if err := comm.Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+		}
+		if id == 0 {
+			res.Last = step
+		}
+		if sr.Stop {
+			break
 		}
 	}
 	if opts.Export != "" {
@@ -275,4 +284,22 @@ func runRank(ctx context.Context, j *Job, g *rt.Graph, p *plan.Plan, data *Data,
 		res.Export[id] = rows
 	}
 	return nil
+}
+
+// stopAll reports, the same on every rank, whether opts.Stop says to stop:
+// rank 0 asks between two barriers and the others read its answer.
+func stopAll(ctx context.Context, id int, comm nccl.Comm, stop func() bool, decided *atomic.Bool) (bool, error) {
+	if stop == nil {
+		return false, nil
+	}
+	if err := comm.Barrier(ctx); err != nil {
+		return false, err
+	}
+	if id == 0 {
+		decided.Store(stop())
+	}
+	if err := comm.Barrier(ctx); err != nil {
+		return false, err
+	}
+	return decided.Load(), nil
 }

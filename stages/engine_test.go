@@ -37,25 +37,47 @@ func runSpecWith(t *testing.T, path string, mutate func(s *spec.Spec), opts RunO
 }
 
 // runJob is runSpecWith with mutateJob, when not nil, applied to the
-// resolved job (stage parameters) before it is planned.
+// resolved job (stage parameters that change no port) before it is
+// planned.
 func runJob(t *testing.T, path string, mutate func(s *spec.Spec), mutateJob func(j *Job), opts RunOptions) runOut {
 	t.Helper()
 	s, err := spec.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runParsed(t, s, mutate, mutateJob, opts)
+}
+
+// variant parses the spec at path with each old string of edits (old,
+// new, old, new, ...) replaced by its new one, as if the file said so:
+// relative paths still resolve against path's directory.
+func variant(t *testing.T, path string, edits ...string) *spec.Spec {
+	t.Helper()
+	src := readFile(t, path)
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(src, edits[i]) {
+			t.Fatalf("%s has no %q to replace", path, edits[i])
+		}
+		src = strings.Replace(src, edits[i], edits[i+1], 1)
+	}
+	s, err := spec.Parse(path, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runParsed resolves, plans and runs s; see runJob.
+func runParsed(t *testing.T, s *spec.Spec, mutate func(s *spec.Spec), mutateJob func(j *Job), opts RunOptions) runOut {
+	t.Helper()
 	if mutate != nil {
 		mutate(s)
 	}
-	j, g := resolveSpec(t, s)
+	j := resolveSpec(t, s)
 	if mutateJob != nil {
 		mutateJob(j)
 	}
 	p, err := Plan(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := ReadData(j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +95,7 @@ func runJob(t *testing.T, path string, mutate func(s *spec.Spec), mutateJob func
 		}
 		return nil
 	}
-	res, err := Run(context.Background(), j, g, p, data, opts)
+	res, err := Run(context.Background(), j, p, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,16 +231,12 @@ func TestExportRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Mesh.GPUsPerNode, s.Mesh.DP = dp, dp
-		j, g := resolveSpec(t, s)
+		j := resolveSpec(t, s)
 		p, err := Plan(j)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := ReadData(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(context.Background(), j, g, p, data, RunOptions{FirstStep: 1, Steps: -1, Export: "actor"})
+		res, err := Run(context.Background(), j, p, RunOptions{FirstStep: 1, Steps: -1, Export: "actor"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,22 +325,25 @@ func TestNoReshard(t *testing.T) {
 // TestLogProbEntropy checks that a log-prob stage with entropy: true keeps
 // its per-token entropies, each within [0, ln V].
 func TestLogProbEntropy(t *testing.T) {
-	var ent [][]float32
-	runJob(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), func(s *spec.Spec) { s.Train.Steps = 1 },
-		func(j *Job) { j.Stages["old_logp"].(*LogProb).Entropy = true },
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	s := variant(t, path, "uses: actor_logprob\n      needs: pack\n      with: {chunk_tokens: 256}", "uses: actor_logprob\n      needs: pack\n      with: {chunk_tokens: 256, entropy: true}")
+	var ent []float32
+	var tokens int
+	runParsed(t, s, func(s *spec.Spec) { s.Train.Steps = 1 }, nil,
 		RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
-			ent = r.Entropy["old_logp"]
+			if r.ID == 0 {
+				ent = r.values["old_logp.entropy"].(*TokenValues).Values
+				tokens = r.values["pack.batch"].(*Batch).RespTokens()
+			}
 			return nil
 		}})
-	if len(ent) == 0 || len(ent[0]) == 0 {
-		t.Fatal("no entropies kept")
+	if len(ent) == 0 || len(ent) != tokens {
+		t.Fatalf("%d entropies kept for %d response tokens", len(ent), tokens)
 	}
-	for _, mb := range ent {
-		for _, h := range mb {
-			// The entropy of a 256-way softmax lies in [0, ln 256].
-			if !(h >= 0 && h <= 5.546) {
-				t.Fatalf("entropy %v outside [0, ln 256]", h)
-			}
+	for _, h := range ent {
+		// The entropy of a 256-way softmax lies in [0, ln 256].
+		if !(h > 0 && h <= 5.546) {
+			t.Fatalf("entropy %v outside (0, ln 256]", h)
 		}
 	}
 }
@@ -340,5 +361,50 @@ func TestEntropyTempered(t *testing.T) {
 	plain, tempered := entropy(false), entropy(true)
 	if !(tempered < plain) || tempered <= 0 {
 		t.Errorf("entropy at T=0.7: tempered %v, untempered %v; want 0 < tempered < untempered", tempered, plain)
+	}
+}
+
+// TestExportCheckpoint trains the tiny job for two steps, checkpoints every
+// rank's shards, and exports the actor from the checkpoint files alone: the
+// result must equal the export from the ranks' memory, on 1 and 2 ranks.
+func TestExportCheckpoint(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	for _, dp := range []int{1, 2} {
+		dir := t.TempDir()
+		var j *Job
+		s, err := spec.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Mesh.GPUsPerNode, s.Mesh.DP, s.Train.Steps = dp, dp, 2
+		j = resolveSpec(t, s)
+		p, err := Plan(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckpt := filepath.Join(dir, "ckpt")
+		res, err := Run(context.Background(), j, p, RunOptions{Export: "actor", AfterStep: func(r *Rank, sr StepResult) error {
+			if sr.Step == 2 {
+				return r.SaveShards(ckpt)
+			}
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromMemory, fromFiles := filepath.Join(dir, "mem"), filepath.Join(dir, "files")
+		if err := ExportHF(j.Models["actor"], dp, res.Export, fromMemory, "fp32"); err != nil {
+			t.Fatal(err)
+		}
+		if err := ExportCheckpoint(j, "actor", ckpt, fromFiles, "fp32"); err != nil {
+			t.Fatal(err)
+		}
+		a, b := readFile(t, filepath.Join(fromMemory, "model.safetensors")), readFile(t, filepath.Join(fromFiles, "model.safetensors"))
+		if a != b {
+			t.Errorf("dp %d: the export from the checkpoint differs from the export from memory", dp)
+		}
+		if err := ExportCheckpoint(j, "ref", ckpt, filepath.Join(dir, "ref"), ""); err != nil {
+			t.Errorf("dp %d: exporting the frozen ref: %v", dp, err)
+		}
 	}
 }

@@ -5,23 +5,20 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
-// resolveSpec builds the graph of s and resolves it for a CPU "device" with
-// 16 GiB.
-func resolveSpec(t *testing.T, s *spec.Spec) (*Job, *runtime.Graph) {
+// testGPU is a CPU "device" with 16 GiB.
+var testGPU = GPU{Name: "cpu", Bytes: 1 << 34, Source: "test"}
+
+// resolveSpec resolves s for testGPU, as rlpipe run would.
+func resolveSpec(t *testing.T, s *spec.Spec) *Job {
 	t.Helper()
-	g, err := runtime.NewGraph(s)
-	if err != nil {
-		t.Fatalf("graph: %v", err)
-	}
-	j, err := Resolve(s, g.Sequence(), GPU{Name: "cpu", Bytes: 1 << 34, Source: "test"})
+	j, err := Resolve(s, testGPU, CheckRun)
 	if err != nil {
 		t.Fatalf("resolve: %v", err)
 	}
-	return j, g
+	return j
 }
 
 func readFile(t *testing.T, path string) string {

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/spec"
-	"go.yaml.in/yaml/v3"
 )
 
 // GPU is the device every rank of the mesh runs on.
@@ -33,45 +34,124 @@ type Model struct {
 // Name is the model's key under models:.
 func (m *Model) Name() string { return m.Spec.Name }
 
-// Job is a spec whose stages are decoded and validated and whose models are
-// resolved. It is what the planner and the executor work from.
+// Job is a spec whose stages are decoded and validated, whose stage graph
+// and data edges are built, whose models are resolved and whose rollouts
+// are read. It is what the planner and the executor work from.
 type Job struct {
 	Spec   *spec.Spec
 	GPU    GPU
+	Graph  *runtime.Graph
 	Stages map[string]Stage // by stage id
 	Models map[string]*Model
-	Order  []*spec.Stage // setup stages then step stages, each in dependency order
+	Order  []*spec.Stage // setup stages then step stages, each in execution order
+	// Data is the rollout file, read and checked; nil when the job was
+	// resolved for planning and the file is absent.
+	Data *Data
+
+	check Check
 }
 
-// Resolve decodes and validates every stage of s, loads every model's
-// config.json (and safetensors headers when present) and evaluates the
-// model-level policies. order lists the stages in execution order (setup
-// first). All problems are returned together as spec.Errors.
-func Resolve(s *spec.Spec, order []*spec.Stage, gpu GPU) (*Job, error) {
-	j := &Job{Spec: s, GPU: gpu, Stages: map[string]Stage{}, Models: map[string]*Model{}, Order: order}
+// Check says how much of what a run needs Resolve requires.
+type Check int
+
+const (
+	// CheckRun requires everything `rlpipe run` needs: the weights of every
+	// loaded model and the rollout file.
+	CheckRun Check = iota
+	// CheckPlan requires what `rlpipe plan` needs: the models' configs.
+	// Weights and the rollout file are checked when present.
+	CheckPlan
+)
+
+// Resolve validates s in one pass and returns the job: it decodes every
+// stage's parameters, builds the stage graph with its data edges, loads
+// every model's config.json and safetensors headers, evaluates every
+// policy over every model, FSDP unit and stage, and every `when` over the
+// run's steps, validates every stage against the job, and reads and checks
+// the rollout file. Every problem found is returned, together, as
+// spec.Errors, each at the position of the offending value.
+func Resolve(s *spec.Spec, gpu GPU, check Check) (*Job, error) {
+	j := &Job{Spec: s, GPU: gpu, Stages: map[string]Stage{}, Models: map[string]*Model{}, check: check}
 	var errs spec.Errors
 	errs = append(errs, j.loadModels()...)
-	for _, st := range order {
+	for _, st := range append(append([]*spec.Stage(nil), s.Setup...), s.Step...) {
 		stg, e := Decode(st)
 		errs = append(errs, e...)
-		if stg != nil {
+		if stg != nil && j.Stages[st.ID] == nil {
 			j.Stages[st.ID] = stg
 		}
 	}
-	if len(errs) == 0 {
-		for _, st := range order {
-			if stg := j.Stages[st.ID]; stg != nil {
-				errs = append(errs, stg.Validate(&ValidateContext{Job: j, Stage: st})...)
-			}
+	g, err := runtime.Build(s, flow(s, j.Stages))
+	if err != nil {
+		errs.Append(err)
+	} else {
+		j.Graph = g
+	}
+	j.Order = j.order()
+	j.markTrainable()
+	errs = append(errs, j.modelPolicies()...)
+	errs = append(errs, j.unitPolicies()...)
+	for _, st := range j.Order {
+		if stg := j.Stages[st.ID]; stg != nil {
+			errs = append(errs, stg.Validate(&ValidateContext{Job: j, Stage: st, Node: j.node(st.ID)})...)
 		}
 	}
-	if len(errs) == 0 {
-		errs = append(errs, j.modelPolicies()...)
+	if j.Graph != nil {
+		errs = append(errs, j.Graph.CheckWhen(s.Train.Steps, func(n *runtime.Node, step int) *spec.Env { return j.StepEnv(n.Stage, step) })...)
 	}
+	errs = append(errs, j.checkWeightWriters()...)
+	errs = append(errs, j.checkWindows()...)
+	data, e := j.readData(check)
+	errs = append(errs, e...)
+	j.Data = data
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	return j, nil
+}
+
+// Graph decodes the stages of s and builds their graph with its data
+// edges, without reading models or data: what `rlpipe graph` shows. Stage
+// decoding and graph problems are returned together as spec.Errors.
+func Graph(s *spec.Spec) (*runtime.Graph, error) {
+	var errs spec.Errors
+	decoded := map[string]Stage{}
+	for _, st := range append(append([]*spec.Stage(nil), s.Setup...), s.Step...) {
+		stg, e := Decode(st)
+		errs = append(errs, e...)
+		if stg != nil && decoded[st.ID] == nil {
+			decoded[st.ID] = stg
+		}
+	}
+	g, err := runtime.Build(s, flow(s, decoded))
+	errs.Append(err)
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// order is the graph's execution order, or file order (setup first) when
+// the graph could not be built.
+func (j *Job) order() []*spec.Stage {
+	if j.Graph != nil {
+		return j.Graph.Sequence()
+	}
+	var out []*spec.Stage
+	for _, st := range append(append([]*spec.Stage(nil), j.Spec.Setup...), j.Spec.Step...) {
+		if j.Stages[st.ID] != nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// node returns the graph node of stage id, or nil without a graph.
+func (j *Job) node(id string) *runtime.Node {
+	if j.Graph == nil {
+		return nil
+	}
+	return j.Graph.Node(id)
 }
 
 func (j *Job) loadModels() spec.Errors {
@@ -80,14 +160,15 @@ func (j *Job) loadModels() spec.Errors {
 		if sm.Path == "" {
 			continue
 		}
+		at := j.Spec.At("models." + sm.Name + ".path")
 		m := &Model{Spec: sm, Dir: sm.Path}
 		if _, err := os.Stat(sm.Path); err != nil {
-			errs = append(errs, spec.Errorf(sm.Pos, "model %q: checkpoint directory %s: %v", sm.Name, sm.Path, unwrapPathErr(err)))
+			errs = append(errs, spec.Errorf(at, "model %q: checkpoint directory %s: %v", sm.Name, sm.Path, unwrapPathErr(err)))
 			continue
 		}
 		cfg, err := model.LoadConfig(filepath.Join(sm.Path, "config.json"))
 		if err != nil {
-			errs = append(errs, spec.Errorf(sm.Pos, "model %q: %v", sm.Name, err))
+			errs = append(errs, spec.Errorf(at, "model %q: %v", sm.Name, err))
 			continue
 		}
 		m.Config = cfg
@@ -97,7 +178,7 @@ func (j *Job) loadModels() spec.Errors {
 				err = ck.Check(cfg)
 			}
 			if err != nil {
-				errs = append(errs, spec.Errorf(sm.Pos, "model %q: %v", sm.Name, err))
+				errs = append(errs, spec.Errorf(at, "model %q: %v", sm.Name, err))
 				continue
 			}
 			m.Checkpoint = ck
@@ -138,15 +219,12 @@ func hasWeights(dir string) bool {
 // its units) in a stage.
 func (j *Job) Env(m *Model, u *model.Unit, st *spec.Stage) *spec.Env {
 	cfg := m.Config
-	env := &spec.Env{
-		Model: spec.ModelEnv{
-			Name: m.Name(), Role: m.Spec.Role, Family: string(cfg.Family),
-			Params: cfg.NumParams(), ParamBytes: 4 * cfg.NumParams(),
-			NumLayers: cfg.NumLayers, HiddenSize: cfg.HiddenSize, VocabSize: cfg.VocabSize,
-			Trainable: m.Trainable,
-		},
-		Mesh: spec.MeshEnv{Nodes: j.Spec.Mesh.Nodes, GPUsPerNode: j.Spec.Mesh.GPUsPerNode, WorldSize: j.Spec.Mesh.WorldSize(), DP: j.Spec.Mesh.DP},
-		GPU:  spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes},
+	env := j.StepEnv(st, 0)
+	env.Model = spec.ModelEnv{
+		Name: m.Name(), Role: m.Spec.Role, Family: string(cfg.Family),
+		Params: cfg.NumParams(), ParamBytes: 4 * cfg.NumParams(),
+		NumLayers: cfg.NumLayers, HiddenSize: cfg.HiddenSize, VocabSize: cfg.VocabSize,
+		Trainable: m.Trainable,
 	}
 	if u != nil {
 		n := u.NumParams()
@@ -157,14 +235,23 @@ func (j *Job) Env(m *Model, u *model.Unit, st *spec.Stage) *spec.Env {
 			Params:  n, ParamBytes: 4 * n,
 		}
 	}
+	return env
+}
+
+// StepEnv returns the environment a stage's `when` sees at a step (0 during
+// setup): the step, the mesh, the GPU and the stage.
+func (j *Job) StepEnv(st *spec.Stage, step int) *spec.Env {
+	m := j.Spec.Mesh
+	env := &spec.Env{Step: step, Mesh: spec.MeshEnv{Nodes: m.Nodes, GPUsPerNode: m.GPUsPerNode, WorldSize: m.WorldSize(), DP: m.DP},
+		GPU: spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes}}
 	if st != nil {
 		env.Stage = spec.StageEnv{ID: st.ID, Kind: st.Uses}
 	}
 	return env
 }
 
-func (j *Job) modelPolicies() spec.Errors {
-	var errs spec.Errors
+// markTrainable marks the models a train stage updates.
+func (j *Job) markTrainable() {
 	for _, st := range j.Order {
 		if t, ok := j.Stages[st.ID].(*Train); ok {
 			if m := j.Models[t.Model]; m != nil {
@@ -172,6 +259,12 @@ func (j *Job) modelPolicies() spec.Errors {
 			}
 		}
 	}
+}
+
+// modelPolicies evaluates the per-model policies (offload,
+// offload_optimizer) for every model.
+func (j *Job) modelPolicies() spec.Errors {
+	var errs spec.Errors
 	p := j.Spec.Policies
 	for _, sm := range j.Spec.Models {
 		m := j.Models[sm.Name]
@@ -180,13 +273,87 @@ func (j *Job) modelPolicies() spec.Errors {
 		}
 		var err error
 		if m.Offload, err = evalBool(p.Offload, j.Env(m, nil, nil), false); err != nil {
-			errs = append(errs, spec.Errorf(p.Offload.Pos, "policies.offload for model %q: %v", sm.Name, err))
+			errs = append(errs, policyError(p.Offload, "offload", fmt.Sprintf("model %q", sm.Name), err))
 		}
 		if m.OffloadOptimizer, err = evalBool(p.OffloadOptimizer, j.Env(m, nil, nil), false); err != nil {
-			errs = append(errs, spec.Errorf(p.OffloadOptimizer.Pos, "policies.offload_optimizer for model %q: %v", sm.Name, err))
+			errs = append(errs, policyError(p.OffloadOptimizer, "offload_optimizer", fmt.Sprintf("model %q", sm.Name), err))
 		}
 	}
 	return errs
+}
+
+// unitPolicies evaluates the per-unit policies (precision, recompute) for
+// every unit of every model in every stage that reads or writes the
+// model's weights, as planning and running will: an expression that fails
+// for some layer is an error now, not an hour into the run. Each failing
+// policy is reported once.
+func (j *Job) unitPolicies() spec.Errors {
+	var errs spec.Errors
+	failed := map[string]bool{}
+	for _, sm := range j.Spec.Models {
+		m := j.Models[sm.Name]
+		if m == nil || m.Config == nil {
+			continue
+		}
+		for _, u := range m.Config.Units() {
+			for _, st := range j.Order {
+				if !j.touches(st, sm.Name) {
+					continue
+				}
+				if _, err := j.Precision(m, u, st); err != nil && !failed["precision"] {
+					failed["precision"] = true
+					errs = append(errs, policyError(j.Spec.Policies.Precision, "precision", unitLabel(m, u, st), err))
+				}
+				if _, err := j.Recompute(m, u, st); err != nil && !failed["recompute"] {
+					failed["recompute"] = true
+					errs = append(errs, policyError(j.Spec.Policies.Recompute, "recompute", unitLabel(m, u, st), err))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// touches reports whether stage st reads or writes model name's weights.
+func (j *Job) touches(st *spec.Stage, name string) bool {
+	stg := j.Stages[st.ID]
+	if stg == nil {
+		return false
+	}
+	p := stg.Ports(j.Spec)
+	for _, in := range p.In {
+		if in.Type == TypeWeights(name) {
+			return true
+		}
+	}
+	for _, out := range p.Out {
+		if out.Type == TypeWeights(name) {
+			return true
+		}
+	}
+	return false
+}
+
+func unitLabel(m *Model, u model.Unit, st *spec.Stage) string {
+	what := fmt.Sprintf("%s unit", u.Kind)
+	if u.Kind == model.UnitDecoder {
+		what = fmt.Sprintf("layer %d", u.Index)
+	}
+	return fmt.Sprintf("%s of model %q in stage %q", what, m.Name(), st.ID)
+}
+
+// policyError positions a policy's evaluation error on its expression.
+func policyError(e *spec.Expr, key, what string, err error) *spec.Error {
+	msg := err.Error()
+	pos := spec.Pos{}
+	var se *spec.Error
+	if errors.As(err, &se) {
+		pos, msg = se.Pos, se.Msg
+	}
+	if e != nil && pos.Line == 0 {
+		pos = e.Pos
+	}
+	return spec.Errorf(pos, "policies.%s for %s: %s", key, what, msg)
 }
 
 func evalBool(e *spec.Expr, env *spec.Env, def bool) (bool, error) {
@@ -208,7 +375,7 @@ func (j *Job) Precision(m *Model, u model.Unit, st *spec.Stage) (string, error) 
 		return "", err
 	}
 	if v != "bf16" && v != "fp32" {
-		return "", fmt.Errorf("%s: policies.precision returned %q for %s unit %d of model %q; want \"bf16\" or \"fp32\"", e.Pos, v, u.Kind, u.Index, m.Name())
+		return "", spec.Errorf(e.Pos, "returned %q; want \"bf16\" or \"fp32\"", v)
 	}
 	return v, nil
 }
@@ -220,28 +387,74 @@ func (j *Job) Recompute(m *Model, u model.Unit, st *spec.Stage) (bool, error) {
 	if u.Kind != model.UnitDecoder {
 		return false, nil
 	}
-	v, err := evalBool(j.Spec.Policies.Recompute, j.Env(m, &u, st), true)
-	if err != nil {
-		return false, fmt.Errorf("policies.recompute: %w", err)
+	return evalBool(j.Spec.Policies.Recompute, j.Env(m, &u, st), true)
+}
+
+// checkWeightWriters reports a model whose weights more than one step
+// stage writes: which update a later reader sees would depend on order.
+func (j *Job) checkWeightWriters() spec.Errors {
+	if j.Graph == nil {
+		return nil
 	}
-	return v, nil
+	var errs spec.Errors
+	writers := map[string][]*runtime.Node{}
+	for _, n := range j.Graph.Order(spec.Step) {
+		for _, p := range n.Ports.Out {
+			if strings.HasPrefix(p.Type, "weights/") {
+				writers[p.Type] = append(writers[p.Type], n)
+			}
+		}
+	}
+	for _, n := range j.Graph.Order(spec.Step) {
+		for _, p := range n.Ports.Out {
+			if w := writers[p.Type]; len(w) > 1 && w[1] == n {
+				errs.Addf(n.Stage.UsesPos, "stage %q writes %s, which stage %q writes too in the same step; one stage per step may update a model", n.Stage.ID, p.Type, w[0].Stage.ID)
+			}
+		}
+	}
+	return errs
+}
+
+// checkWindows reports models with sliding-window attention whose window
+// is shorter than data.max_seq_len: rlpipe's attention is full causal,
+// which equals sliding-window attention only on sequences that fit the
+// window.
+func (j *Job) checkWindows() spec.Errors {
+	var errs spec.Errors
+	for _, sm := range j.Spec.Models {
+		m := j.Models[sm.Name]
+		if m == nil || m.Config == nil || m.Spec.CopyOf != "" {
+			continue
+		}
+		if w := m.Config.SlidingWindow; w > 0 && j.Spec.Data.MaxSeqLen > w {
+			errs.Addf(j.Spec.At("data.max_seq_len"), "data.max_seq_len %d exceeds model %q's sliding_window %d: rlpipe's attention is full causal, which equals sliding-window attention only on sequences of at most %d tokens", j.Spec.Data.MaxSeqLen, sm.Name, w, w)
+		}
+	}
+	return errs
 }
 
 // ValidateContext is what a stage's Validate sees.
 type ValidateContext struct {
 	Job   *Job
 	Stage *spec.Stage
+	// Node is the stage's graph node, with its data edges; nil when the
+	// graph could not be built (its errors are reported).
+	Node *runtime.Node
 }
 
-// KeyPos is the position of key in the stage's `with:` block, or of the
-// stage's `uses:` when the key is absent.
+// Input returns the data edge feeding the stage's input name, or nil.
+func (vc *ValidateContext) Input(name string) *runtime.Edge {
+	if vc.Node == nil {
+		return nil
+	}
+	return vc.Node.Input(name)
+}
+
+// KeyPos is the position of key's value in the stage's `with:` block, or of
+// the stage's `uses:` when the key is absent.
 func (vc *ValidateContext) KeyPos(key string) spec.Pos {
-	if w := vc.Stage.With; w != nil && w.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(w.Content); i += 2 {
-			if w.Content[i].Value == key {
-				return spec.NodePos(vc.Stage.UsesPos.File, w.Content[i+1])
-			}
-		}
+	if n := withValue(vc.Stage, key); n != nil {
+		return spec.NodePos(vc.Stage.UsesPos.File, n)
 	}
 	return vc.Stage.UsesPos
 }
@@ -251,8 +464,27 @@ func (vc *ValidateContext) Errorf(key, format string, args ...any) *spec.Error {
 	return spec.Errorf(vc.KeyPos(key), "stage %q: %s", vc.Stage.ID, fmt.Sprintf(format, args...))
 }
 
-// stagesOfKind returns the ids of the job's stages of the given kind that
-// satisfy keep.
+// model resolves a model name given under key; a model that failed to load
+// is nil with no error (its load error is already reported).
+func (vc *ValidateContext) model(key, name string) (*Model, spec.Errors) {
+	if name == "" {
+		return nil, spec.Errors{vc.Errorf(key, "%s is required", key)}
+	}
+	var names []string
+	for _, sm := range vc.Job.Spec.Models {
+		if sm.Name == name {
+			return vc.Job.Models[name], nil
+		}
+		names = append(names, sm.Name)
+	}
+	msg := fmt.Sprintf("unknown model %q (models: %v)", name, names)
+	if s := spec.Closest(name, names); s != "" {
+		msg = fmt.Sprintf("unknown model %q (did you mean %q?)", name, s)
+	}
+	return nil, spec.Errors{vc.Errorf(key, "%s", msg)}
+}
+
+// stagesOfKind returns the job's stages of the given kind that satisfy keep.
 func (j *Job) stagesOfKind(kind string, keep func(Stage) bool) []*spec.Stage {
 	var out []*spec.Stage
 	for _, st := range j.Order {
@@ -261,21 +493,4 @@ func (j *Job) stagesOfKind(kind string, keep func(Stage) bool) []*spec.Stage {
 		}
 	}
 	return out
-}
-
-// CheckRunnable reports what `rlpipe run` needs beyond what `rlpipe plan`
-// needs: the weights of every loaded model and the rollout file. It runs
-// before anything is allocated, with positions in the spec.
-func (j *Job) CheckRunnable() error {
-	var errs spec.Errors
-	for _, st := range j.stagesOfKind("load_hf", nil) {
-		name := j.Stages[st.ID].(*LoadHF).Model
-		if m := j.Models[name]; m != nil && m.Checkpoint == nil {
-			errs = append(errs, spec.Errorf(m.Spec.Pos, "model %q: %s has config.json but no model.safetensors: rlpipe run needs the weights (rlpipe plan does not)", name, m.Dir))
-		}
-	}
-	if _, err := os.Stat(j.Spec.Data.Rollouts); err != nil {
-		errs = append(errs, spec.Errorf(j.Spec.Data.Pos, "data.rollouts: %s: %v", j.Spec.Data.Rollouts, unwrapPathErr(err)))
-	}
-	return errs.Err()
 }

@@ -8,14 +8,18 @@ import (
 	"github.com/rlpipe/rlpipe/spec"
 )
 
-// resolveFile loads and resolves a spec file for tests.
+// resolveFile loads a spec file and resolves it for planning: its models
+// need no weights and its rollout file need not exist.
 func resolveFile(t *testing.T, path string) *Job {
 	t.Helper()
 	s, err := spec.Load(path)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	j, _ := resolveSpec(t, s)
+	j, err := Resolve(s, testGPU, CheckPlan)
+	if err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
 	return j
 }
 
@@ -68,8 +72,9 @@ func TestPlanTinyByHand(t *testing.T) {
 		"ref.head.logits": 4 * 4 * 32, "train.head.logits": 4 * 4 * 32,
 		// fp32 residual stream of 16 tokens x 8
 		"ref.resid.embed": 4 * 16 * 8,
-		// packed step data on the host: 4 samples x 8 tokens x 5 int32/fp32 arrays
-		"pack.packed": al(4 * 8 * 5 * 4),
+		// the batch's per-token log-probs, shared over the ranks: up to
+		// 4 samples x 8 tokens, fp32
+		"ref.values": al(4 * 8 * 4),
 		// cu_seqlens for up to 16 sequences
 		"ref.io.cu_seqlens": al(4 * 17),
 		// the unsharded bf16 grad of a decoder unit
@@ -90,11 +95,12 @@ func TestPlanTinyByHand(t *testing.T) {
 	//   actor params, grads, m, v               4 x 7424
 	//   ref params                              3840
 	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
+	//   the batch's log-probs                   256
 	//   gathered layer0 and prefetched layer1   2 x 1280
 	//   fp32 residual                           512
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 2*1280 + 512 + 4*256
+	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*1280 + 512 + 4*256
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}

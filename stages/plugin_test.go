@@ -2,22 +2,29 @@ package stages_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 )
 
-// probe is a stage plugin written against the exported API only: it plans
-// one device buffer, and at run time enters its op, writes the buffer and
-// reads it back.
+// probe is a stage plugin written against the exported API only: it
+// reads pack's batch through its "batch" input, plans one device buffer,
+// and at run time enters its op, writes the batch's response-token count
+// into the buffer, reads it back and writes it to its "tokens" output.
 type probe struct {
 	Values int `yaml:"values"`
-	seen   []float32
+}
+
+func (s *probe) Ports(*spec.Spec) stages.Ports {
+	return stages.Ports{
+		In:  []stages.Input{{Port: stages.Port{Name: "batch", Type: stages.TypeBatch}}},
+		Out: []stages.Port{{Name: "tokens", Type: "test/tokens"}},
+	}
 }
 
 func (s *probe) Validate(vc *stages.ValidateContext) spec.Errors {
@@ -34,6 +41,10 @@ func (s *probe) Plan(pc *stages.PlanContext) error {
 }
 
 func (s *probe) Run(_ context.Context, rc *stages.RunContext) error {
+	b, ok, err := stages.In[*stages.Batch](rc, "batch")
+	if err != nil || !ok {
+		return fmt.Errorf("probe: batch: %v (fed: %v)", err, ok)
+	}
 	a := rc.Rank.Arena
 	if err := a.EnterNamed("probe"); err != nil {
 		return err
@@ -44,7 +55,7 @@ func (s *probe) Run(_ context.Context, rc *stages.RunContext) error {
 	}
 	in := make([]float32, s.Values)
 	for i := range in {
-		in[i] = float32(rc.Rank.Step*100 + i)
+		in[i] = float32(b.RespTokens() + i)
 	}
 	if err := rc.Rank.B.Upload(t, in); err != nil {
 		return err
@@ -53,18 +64,44 @@ func (s *probe) Run(_ context.Context, rc *stages.RunContext) error {
 	if err := rc.Rank.B.Download(out, t); err != nil {
 		return err
 	}
-	s.seen = append(s.seen, out[s.Values-1])
+	return rc.Out("tokens", int(out[0]))
+}
+
+// sink records, per step, the value its "tokens" input holds.
+type sink struct {
+	seen []int
+}
+
+func (s *sink) Ports(*spec.Spec) stages.Ports {
+	return stages.Ports{In: []stages.Input{{Port: stages.Port{Name: "tokens", Type: "test/tokens"}}}}
+}
+
+func (s *sink) Validate(*stages.ValidateContext) spec.Errors { return nil }
+func (s *sink) Plan(*stages.PlanContext) error               { return nil }
+
+func (s *sink) Run(_ context.Context, rc *stages.RunContext) error {
+	n, _, err := stages.In[int](rc, "tokens")
+	if err != nil {
+		return err
+	}
+	if rc.Rank.ID == 0 {
+		s.seen = append(s.seen, n)
+	}
 	return nil
 }
 
 func init() {
 	stages.Register(stages.Kind{Name: "test_probe", Phase: spec.Step, Doc: "test plugin",
 		New: func() stages.Stage { return &probe{Values: 4} }})
+	stages.Register(stages.Kind{Name: "test_sink", Phase: spec.Step, Doc: "test plugin",
+		New: func() stages.Stage { return &sink{} }})
 }
 
-// TestPluginStage runs a plugin stage inside the tiny job: it is planned
-// with its buffer, runs every step on its planned op, and its with: block
-// is decoded over its defaults.
+// TestPluginStage runs two plugin stages inside the tiny job: the probe
+// reads pack's output and writes its own, the sink reads the probe's, both
+// through the port API; the probe is planned with its buffer and runs
+// every step on its planned op, and its with: block is decoded over its
+// defaults. Listed before the stages they read, they run after them.
 func TestPluginStage(t *testing.T) {
 	s, err := spec.Parse(filepath.Join("..", "examples", "x.yaml"), []byte(`version: 1
 name: plugin
@@ -75,22 +112,28 @@ train: {steps: 2}
 stages:
   setup:
     - {id: load, uses: load_hf, with: {model: actor}}
-    - {id: shard, uses: apply_fsdp2, needs: load, with: {model: actor}}
+    - {id: shard, uses: apply_fsdp2, with: {model: actor}}
   step:
+    - {id: sink, uses: test_sink}
+    - {id: probe, uses: test_probe, with: {values: 8}}
+    - {id: train, uses: train}
     - {id: pack, uses: pack}
-    - {id: train, uses: train, needs: pack}
-    - {id: probe, uses: test_probe, needs: train, with: {values: 8}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := runtime.NewGraph(s)
+	j, err := stages.Resolve(s, stages.GPU{Name: "cpu", Bytes: 1 << 34}, stages.CheckRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := stages.Resolve(s, g.Sequence(), stages.GPU{Name: "cpu", Bytes: 1 << 34})
-	if err != nil {
-		t.Fatal(err)
+	at := map[string]int{}
+	var order []string
+	for i, n := range j.Graph.Order(spec.Step) {
+		at[n.Stage.ID] = i
+		order = append(order, n.Stage.ID)
+	}
+	if !(at["pack"] < at["probe"] && at["probe"] < at["sink"] && at["pack"] < at["train"]) {
+		t.Fatalf("step order %v: a reader runs before what it reads", order)
 	}
 	p, err := stages.Plan(j)
 	if err != nil {
@@ -99,15 +142,22 @@ stages:
 	if b := p.Buffer("probe.buf"); b == nil || b.Bytes != plan.AlignUp(4*8) {
 		t.Fatalf("plugin buffer = %+v, want %d bytes", b, plan.AlignUp(4*8))
 	}
-	data, err := stages.ReadData(j)
-	if err != nil {
+	if _, err := stages.Run(context.Background(), j, p, stages.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stages.Run(context.Background(), j, g, p, data, stages.RunOptions{}); err != nil {
-		t.Fatal(err)
+	// Each step's batch is 64 samples of the rollout file; the probe adds
+	// 0 to the count it writes.
+	var want []int
+	for step := 1; step <= 2; step++ {
+		n := 0
+		for _, sm := range j.Data.Step(step).Samples {
+			n += sm.ResponseLength
+		}
+		want = append(want, n)
 	}
 	pr := j.Stages["probe"].(*probe)
-	if pr.Values != 8 || len(pr.seen) != 2 || pr.seen[0] != 107 || pr.seen[1] != 207 {
-		t.Errorf("plugin ran with values %d and saw %v; want 8 and [107 207]", pr.Values, pr.seen)
+	got := j.Stages["sink"].(*sink).seen
+	if pr.Values != 8 || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("plugin ran with values %d and the sink saw %v; want 8 and %v", pr.Values, got, want)
 	}
 }

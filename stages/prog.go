@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
@@ -18,16 +19,13 @@ import (
 type prog struct {
 	job   *Job
 	stage *spec.Stage
+	node  *runtime.Node
 	b     *plan.Builder
 	ps    *planState
 	r     *Rank
+	vals  values // the outputs written so far: plan-time or this rank's
 	ctx   context.Context
 	err   error
-}
-
-// planState is what planning carries from stage to stage.
-type planState struct {
-	sharded map[string]*ShardState
 }
 
 // ref is a buffer as the program sees it: the planned buffer while planning
@@ -146,6 +144,17 @@ func (p *prog) do(f func() error) {
 		}
 	}
 }
+
+// in returns the value of the stage's input name (see values.in): nil for
+// an optional input with no producer. An error fails the program.
+func (p *prog) in(name string) any {
+	x, err := p.vals.in(p.node, name)
+	p.fail(err)
+	return x
+}
+
+// out records the value of the stage's output name, planning and running.
+func (p *prog) out(name string, v any) { p.fail(p.vals.out(p.node, name, v)) }
 
 // done returns the program's error, naming the stage.
 func (p *prog) done() error {

@@ -7,12 +7,10 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/nccl"
-	"github.com/rlpipe/rlpipe/stages/rl"
-	"github.com/rlpipe/rlpipe/stages/rollout"
 )
 
 // Rank is one rank's run-time state: its backend, communicator and arena,
-// the sharded models, and the data of the current step.
+// and the values the stages wrote (the sharded models among them).
 type Rank struct {
 	ID    int
 	Comm  nccl.Comm
@@ -28,24 +26,12 @@ type Rank struct {
 	// step runs on it, where that memory is, as a CPU-offload trainer does.
 	Host gpu.Backend
 
-	Shards map[string]*ShardState
-	// Micro holds this step's packed micro-batches of this rank (set by pack).
-	Micro []*rollout.Packed
-	// Advantages holds r̂ of every sample of the step by its index in the
-	// rollout file (set by pack).
-	Advantages map[int]float64
-	// LogP holds per-token log-probs by stage id and micro-batch.
-	LogP map[string][][]float32
-	// Entropy holds per-token entropies of the log-prob stages that compute
-	// them (entropy: true), by stage id and micro-batch.
-	Entropy map[string][][]float32
-	// Metrics accumulates this step's loss metrics over micro-batches.
-	Metrics rl.Metrics
-	// Stats holds the step's scalar results of the train stage.
+	// values holds the outputs the stages wrote: setup's for the run, the
+	// current step's since it started.
+	values values
+	// Stats holds the step's results of the train stage: one entry per
+	// optimizer update and their summary.
 	Stats StepStats
-
-	data    *Data
-	advLogP float64
 
 	// Profile, when not nil, accumulates the wall time of each kind of op
 	// (the op name without its layer index: "attention backward", "gather", "embed forward"), with
@@ -76,21 +62,55 @@ func (r *Rank) profileOp(next string) error {
 	return nil
 }
 
-// StepStats are the train stage's per-step results on a rank (identical on
+// UpdateStats are one optimizer update's results on a rank (identical on
 // every rank after the reductions).
+type UpdateStats struct {
+	Index     int // 0-based over the run
+	Epoch     int // 1-based within the step
+	MiniBatch int // 1-based within the epoch
+	GradNorm  float64
+	LR        float64
+	Tokens    int64              // tokens over all ranks
+	Values    map[string]float64 // the loss metrics of the mini-batch, over all ranks
+}
+
+// StepStats are a step's results: its updates and their summary, the
+// mean over the updates of every value (each update has global_batch_size
+// samples, so the mean is weighted by samples) with the tokens summed.
 type StepStats struct {
+	Updates  []UpdateStats
 	GradNorm float64
 	LR       float64
-	Tokens   int64              // tokens over all ranks
-	Values   map[string]float64 // loss metrics ÷ GBS, summed over ranks
+	Tokens   int64
+	Values   map[string]float64
 }
 
-// Data is the rollout data shared by every rank of an in-process job.
-type Data struct {
-	Samples []rollout.Sample
-	Batches [][]int // sample indices of each optimizer step of one pass
+// summarize fills the step's summary from its updates.
+func (s *StepStats) summarize() {
+	s.GradNorm, s.LR, s.Tokens, s.Values = 0, 0, 0, map[string]float64{}
+	n := float64(len(s.Updates))
+	for _, u := range s.Updates {
+		s.GradNorm += u.GradNorm / n
+		s.LR += u.LR / n
+		s.Tokens += u.Tokens
+		for k, v := range u.Values {
+			s.Values[k] += v / n
+		}
+	}
 }
 
-func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena, d *Data) *Rank {
-	return &Rank{ID: id, Comm: comm, B: b, Arena: a, Shards: map[string]*ShardState{}, LogP: map[string][][]float32{}, Entropy: map[string][][]float32{}, data: d}
+func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena) *Rank {
+	return &Rank{ID: id, Comm: comm, B: b, Arena: a, values: values{}}
+}
+
+// shards returns the rank's sharded models by name: the weights the
+// apply_fsdp2 stages wrote.
+func (r *Rank) shards() map[string]*ShardState {
+	out := map[string]*ShardState{}
+	for _, v := range r.values {
+		if st, ok := v.(*ShardState); ok {
+			out[st.Model.Name()] = st
+		}
+	}
+	return out
 }

@@ -1,8 +1,10 @@
 // Package stages holds the Stage interface, the registry of stage kinds
 // (modelled on Caddy's modules: kinds register at init, their `with:` block is
 // decoded strictly into the kind's parameter struct over its defaults, then
-// validated against the job) and the standard kinds: load_hf, apply_fsdp2,
-// pack, ref_logprob, actor_logprob, train and update_ref.
+// validated against the job), the typed ports through which stages exchange
+// data, the engine that plans and runs a job, and the standard kinds, one
+// file each: load_hf, apply_fsdp2, pack, ref_logprob, actor_logprob, train
+// and update_ref.
 package stages
 
 import (
@@ -19,7 +21,14 @@ import (
 // Implementations are pointers to structs whose yaml tags name the keys of
 // the stage's `with:` block.
 type Stage interface {
-	// Validate checks the parameters against the job (models, other stages).
+	// Ports declares the data the stage reads and writes (see ports.go); it
+	// may depend on the parameters and on the spec. An input named X takes
+	// its producer from `with: {X: STAGE_ID}` when the stage accepts that
+	// key, and is otherwise fed by the one stage that produces its type.
+	Ports(s *spec.Spec) Ports
+	// Validate checks the parameters against the job (models, the data
+	// edges, other stages). It runs even when other parts of the job have
+	// errors, so it must cope with missing models and graph nodes.
 	Validate(vc *ValidateContext) spec.Errors
 	// Plan declares the ops and buffers the stage allocates on each device.
 	Plan(pc *PlanContext) error

@@ -57,8 +57,9 @@ func Read(path string) ([]Sample, error) {
 // dialect described in docs/data.md. Blank lines are skipped; lines may be of
 // any length. Decoding is strict: unknown fields, wrong types, out-of-range
 // values and inconsistent lengths are errors. Every problem is collected and
-// returned as an ErrorList of "name:line: message" entries; on error no
-// samples are returned. A file with no samples is an error.
+// returned as an ErrorList of "name:line: message" entries, together with
+// the samples of the lines that decoded, so that a caller can check those
+// too and report everything at once. A file with no samples is an error.
 func Decode(name string, r io.Reader) ([]Sample, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	var (
@@ -108,7 +109,7 @@ func Decode(name string, r io.Reader) ([]Sample, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return samples, errs
 	}
 	if len(samples) == 0 {
 		return nil, &LineError{Name: name, Msg: "no samples"}

@@ -171,8 +171,12 @@ func TestDecodeErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Decode succeeded with %+v, want an error", got)
 			}
-			if got != nil {
-				t.Errorf("Decode returned samples with an error")
+			// The samples returned are those of the lines that decoded
+			// (the all-or-none rule of rollout log-probs spans lines).
+			for _, sm := range got {
+				if strings.Contains(err.Error(), fmt.Sprintf("r.jsonl:%d:", sm.Line)) && !strings.Contains(err.Error(), "on every line or on none") {
+					t.Errorf("Decode returned the sample of line %d, which has an error", sm.Line)
+				}
 			}
 			if lines := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(lines, tc.want) {
 				t.Errorf("error:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))

@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -38,11 +40,15 @@ type command struct {
 	run     func(ctx context.Context, env *cli, args []string) int
 }
 
-// cli holds the process-wide streams and logger.
+// cli holds the process-wide streams and logger, and the state signals
+// act on.
 type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	log    zerolog.Logger
+	// graceful is set while a run can stop at its next step boundary;
+	// stop is set when a signal asked it to.
+	graceful, stop atomic.Bool
 }
 
 func commands() []command {
@@ -51,6 +57,7 @@ func commands() []command {
 		{"plan", "print the per-GPU memory budget of every stage", cmdPlan},
 		{"graph", "print the stage DAG (text, --json or --dot)", cmdGraph},
 		{"run", "run the job (or --resume a run) and record it under ./runs", cmdRun},
+		{"export", "write a run's model, at any committed checkpoint, as an HF checkpoint", cmdExport},
 		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
 		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
@@ -74,17 +81,41 @@ func newLogger(w io.Writer) zerolog.Logger {
 }
 
 // Main runs the command line with args (without the program name) and
-// returns the process exit code. It stops on SIGINT (Ctrl-C) cleanly: a run
-// in progress records itself as canceled.
+// returns the process exit code. On SIGINT (Ctrl-C) or SIGTERM a run in
+// progress finishes its step, checkpoints it and stops, recorded as
+// stopped and resumable; a second signal, or a signal to any other
+// command, cancels at once.
 func Main(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return run(ctx, args, stdout, stderr)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	env := newCLI(stdout, stderr)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		for sig := range sigs {
+			if env.graceful.Load() && !env.stop.Swap(true) {
+				fmt.Fprintf(stderr, "rlpipe: %v: stopping after this step, with a checkpoint (send it again to abort now)\n", sig)
+				continue
+			}
+			cancel(fmt.Errorf("%v", sig))
+		}
+	}()
+	return env.main(ctx, args)
+}
+
+func newCLI(stdout, stderr io.Writer) *cli {
+	return &cli{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
 }
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	env := &cli{stdout: stdout, stderr: stderr, log: newLogger(stderr)}
+	return newCLI(stdout, stderr).main(ctx, args)
+}
+
+// main runs the command of args.
+func (env *cli) main(ctx context.Context, args []string) int {
+	stderr, stdout := env.stderr, env.stdout
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage

@@ -10,16 +10,14 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
-	"github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 )
 
 // loaded is a spec taken through every validation step.
 type loaded struct {
-	spec  *spec.Spec
-	graph *runtime.Graph
-	job   *stages.Job
+	spec *spec.Spec
+	job  *stages.Job
 }
 
 // gpuFlag registers the --gpu flag on fs.
@@ -75,25 +73,27 @@ func hostMemory() (int64, error) {
 	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
-// load reads, validates and resolves the spec at path.
-func load(path, gpuValue string) (*loaded, error) {
+// load reads the spec at path and resolves it (see resolveSpec).
+func load(path, gpuValue string, check stages.Check) (*loaded, error) {
 	s, err := spec.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	g, err := runtime.NewGraph(s)
-	if err != nil {
-		return nil, err
-	}
+	return resolveSpec(s, gpuValue, check)
+}
+
+// resolveSpec validates s in one pass, for a run (CheckRun: weights and
+// rollouts required) or a plan (CheckPlan).
+func resolveSpec(s *spec.Spec, gpuValue string, check stages.Check) (*loaded, error) {
 	dev, err := resolveGPU(gpuValue, s)
 	if err != nil {
 		return nil, err
 	}
-	j, err := stages.Resolve(s, g.Sequence(), dev)
+	j, err := stages.Resolve(s, dev, check)
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{spec: s, graph: g, job: j}, nil
+	return &loaded{spec: s, job: j}, nil
 }
 
 // report prints a load error and returns the exit code for it.
@@ -116,11 +116,19 @@ func (env *cli) report(err error) int {
 	return exitFailed
 }
 
-// loadGraph reads the spec and builds its DAG without resolving models.
-func loadGraph(path string) (*runtime.Graph, error) {
-	s, err := spec.Load(path)
-	if err != nil {
-		return nil, err
+// usageError prints a bad flag value or argument and returns exitUsage.
+func (env *cli) usageError(format string, args ...any) int {
+	fmt.Fprintf(env.stderr, "rlpipe: "+format+"\n", args...)
+	return exitUsage
+}
+
+// checkGPUFlag reports a --gpu value that names no preset or byte count.
+func checkGPUFlag(v string) error {
+	if v == "" {
+		return nil
 	}
-	return runtime.NewGraph(s)
+	if _, _, err := gpu.ParseGPU(v); err != nil {
+		return fmt.Errorf("--gpu: %w", err)
+	}
+	return nil
 }

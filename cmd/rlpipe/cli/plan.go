@@ -7,13 +7,14 @@ import (
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 )
 
 func cmdValidate(_ context.Context, env *cli, args []string) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe validate [--gpu G] SPEC.yaml\n\nChecks the spec, its models' config.json and safetensors headers, the stage\nDAG and every stage's parameters; prints every problem with file:line:col.\n\n")
+		fmt.Fprintf(env.stderr, "Usage: rlpipe validate [--gpu G] SPEC.yaml\n\nChecks everything rlpipe run checks before it starts, in one pass: the spec,\nits models' config.json and weights, the stages' parameters, the DAG and its\ndata edges, every policy over every model and layer, every when over the\nrun's steps, and the rollout file. Prints every problem with file:line:col\nand exits %d when there is one.\n\n", exitInvalid)
 		fs.PrintDefaults()
 	}
 	g := gpuFlag(fs)
@@ -24,7 +25,10 @@ func cmdValidate(_ context.Context, env *cli, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	l, err := load(fs.Arg(0), *g)
+	if err := checkGPUFlag(*g); err != nil {
+		return env.usageError("%v", err)
+	}
+	l, err := load(fs.Arg(0), *g, stages.CheckRun)
 	if err != nil {
 		return env.report(err)
 	}
@@ -35,7 +39,7 @@ func cmdValidate(_ context.Context, env *cli, args []string) int {
 func cmdPlan(_ context.Context, env *cli, args []string) int {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe plan [--gpu G] [--json] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. Exit code %d when it does not fit.\n\n", exitNoFit)
+		fmt.Fprintf(env.stderr, "Usage: rlpipe plan [--gpu G] [--json] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nExit code %d when the job does not fit.\n\n", exitNoFit)
 		fs.PrintDefaults()
 	}
 	g := gpuFlag(fs)
@@ -47,7 +51,10 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	l, err := load(fs.Arg(0), *g)
+	if err := checkGPUFlag(*g); err != nil {
+		return env.usageError("%v", err)
+	}
+	l, err := load(fs.Arg(0), *g, stages.CheckPlan)
 	if err != nil {
 		return env.report(err)
 	}
@@ -77,13 +84,17 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	return exitOK
 }
 
+// header describes the job above the plan. Its token budget is the
+// largest of the pack stages' (data.max_tokens_per_gpu without one).
 func header(l *loaded) plan.Header {
-	tokens := l.spec.Data.MaxTokensPerGPU
-	for id, s := range l.job.Stages {
-		if p, ok := s.(*stages.Pack); ok {
-			_ = id
-			tokens = p.Tokens(l.spec)
+	tokens := 0
+	for _, st := range l.job.Order {
+		if p, ok := l.job.Stages[st.ID].(*stages.Pack); ok {
+			tokens = max(tokens, p.Tokens(l.spec))
 		}
+	}
+	if tokens == 0 {
+		tokens = l.spec.Data.MaxTokensPerGPU
 	}
 	return plan.Header{Job: l.spec.Name, GPUName: l.job.GPU.Name, GPUBytes: l.job.GPU.Bytes, GPUSource: l.job.GPU.Source,
 		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens}
@@ -92,7 +103,7 @@ func header(l *loaded) plan.Header {
 func cmdGraph(_ context.Context, env *cli, args []string) int {
 	fs := flag.NewFlagSet("graph", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe graph [--json | --dot] SPEC.yaml\n\nPrints the stage DAG: setup and step phases in execution order.\n\n")
+		fmt.Fprintf(env.stderr, "Usage: rlpipe graph [--json | --dot] SPEC.yaml\n\nPrints the stage DAG: setup and step phases in execution order, then the\ndata edges (producer.output -> consumer.input, and their type) and the order\nthat reads of a model's weights as at the step's start impose.\n\n")
 		fs.PrintDefaults()
 	}
 	asJSON := fs.Bool("json", false, "print the graph as JSON")
@@ -104,7 +115,11 @@ func cmdGraph(_ context.Context, env *cli, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	l, err := loadGraph(fs.Arg(0))
+	s, err := spec.Load(fs.Arg(0))
+	if err != nil {
+		return env.report(err)
+	}
+	l, err := stages.Graph(s)
 	if err != nil {
 		return env.report(err)
 	}

@@ -28,10 +28,16 @@ func cmdRun(ctx context.Context, env *cli, args []string) int {
 Runs the job: setup stages once, then the step stages for every training
 step, with one in-process rank per dp rank: on the CUDA backend when a GPU
 is found, one GPU per rank connected by NCCL, and on the CPU backend
-otherwise, connected through shared memory. Each run gets
-a directory under --runs with the spec, the resolved spec, the plan, a log,
-metrics.jsonl, checkpoints and, at the end, the actor exported as an HF
-checkpoint. --resume continues a run from its latest checkpoint.
+otherwise, connected through shared memory. Each run gets a directory under
+--runs with the spec, the resolved spec, the plan, a log, metrics.jsonl
+(a line per step), updates.jsonl (a line per optimizer update),
+checkpoints and, at the end, the model exported as an HF checkpoint.
+
+--resume continues a run from its latest checkpoint with the copy of the
+spec in its record, from any directory: RUN is a run id, an id prefix, or
+the run's directory. A run whose training finished but whose export did
+not is resumed to write the export. SIGINT or SIGTERM stops a run after
+its current step, with a checkpoint; a second signal aborts at once.
 
 `)
 		fs.PrintDefaults()
@@ -39,36 +45,43 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	g := gpuFlag(fs)
 	backend := backendFlag(fs)
 	root := fs.String("runs", jobs.DefaultRoot, "directory of run records")
-	resume := fs.String("resume", "", "resume the run with this id (or id prefix) from its latest checkpoint")
+	resume := fs.String("resume", "", "resume the run with this id, id prefix or directory from its latest checkpoint")
 	steps := fs.Int("steps", 0, "stop after this step (default train.steps)")
 	exportModel := fs.String("export", "actor", "model to export as an HF checkpoint at the end (empty: none)")
 	exportDType := fs.String("export-dtype", "", "dtype of the exported weights: bf16, fp16, fp32 (default: the config's)")
 	if code, ok := parseFlags(fs, env, args); !ok {
 		return code
 	}
-	var specPath string
-	var rec *jobs.Run
-	first := 1
-	switch {
-	case *resume != "" && fs.NArg() == 0:
-		r, err := jobs.Open(*root, *resume)
-		if err != nil {
-			return env.report(err)
-		}
-		specPath = r.Meta().SpecPath
-		rec = r
-	case *resume == "" && fs.NArg() == 1:
-		specPath = fs.Arg(0)
-	default:
+	if (*resume == "") == (fs.NArg() == 0) || fs.NArg() > 1 {
 		fs.Usage()
 		return exitUsage
 	}
-	l, err := load(specPath, *g)
+	if err := checkRunFlags(*g, *backend, *steps, *exportDType); err != nil {
+		return env.usageError("%v", err)
+	}
+	var (
+		s   *spec.Spec
+		rec *jobs.Run
+		err error
+	)
+	specPath := fs.Arg(0)
+	if *resume != "" {
+		if rec, err = openRun(*root, *resume); err != nil {
+			return env.report(err)
+		}
+		if s, err = recordSpec(rec); err != nil {
+			return env.report(err)
+		}
+		specPath = s.File
+	} else if s, err = spec.Load(specPath); err != nil {
+		return env.report(err)
+	}
+	l, err := resolveSpec(s, *g, stages.CheckRun)
 	if err != nil {
 		return env.report(err)
 	}
-	if err := l.job.CheckRunnable(); err != nil {
-		return env.report(err)
+	if err := checkExportModel(l.job, *exportModel); err != nil {
+		return env.usageError("%v", err)
 	}
 	choice, err := chooseBackend(*backend, l.spec)
 	if err != nil {
@@ -83,20 +96,22 @@ checkpoint. --resume continues a run from its latest checkpoint.
 			plan.GiB(p.DeviceTotal()), l.job.GPU.Name, plan.GiB(l.job.GPU.Bytes), specPath)
 		return exitNoFit
 	}
-	data, err := stages.ReadData(l.job)
-	if err != nil {
-		return env.report(err)
-	}
-	specBytes, err := os.ReadFile(specPath)
-	if err != nil {
-		return env.report(err)
-	}
 	total, stopAt := l.spec.Train.Steps, l.spec.Train.Steps
 	if *steps > 0 {
 		stopAt = min(*steps, total)
 	}
+	first := 1
+	var resumeDir string
 	if rec == nil {
-		rec, err = jobs.Create(*root, jobs.Meta{Name: l.spec.Name, SpecPath: specPath, TotalSteps: total, Version: version})
+		specBytes, err := os.ReadFile(specPath)
+		if err != nil {
+			return env.report(err)
+		}
+		dir, err := filepath.Abs(filepath.Dir(specPath))
+		if err != nil {
+			return env.report(err)
+		}
+		rec, err = jobs.Create(*root, jobs.Meta{Name: l.spec.Name, SpecPath: specPath, SpecDir: dir, TotalSteps: total, Seed: l.spec.Train.Seed, Version: version})
 		if err != nil {
 			return env.report(err)
 		}
@@ -104,20 +119,6 @@ checkpoint. --resume continues a run from its latest checkpoint.
 			return env.report(err)
 		}
 	} else {
-		saved, err := rec.ReadFile(jobs.SpecFile)
-		if err != nil {
-			return env.report(err)
-		}
-		if string(saved) != string(specBytes) {
-			return env.report(fmt.Errorf("%s changed since run %s started; resume needs the same spec", specPath, rec.ID()))
-		}
-		if err := rec.SetTotalSteps(total); err != nil {
-			return env.report(err)
-		}
-	}
-	defer rec.Close()
-	var resumeDir string
-	if *resume != "" {
 		step, dir, ok, err := rec.Resume()
 		if err != nil {
 			return env.report(err)
@@ -125,37 +126,36 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		if ok {
 			first, resumeDir = step+1, dir
 		}
+		if err := rec.SetVersion(version); err != nil {
+			return env.report(err)
+		}
 	}
+	defer rec.Close()
 	logf, err := rec.LogFile()
 	if err != nil {
 		return env.report(err)
 	}
 	defer logf.Close()
 	log := zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+	if first > stopAt {
+		return env.finishExport(rec, l, log, *exportModel, *exportDType)
+	}
 	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
-		Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
+		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
 
 	prog := jobs.NewProgress(env.stderr, total, isTerminal(env.stderr))
-	if first > stopAt {
-		return env.report(fmt.Errorf("run %s is already past step %d", rec.ID()[:8], stopAt))
-	}
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: choice.newBackend, Comms: choice.comms}
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
 	if resumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(resumeDir) }
 	}
 	every := l.spec.Train.CheckpointEvery
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
-		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0)
+		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop
 		if r.ID == 0 {
-			m := metricsOf(sr)
-			if choice.name == "cuda" {
-				if n, ok := deviceMemory(0); ok {
-					m.Extra["nvml_bytes"] = float64(n)
-				}
-			}
-			if err := rec.AppendMetrics(m); err != nil {
+			if err := recordStep(rec, sr, choice.name == "cuda"); err != nil {
 				return err
 			}
+			m := metricsOf(sr)
 			prog.Update(sr.Step, jobs.F("loss", m.Loss), jobs.F("adv_logp", m.Extra["adv_logp"]), jobs.F("kl", m.KL),
 				jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
 			log.Debug().Int("step", sr.Step).Float64("loss", m.Loss).Float64("tok/s", m.TokensPerS).Msg("step")
@@ -165,7 +165,9 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		}
 		return checkpoint(ctx, rec, r, sr.Step)
 	}
-	res, err := stages.Run(ctx, l.job, l.graph, p, data, opts)
+	env.graceful.Store(true)
+	res, err := stages.Run(ctx, l.job, p, opts)
+	env.graceful.Store(false)
 	prog.Done()
 	if err != nil {
 		status := jobs.StatusFailed
@@ -180,11 +182,21 @@ checkpoint. --resume continues a run from its latest checkpoint.
 		}
 		return exitFailed
 	}
+	if res.Last < stopAt {
+		err := fmt.Errorf("stopped by a signal after step %d, with a checkpoint; resume with rlpipe run --resume %s", res.Last, rec.ID()[:8])
+		_ = rec.SetStatus(jobs.StatusStopped, err)
+		log.Warn().Int("step", res.Last).Msg("run stopped by a signal")
+		fmt.Fprintf(env.stdout, "run %s stopped: steps %d-%d of %d (%v)\n  record:  %s\n", rec.ID()[:8], first, res.Last, total, err, rec.Dir())
+		return exitCanceled
+	}
 	var exported string
 	if *exportModel != "" {
 		exported = filepath.Join(rec.Dir(), "export", *exportModel)
 		if err := stages.ExportHF(l.job.Models[*exportModel], l.spec.Mesh.DP, res.Export, exported, *exportDType); err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
+			return env.report(err)
+		}
+		if err := rec.SetExported(exported); err != nil {
 			return env.report(err)
 		}
 	}
@@ -200,6 +212,103 @@ checkpoint. --resume continues a run from its latest checkpoint.
 	fmt.Fprintf(env.stdout, "  record:  %s\n", rec.Dir())
 	if exported != "" {
 		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint)\n", exported)
+	}
+	return exitOK
+}
+
+// checkRunFlags reports a flag value run cannot take (exit code 2).
+func checkRunFlags(gpuValue, backend string, steps int, exportDType string) error {
+	if err := checkGPUFlag(gpuValue); err != nil {
+		return err
+	}
+	switch backend {
+	case "auto", "cpu", "cuda":
+	default:
+		return fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", backend)
+	}
+	if steps < 0 {
+		return fmt.Errorf("--steps: %d is negative", steps)
+	}
+	if exportDType != "" {
+		if _, err := stages.ExportDType(exportDType); err != nil {
+			return fmt.Errorf("--export-dtype: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkExportModel reports an --export model the job does not shard.
+func checkExportModel(j *stages.Job, name string) error {
+	if name == "" {
+		return nil
+	}
+	var sharded []string
+	for _, st := range j.Order {
+		if a, ok := j.Stages[st.ID].(*stages.ApplyFSDP2); ok {
+			if a.Model == name {
+				return nil
+			}
+			sharded = append(sharded, a.Model)
+		}
+	}
+	return fmt.Errorf("--export: no apply_fsdp2 stage shards model %q (sharded: %s)", name, strings.Join(sharded, ", "))
+}
+
+// openRun opens the run named by arg: a path to a run directory, or an id
+// or id prefix under root.
+func openRun(root, arg string) (*jobs.Run, error) {
+	if st, err := os.Stat(filepath.Join(arg, jobs.MetaFile)); err == nil && !st.IsDir() {
+		dir := filepath.Clean(arg)
+		return jobs.Open(filepath.Dir(dir), filepath.Base(dir))
+	}
+	return jobs.Open(root, arg)
+}
+
+// recordSpec parses the run record's copy of its spec, resolving relative
+// paths against the directory of the original spec file (or, for records
+// that predate it, against the original path as given).
+func recordSpec(rec *jobs.Run) (*spec.Spec, error) {
+	data, err := rec.ReadFile(jobs.SpecFile)
+	if err != nil {
+		return nil, err
+	}
+	m := rec.Meta()
+	path := m.SpecPath
+	if m.SpecDir != "" {
+		path = filepath.Join(m.SpecDir, filepath.Base(m.SpecPath))
+	}
+	return spec.Parse(path, data)
+}
+
+// finishExport writes the export of a run whose training finished (its
+// latest checkpoint is at the last step) but whose export did not, from
+// that checkpoint's files.
+func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name, dtype string) int {
+	step, dir, pending, err := rec.PendingExport()
+	if err != nil {
+		return env.report(err)
+	}
+	if !pending && dir == "" {
+		return env.report(fmt.Errorf("run %s is already past step %d and has no checkpoint of its last step to export", rec.ID()[:8], l.spec.Train.Steps))
+	}
+	var exported string
+	if name != "" && pending {
+		exported = filepath.Join(rec.Dir(), "export", name)
+		if err := stages.ExportCheckpoint(l.job, name, dir, exported, dtype); err != nil {
+			_ = rec.SetStatus(jobs.StatusFailed, err)
+			return env.report(err)
+		}
+		if err := rec.SetExported(exported); err != nil {
+			return env.report(err)
+		}
+	}
+	if err := rec.SetStatus(jobs.StatusSucceeded, nil); err != nil {
+		return env.report(err)
+	}
+	log.Info().Int("step", step).Str("export", exported).Msg("training had finished; export written")
+	fmt.Fprintf(env.stdout, "run %s succeeded: training had finished at step %d\n  record:  %s\n", rec.ID()[:8], step, rec.Dir())
+	if exported != "" {
+		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint, from checkpoint step %d)\n", exported, step)
 	}
 	return exitOK
 }
@@ -232,22 +341,45 @@ func checkpoint(ctx context.Context, rec *jobs.Run, r *stages.Rank, step int) er
 	return nil
 }
 
+// recordStep appends the step's update lines and its summary line.
+func recordStep(rec *jobs.Run, sr stages.StepResult, cuda bool) error {
+	for _, u := range sr.Stats.Updates {
+		m := jobs.Metrics{Step: sr.Step, Update: u.Index + 1, Epoch: u.Epoch, MiniBatch: u.MiniBatch, GradNorm: u.GradNorm, LR: u.LR, Tokens: u.Tokens}
+		fillLoss(&m, u.Values)
+		if err := rec.AppendUpdate(m); err != nil {
+			return err
+		}
+	}
+	m := metricsOf(sr)
+	if cuda {
+		if n, ok := deviceMemory(0); ok {
+			m.Extra["nvml_bytes"] = float64(n)
+		}
+	}
+	return rec.AppendMetrics(m)
+}
+
 // metricsOf turns a step result into the run record's metrics line.
 func metricsOf(sr stages.StepResult) jobs.Metrics {
-	v := sr.Stats.Values
-	m := jobs.Metrics{Step: sr.Step, WallS: sr.Wall.Seconds(), Loss: v["loss"], PGLoss: v["pg_loss"], KL: v["kl_loss"],
-		Entropy: v["entropy_loss"], ClipFrac: v["pg_clipfrac"], GradNorm: sr.Stats.GradNorm, LR: sr.Stats.LR,
-		Tokens: sr.Tokens, PeakMemBytes: sr.InUse, Extra: map[string]float64{}}
+	m := jobs.Metrics{Step: sr.Step, Updates: len(sr.Stats.Updates), WallS: sr.Wall.Seconds(), GradNorm: sr.Stats.GradNorm, LR: sr.Stats.LR,
+		Tokens: sr.Tokens, PeakMemBytes: sr.InUse}
+	fillLoss(&m, sr.Stats.Values)
 	if s := sr.Wall.Seconds(); s > 0 {
 		m.TokensPerS = float64(sr.Tokens) / s
 	}
+	return m
+}
+
+// fillLoss puts the loss metrics v into m's fields and extras.
+func fillLoss(m *jobs.Metrics, v map[string]float64) {
+	m.Loss, m.PGLoss, m.KL, m.Entropy, m.ClipFrac = v["loss"], v["pg_loss"], v["kl_loss"], v["entropy_loss"], v["pg_clipfrac"]
+	m.Extra = map[string]float64{}
 	known := map[string]bool{"loss": true, "pg_loss": true, "kl_loss": true, "entropy_loss": true, "pg_clipfrac": true}
 	for k, x := range v {
 		if !known[k] {
 			m.Extra[k] = x
 		}
 	}
-	return m
 }
 
 // writeRecords stores the spec, the resolved spec and the plan in the run record.
@@ -272,17 +404,19 @@ func resolved(l *loaded) any {
 		ID, Uses, Phase, When string
 		Needs                 []string
 		With                  stages.Stage
+		Inputs                []string `json:",omitempty"` // "input <- producer.output"
 	}
 	out := struct {
-		Name     string
-		Models   []model
-		Mesh     spec.Mesh
-		Data     spec.Data
-		Train    spec.Train
-		Policies map[string]string
-		GPU      stages.GPU
-		Stages   []stage
-	}{Name: l.spec.Name, Mesh: l.spec.Mesh, Data: l.spec.Data, Train: l.spec.Train, GPU: l.job.GPU, Policies: map[string]string{}}
+		Name           string
+		Models         []model
+		Mesh           spec.Mesh
+		Data           spec.Data
+		Train          spec.Train
+		UpdatesPerStep int
+		Policies       map[string]string
+		GPU            stages.GPU
+		Stages         []stage
+	}{Name: l.spec.Name, Mesh: l.spec.Mesh, Data: l.spec.Data, Train: l.spec.Train, UpdatesPerStep: l.spec.UpdatesPerStep(), GPU: l.job.GPU, Policies: map[string]string{}}
 	for _, sm := range l.spec.Models {
 		m := l.job.Models[sm.Name]
 		out.Models = append(out.Models, model{sm.Name, sm.Role, sm.Path, sm.CopyOf, string(m.Config.Family), m.Config.NumParams(), m.Offload, m.OffloadOptimizer})
@@ -300,6 +434,9 @@ func resolved(l *loaded) any {
 		}
 		for _, n := range st.Needs {
 			s.Needs = append(s.Needs, n.Name)
+		}
+		for _, e := range l.job.Graph.Node(st.ID).Inputs {
+			s.Inputs = append(s.Inputs, e.In+" <- "+e.FromName()+"."+e.Out)
 		}
 		out.Stages = append(out.Stages, s)
 	}
@@ -324,7 +461,7 @@ func logWriter(env *cli) io.Writer {
 func cmdJobs(_ context.Context, env *cli, args []string) int {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe jobs list [--runs DIR]\n       rlpipe jobs show [--runs DIR] RUN\n\nLists run records, or shows one: its status, metrics and checkpoints.\n\n")
+		fmt.Fprintf(env.stderr, "Usage: rlpipe jobs list [--runs DIR]\n       rlpipe jobs show [--runs DIR] RUN\n\nLists run records, or shows one: its status, metrics and checkpoints. A run\nwhose process died without recording its end shows as interrupted.\n\n")
 		fs.PrintDefaults()
 	}
 	root := fs.String("runs", jobs.DefaultRoot, "directory of run records")
@@ -340,7 +477,7 @@ func cmdJobs(_ context.Context, env *cli, args []string) int {
 	case sub == "list" && fs.NArg() == 0:
 		metas, err := jobs.List(*root)
 		for _, m := range metas {
-			fmt.Fprintf(env.stdout, "%-8s  %-24s  %-9s  step %d/%d  %s\n", m.ID[:8], m.Name, m.Status, m.LastStep, m.TotalSteps, m.Created.Local().Format("2006-01-02 15:04:05"))
+			fmt.Fprintf(env.stdout, "%-8s  %-24s  %-11s  step %d/%d  %s\n", m.ID[:8], m.Name, m.Status, m.LastStep, m.TotalSteps, m.Created.Local().Format("2006-01-02 15:04:05"))
 		}
 		if len(metas) == 0 && err == nil {
 			fmt.Fprintf(env.stdout, "no runs under %s\n", *root)
@@ -351,13 +488,13 @@ func cmdJobs(_ context.Context, env *cli, args []string) int {
 		}
 		return exitOK
 	case sub == "show" && fs.NArg() == 1:
-		r, err := jobs.Open(*root, fs.Arg(0))
+		r, err := openRun(*root, fs.Arg(0))
 		if err != nil {
 			return env.report(err)
 		}
 		m := r.Meta()
-		fmt.Fprintf(env.stdout, "run      %s\nname     %s\nspec     %s\nstatus   %s\nsteps    %d/%d\ncreated  %s\ndir      %s\n",
-			m.ID, m.Name, m.SpecPath, m.Status, m.LastStep, m.TotalSteps, m.Created.Local().Format(time.RFC3339), r.Dir())
+		fmt.Fprintf(env.stdout, "run      %s\nname     %s\nspec     %s\nstatus   %s\nsteps    %d/%d\nseed     %d\ncreated  %s\ndir      %s\n",
+			m.ID, m.Name, m.SpecPath, m.Status, m.LastStep, m.TotalSteps, m.Seed, m.Created.Local().Format(time.RFC3339), r.Dir())
 		if m.Error != "" {
 			fmt.Fprintf(env.stdout, "error    %s\n", m.Error)
 		}
@@ -368,14 +505,17 @@ func cmdJobs(_ context.Context, env *cli, args []string) int {
 			}
 			fmt.Fprintf(env.stdout, "ckpts    steps %s\n", strings.Join(steps, ", "))
 		}
+		if m.Exported != "" {
+			fmt.Fprintf(env.stdout, "export   %s (step %d)\n", m.Exported, m.ExportedStep)
+		}
 		ms, err := r.Metrics()
 		if err != nil && !errors.Is(err, jobs.ErrTruncatedMetrics) {
 			return env.report(err)
 		}
 		if len(ms) > 0 {
-			fmt.Fprintf(env.stdout, "\n%5s %10s %10s %10s %10s %9s %9s %10s\n", "step", "loss", "pg_loss", "kl", "entropy", "grad_norm", "lr", "tok/s")
+			fmt.Fprintf(env.stdout, "\n%5s %7s %10s %10s %10s %10s %9s %9s %10s\n", "step", "updates", "loss", "pg_loss", "kl", "entropy", "grad_norm", "lr", "tok/s")
 			for _, x := range ms {
-				fmt.Fprintf(env.stdout, "%5d %10.4g %10.4g %10.4g %10.4g %9.4g %9.3g %10.0f\n", x.Step, x.Loss, x.PGLoss, x.KL, x.Entropy, x.GradNorm, x.LR, x.TokensPerS)
+				fmt.Fprintf(env.stdout, "%5d %7d %10.4g %10.4g %10.4g %10.4g %9.4g %9.3g %10.0f\n", x.Step, x.Updates, x.Loss, x.PGLoss, x.KL, x.Entropy, x.GradNorm, x.LR, x.TokensPerS)
 			}
 			if extra := ms[len(ms)-1].Extra; len(extra) > 0 {
 				keys := make([]string, 0, len(extra))

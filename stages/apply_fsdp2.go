@@ -1,0 +1,159 @@
+package stages
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+func init() {
+	Register(Kind{Name: "apply_fsdp2", Phase: spec.Setup,
+		Doc: "shard a model FSDP2-style: fp32 master shards, per-unit gather for compute, grads and AdamW state",
+		New: func() Stage { return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1} }})
+}
+
+var _ Stage = (*ApplyFSDP2)(nil)
+
+// ApplyFSDP2 shards a model over the dp ranks. It reads the checkpoint of
+// the model (of its source, for a copy_of model) and writes the model's
+// weights: the ShardState every stage that computes with the model reads.
+type ApplyFSDP2 struct {
+	Model               string `yaml:"model"`
+	ReshardAfterForward bool   `yaml:"reshard_after_forward"`
+	Prefetch            int    `yaml:"prefetch"` // units gathered ahead of the one computing (0 or 1)
+}
+
+// Ports declares the checkpoint input and the weights output.
+func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
+	src := s.Model
+	for _, m := range sp.Models {
+		if m.Name == s.Model && m.CopyOf != "" {
+			src = m.CopyOf
+		}
+	}
+	return Ports{
+		In:  []Input{{Port: Port{Name: "checkpoint", Type: TypeCheckpoint(src)}}},
+		Out: []Port{{Name: "weights", Type: TypeWeights(s.Model)}},
+	}
+}
+
+// Validate checks the model, the prefetch depth, and that the model is
+// sharded once.
+func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
+	_, errs := vc.model("model", s.Model)
+	if s.Prefetch < 0 || s.Prefetch > 1 {
+		errs = append(errs, vc.Errorf("prefetch", "prefetch must be 0 or 1, got %d", s.Prefetch))
+	}
+	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
+		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))
+	}
+	return errs
+}
+
+// Plan declares the persistent sharded state.
+func (s *ApplyFSDP2) Plan(pc *PlanContext) error { return pc.run(s.program) }
+
+// Run allocates the shards and streams the checkpoint into them.
+func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
+
+// program declares the persistent sharded state of the model: the params
+// (fp32 master for a trainable model, the compute dtype for a frozen one),
+// and for a trainable model fp32 grads and AdamW m and v, each on the
+// device or in pinned host memory per the offload policies. Running, it
+// streams each rank's dim-0 slice of every tensor from the checkpoint
+// through one pinned staging buffer into the shard.
+func (s *ApplyFSDP2) program(p *prog) {
+	m := p.job.Models[s.Model]
+	src, _ := p.in("checkpoint").(*Model)
+	if p.err != nil {
+		return
+	}
+	dp := p.job.Spec.Mesh.DP
+	units := Units(m, dp)
+	var paramBytes, gradBytes, largest int64
+	for _, u := range units {
+		u.Master = gpu.F32
+		if !m.Trainable {
+			dt, err := p.job.Precision(m, u.Unit, p.stage)
+			if err != nil {
+				p.fail(err)
+				return
+			}
+			u.Master = dtypeOf(dt)
+		}
+		u.Off, u.GradOff = paramBytes, gradBytes
+		paramBytes += plan.AlignUp(int64(u.Master.Size()) * u.ShardElems)
+		gradBytes += plan.AlignUp(4 * u.ShardElems)
+		for _, sl := range u.Slots {
+			if !sl.Tied {
+				largest = max(largest, sl.ShardElems())
+			}
+		}
+	}
+	p.op("shard " + s.Model)
+	st := &ShardState{Model: m, Units: units, Fsdp: s}
+	staging := p.hostBuf(p.stage.ID+".staging", plan.Comm, gpu.F32, int(largest))
+	st.Params = p.persistentBytes(s.Model+".params", plan.Params, m.Offload, paramBytes)
+	if m.Trainable {
+		st.Grads = p.persistentBytes(s.Model+".grads", plan.Grads, m.OffloadOptimizer, gradBytes)
+		st.AdamM = p.persistentBytes(s.Model+".adam_m", plan.Optimizer, m.OffloadOptimizer, gradBytes)
+		st.AdamV = p.persistentBytes(s.Model+".adam_v", plan.Optimizer, m.OffloadOptimizer, gradBytes)
+	}
+	p.do(func() error { return loadShards(p, st, src, staging.t) })
+	p.out("weights", st)
+}
+
+// loadShards zeroes the sharded state and reads this rank's rows of every
+// tensor into the params.
+func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
+	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.DP
+	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
+		if r != nil {
+			if err := b.Zero(r.t); err != nil {
+				return err
+			}
+		}
+	}
+	ck := src.Checkpoint
+	if ck == nil {
+		return fmt.Errorf("model %q has no weights to load", src.Name())
+	}
+	buf := make([]float32, staging.Numel())
+	for _, u := range st.Units {
+		for _, s := range u.Slots {
+			if s.Tied {
+				continue
+			}
+			r0 := int64(rank) * s.ShardRows
+			r1 := min(r0+s.ShardRows, s.Rows())
+			if r1 <= r0 {
+				continue // this rank holds only padding of s
+			}
+			n := int((r1 - r0) * s.RowElems())
+			if err := ck.ReadRows(s.Name, r0, r1, buf[:n]); err != nil {
+				return fmt.Errorf("rank %d of %d: %w", rank, dp, err)
+			}
+			stg, err := staging.Flat(0, n)
+			if err != nil {
+				return err
+			}
+			if err := b.Upload(stg, buf[:n]); err != nil {
+				return err
+			}
+			dst, err := st.paramShard(u, s)
+			if err != nil {
+				return err
+			}
+			if dst, err = dst.Flat(0, n); err != nil {
+				return err
+			}
+			if err := b.Copy(dst, stg); err != nil {
+				return fmt.Errorf("loading %s: %w", s.Name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package stages
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/rollout"
+)
+
+// Data is the job's rollout file, read and checked: the source of the
+// TypeRollouts input when no stage produces rollouts.
+type Data struct {
+	Samples []rollout.Sample
+	// Batches holds the sample indices of each rollout batch, in file
+	// order: step s consumes batch (s−1) mod len(Batches).
+	Batches [][]int
+}
+
+// Step returns the rollout batch of training step step (1-based).
+func (d *Data) Step(step int) *RolloutBatch {
+	idx := d.Batches[(step-1)%len(d.Batches)]
+	rb := &RolloutBatch{Samples: make([]rollout.Sample, len(idx))}
+	for k, i := range idx {
+		rb.Samples[k] = d.Samples[i]
+	}
+	return rb
+}
+
+// maxDataErrors is how many problems of the rollout file are reported one
+// by one; the rest are counted.
+const maxDataErrors = 20
+
+// readData reads data.rollouts and checks it against the job: every sample
+// decodes, fits the vocabulary of every model and data.max_seq_len; prompt
+// groups have samples_per_prompt samples; the file holds whole rollout
+// batches (rollout_batch_size groups), each of whole groups; and the
+// samples carry the fields the recipe needs (rollout log-probs). With
+// CheckPlan a missing file is no error.
+func (j *Job) readData(check Check) (*Data, spec.Errors) {
+	sp := j.Spec
+	path := sp.Data.Rollouts
+	at := sp.At("data.rollouts")
+	if path == "" {
+		return nil, nil // reported by the spec
+	}
+	if _, err := os.Stat(path); err != nil {
+		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, spec.Errors{spec.Errorf(at, "data.rollouts: %s: %v", path, unwrapPathErr(err))}
+	}
+	samples, err := rollout.Read(path)
+	var errs spec.Errors
+	if err != nil {
+		// The lines that decoded are checked too, so every problem of the
+		// file shows at once.
+		errs = lineErrors(at, path, err)
+		if len(samples) == 0 {
+			return nil, errs
+		}
+	}
+	var issues rollout.ErrorList
+	for _, sm := range sp.Models {
+		m := j.Models[sm.Name]
+		if m == nil || m.Config == nil || sm.CopyOf != "" {
+			continue
+		}
+		if err := rollout.CheckVocab(samples, m.Config.VocabSize); err != nil {
+			var l rollout.ErrorList
+			if errors.As(err, &l) {
+				issues = append(issues, l...)
+			}
+		}
+	}
+	for _, s := range samples {
+		if len(s.Tokens) > sp.Data.MaxSeqLen {
+			issues = append(issues, &rollout.LineError{Line: s.Line, Msg: fmt.Sprintf("sample %d has %d tokens, more than data.max_seq_len %d", s.Index, len(s.Tokens), sp.Data.MaxSeqLen)})
+		}
+	}
+	if _, err := rollout.Groups(samples, sp.Data.SamplesPerPrompt); err != nil {
+		var l rollout.ErrorList
+		if errors.As(err, &l) {
+			issues = append(issues, l...)
+		} else {
+			errs = append(errs, spec.Errorf(at, "data.rollouts: %s: %v", path, err))
+		}
+	}
+	if need := j.rolloutLogProbsNeeded(); need != "" && samples[0].RolloutLogProbs == nil {
+		errs = append(errs, spec.Errorf(at, "data.rollouts: %s has no rollout_log_probs, which %s needs", path, need))
+	}
+	if len(issues) > 0 {
+		errs = append(errs, lineErrors(at, path, issues)...)
+	}
+	B := sp.Data.RolloutSamples()
+	if B <= 0 || err != nil {
+		return nil, errs // reported: by the spec, or the lines that did not decode
+	}
+	if len(samples)%B != 0 {
+		errs = append(errs, spec.Errorf(at, "data.rollouts: %s holds %d samples, not a whole number of rollout batches of %d (rollout_batch_size %d × samples_per_prompt %d): %d left over",
+			path, len(samples), B, sp.Data.RolloutBatchSize, sp.Data.SamplesPerPrompt, len(samples)%B))
+		return nil, errs
+	}
+	d := &Data{Samples: samples}
+	for start := 0; start < len(samples); start += B {
+		idx := make([]int, B)
+		for k := range idx {
+			idx[k] = start + k
+		}
+		d.Batches = append(d.Batches, idx)
+	}
+	errs = append(errs, wholeGroups(path, samples, d.Batches)...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return d, nil
+}
+
+// wholeGroups reports prompt groups split between rollout batches: their
+// advantages are computed over one batch.
+func wholeGroups(path string, samples []rollout.Sample, batches [][]int) spec.Errors {
+	batchOf := map[int]int{}
+	var errs spec.Errors
+	for b, idx := range batches {
+		for _, i := range idx {
+			g := samples[i].Group
+			if prev, ok := batchOf[g]; ok && prev != b {
+				errs = append(errs, spec.Errorf(filePos(path, samples[i].Line), "group %d has samples in rollout batches %d and %d: a step's advantages are computed over whole groups, so a group's samples belong in one rollout batch", g, prev+1, b+1))
+				batchOf[g] = b
+				if len(errs) == maxDataErrors {
+					return errs
+				}
+				continue
+			}
+			batchOf[g] = b
+		}
+	}
+	return errs
+}
+
+// filePos is the position of a line of a data file.
+func filePos(path string, line int) spec.Pos { return spec.Pos{File: path, Line: line, Col: 1} }
+
+// rolloutLogProbsNeeded names what in the recipe needs the rollout
+// engine's log-probs, or "".
+func (j *Job) rolloutLogProbsNeeded() string {
+	for _, st := range j.Order {
+		if t, ok := j.Stages[st.ID].(*Train); ok {
+			switch {
+			case t.UseRolloutLogProbs:
+				return fmt.Sprintf("stage %q (use_rollout_log_probs)", st.ID)
+			case t.TIS != "":
+				return fmt.Sprintf("stage %q (tis: %s)", st.ID, t.TIS)
+			}
+		}
+	}
+	return ""
+}
+
+// lineErrors turns the problems of the rollout file into spec errors at
+// their lines of the file, the first maxDataErrors one by one.
+func lineErrors(at spec.Pos, path string, err error) spec.Errors {
+	var list rollout.ErrorList
+	var one *rollout.LineError
+	switch {
+	case errors.As(err, &list):
+	case errors.As(err, &one):
+		list = rollout.ErrorList{one}
+	default:
+		return spec.Errors{spec.Errorf(at, "data.rollouts: %v", err)}
+	}
+	var errs spec.Errors
+	for i, e := range list {
+		if i == maxDataErrors {
+			errs = append(errs, spec.Errorf(at, "data.rollouts: %s: %d more problems", path, len(list)-maxDataErrors))
+			break
+		}
+		if e.Line == 0 {
+			errs = append(errs, spec.Errorf(at, "data.rollouts: %s: %s", path, e.Msg))
+			continue
+		}
+		errs = append(errs, spec.Errorf(filePos(path, e.Line), "%s", e.Msg))
+	}
+	return errs
+}

@@ -1,0 +1,176 @@
+package stages
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/rl"
+)
+
+// The layout of the optimizer op's all-reduce buffer: the squared grad
+// norm, the update's tokens, adv_logp, then the loss metrics' vector.
+const (
+	redSumSq = iota
+	redTokens
+	redAdvLogP
+	redMetrics
+	redLen = redMetrics + rl.MetricsLen
+)
+
+// optimize declares the optimizer op: the global grad norm and the step's
+// metrics are all-reduced in one small buffer, grads are clipped, and AdamW
+// updates every unit's shard. When the master params and the optimizer
+// state are all offloaded, the grad norm, clipping and AdamW run on the
+// host (Rank.Host), where that memory is, after the device has finished the
+// step's grads; when only the optimizer state is offloaded, the device
+// updates each unit through staging buffers.
+func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
+	st := d.st
+	p.op("grad norm + AdamW")
+	red := p.buf(p.stage.ID+".opt.reduce", plan.Comm, gpu.F32, redLen)
+	onHost := st.Model.Offload && st.Model.OffloadOptimizer
+	var stage [4]*ref
+	if st.Model.OffloadOptimizer && !onHost {
+		var largest int64
+		for _, u := range st.Units {
+			largest = max(largest, u.ShardElems)
+		}
+		for k, nm := range []string{"grad", "m", "v", "param"} {
+			if nm == "param" && !st.Model.Offload {
+				continue
+			}
+			stage[k] = p.buf(p.stage.ID+".opt.stage."+nm, plan.Comm, gpu.F32, int(largest))
+		}
+	}
+	p.do(func() error {
+		r, b, ob := p.r, p.r.B, p.r.B
+		if d.adder != nil {
+			if err := d.adder.wait(); err != nil {
+				return err
+			}
+		}
+		if onHost {
+			// The grads were accumulated into host memory by the device's
+			// streams: wait for them.
+			if err := syncAll(r); err != nil {
+				return err
+			}
+			ob = r.Host
+		}
+		var sumsq float64
+		for _, u := range st.Units {
+			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
+			if err != nil {
+				return err
+			}
+			ss, err := ob.SumSquares(g)
+			if err != nil {
+				return err
+			}
+			sumsq += ss
+		}
+		vals := make([]float32, redLen)
+		vals[redSumSq], vals[redTokens], vals[redAdvLogP] = float32(sumsq), float32(acc.tokens), float32(acc.advLogP)
+		for k, x := range acc.metrics.Vector() {
+			vals[redMetrics+k] = float32(x)
+		}
+		if err := b.Upload(red.t, vals); err != nil {
+			return err
+		}
+		if r.Comm.Size() > 1 {
+			if err := r.Comm.AllReduce(p.ctx, red.t, nccl.Sum); err != nil {
+				return err
+			}
+		}
+		if err := b.Download(vals, red.t); err != nil {
+			return err
+		}
+		tr := p.job.Spec.Train
+		norm := math.Sqrt(float64(vals[redSumSq]))
+		coef := rl.ClipCoef(norm, tr.GradClip)
+		lr := schedule(tr).At(up.Index)
+		if math.IsNaN(norm) || math.IsInf(norm, 0) {
+			return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
+		}
+		for _, u := range st.Units {
+			if err := adamw(ob, p, st, u, stage, coef, lr, up.Index+1); err != nil {
+				return fmt.Errorf("AdamW on %s: %w", u.Name, err)
+			}
+		}
+		mv := make([]float64, rl.MetricsLen)
+		for k := range mv {
+			mv[k] = float64(vals[redMetrics+k])
+		}
+		values := rl.MetricsFromVector(mv).Values()
+		values["adv_logp"] = float64(vals[redAdvLogP])
+		r.Stats.Updates = append(r.Stats.Updates, UpdateStats{Index: up.Index, Epoch: up.Epoch, MiniBatch: up.MiniBatch,
+			GradNorm: norm, LR: lr, Tokens: int64(vals[redTokens]), Values: values})
+		return nil
+	})
+}
+
+// schedule is the learning-rate schedule of the train section; it counts
+// optimizer updates.
+func schedule(tr spec.Train) rl.Schedule {
+	return rl.Schedule{LR: tr.LR, MinLR: tr.MinLR, WarmupInitLR: tr.WarmupInitLR, WarmupSteps: tr.WarmupSteps, DecaySteps: tr.DecaySteps, Decay: tr.Decay}
+}
+
+// adamw clips and takes AdamW step step (1-based) of one unit's shard on
+// backend b.
+func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64, step int) error {
+	tr := p.job.Spec.Train
+	views := make([]gpu.Tensor, 4)
+	for k, buf := range []*ref{st.Grads, st.AdamM, st.AdamV} {
+		v, err := section(buf.t, u.GradOff, gpu.F32, u.ShardElems)
+		if err != nil {
+			return err
+		}
+		views[k] = v
+	}
+	pv, err := section(st.Params.t, u.Off, u.Master, u.ShardElems)
+	if err != nil {
+		return err
+	}
+	views[3] = pv
+	work := append([]gpu.Tensor(nil), views...)
+	for k := range work {
+		if stage[k] != nil {
+			sv, err := stage[k].t.Flat(0, int(u.ShardElems))
+			if err != nil {
+				return err
+			}
+			if err := b.Copy(sv, views[k]); err != nil {
+				return err
+			}
+			work[k] = sv
+		}
+	}
+	// The clip coefficient scales the grads as AdamW reads them (grads
+	// are not modified); 1 when the norm is within the clip.
+	if err := b.AdamW(work[3], work[0], work[1], work[2], gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
+		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}); err != nil {
+		return err
+	}
+	for k := 1; k < 4; k++ {
+		if stage[k] != nil {
+			if err := b.Copy(views[k], work[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// syncAll waits for the rank's default and side streams.
+func syncAll(r *Rank) error {
+	if r.Side != nil {
+		if err := r.Side.Sync(); err != nil {
+			return err
+		}
+	}
+	return r.B.Sync()
+}

@@ -1,0 +1,112 @@
+package stages
+
+import (
+	"fmt"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
+)
+
+// ShardState is the persistent FSDP2 state of one model on one rank.
+type ShardState struct {
+	Model  *Model
+	Fsdp   *ApplyFSDP2
+	Units  []*Unit
+	Params *ref // one section per unit, in the unit's master dtype
+	Grads  *ref // fp32, one section per unit; nil unless trainable
+	AdamM  *ref
+	AdamV  *ref
+}
+
+// Unit is one FSDP unit of a model on one rank.
+type Unit struct {
+	model.Unit
+	Name  string
+	Slots []model.Slot // the gathered layout (model.Config.Layout)
+	// Elems is the element count of the gathered unit: every parameter
+	// padded to dp*ceil(rows/dp) rows so each rank's dim-0 slice
+	// all-gathers in place (FSDP2's padded per-parameter sharding). The
+	// head of a tied model includes the embedding.
+	Elems int64
+	// ShardElems is the element count of this rank's shard of the unit's
+	// own parameters.
+	ShardElems int64
+	// SliceElems is Elems/dp: this rank's slice of the gathered unit,
+	// including a tied embedding that another unit owns.
+	SliceElems int64
+	// SliceOff is, per slot, its element offset in the rank's slice.
+	SliceOff []int64
+	// Master is the dtype of the stored shard: F32 (the fp32 master) for
+	// a trainable model, the unit's compute dtype for a frozen one.
+	Master gpu.DType
+	// Off and GradOff are the byte offsets of the unit's section in the
+	// params and in the fp32 grads / AdamW buffers.
+	Off, GradOff int64
+}
+
+// sliceOf returns slot k's part of t, a buffer laid out as the rank's slice
+// of u (SliceOff).
+func (u *Unit) sliceOf(t gpu.Tensor, k int) (gpu.Tensor, error) {
+	off := int(u.SliceOff[k])
+	return t.Flat(off, off+int(u.Slots[k].ShardElems()))
+}
+
+// Units returns the FSDP units of m sharded over dp ranks.
+func Units(m *Model, dp int) []*Unit {
+	cfg := m.Config
+	var out []*Unit
+	for _, u := range cfg.Units() {
+		nu := &Unit{Unit: u, Slots: cfg.Layout(u, dp)}
+		switch u.Kind {
+		case model.UnitEmbed:
+			nu.Name = "embed"
+		case model.UnitHead:
+			nu.Name = "head"
+		default:
+			nu.Name = fmt.Sprintf("layer%d", u.Index)
+		}
+		nu.Elems = model.LayoutElems(nu.Slots)
+		nu.ShardElems = model.LayoutShardElems(nu.Slots)
+		for _, s := range nu.Slots {
+			nu.SliceOff = append(nu.SliceOff, nu.SliceElems)
+			nu.SliceElems += s.ShardElems()
+		}
+		out = append(out, nu)
+	}
+	return out
+}
+
+// owner returns the unit whose shard holds slot s of unit u.
+func (st *ShardState) owner(u *Unit, s model.Slot) *Unit {
+	if s.Tied {
+		return st.Units[0]
+	}
+	return u
+}
+
+// paramShard is the view of slot s's rows in its owner's params shard.
+func (st *ShardState) paramShard(u *Unit, s model.Slot) (gpu.Tensor, error) {
+	o := st.owner(u, s)
+	return section(st.Params.t, o.Off+s.ShardOffset*int64(o.Master.Size()), o.Master, s.ShardElems())
+}
+
+// fp32Shard is the view of slot s's rows in an fp32 per-unit buffer (grads, m, v).
+func (st *ShardState) fp32Shard(buf *ref, u *Unit, s model.Slot) (gpu.Tensor, error) {
+	o := st.owner(u, s)
+	return section(buf.t, o.GradOff+s.ShardOffset*4, gpu.F32, s.ShardElems())
+}
+
+// section views elems elements of dt at byte offset off of t's memory.
+func section(t gpu.Tensor, off int64, dt gpu.DType, elems int64) (gpu.Tensor, error) {
+	return gpu.NewTensor(t.Mem, t.Off+off, dt, int(elems))
+}
+
+// dtypeOf maps a precision policy value to a dtype.
+func dtypeOf(dt string) gpu.DType {
+	if dt == "fp32" {
+		return gpu.F32
+	}
+	return gpu.BF16
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

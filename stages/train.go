@@ -1,0 +1,386 @@
+package stages
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/rl"
+	"github.com/rlpipe/rlpipe/stages/rollout"
+)
+
+func init() {
+	Register(Kind{Name: "train", Phase: spec.Step,
+		Doc: "the PPO/GRPO step: mini-batch updates over ppo_epochs; policy loss, KL, entropy; backward; grad clip; AdamW",
+		New: func() Stage { return NewTrain() }})
+}
+
+var _ Stage = (*Train)(nil)
+
+// Train runs the step's optimizer updates: it computes the advantages over
+// the rollout batch, then for each of train.ppo_epochs epochs cuts the
+// batch (in rollout order, or shuffled) into mini-batches of
+// data.global_batch_size samples, and for each mini-batch accumulates the
+// gradients of its micro-batches, clips them and takes an AdamW step. The
+// parameters of its `with:` block select the RL math of docs/rl.md.
+type Train struct {
+	Model              string  `yaml:"model"`
+	ChunkTokens        int     `yaml:"chunk_tokens"`
+	Advantage          string  `yaml:"advantage"` // grpo | reinforce++ | gspo
+	NormalizeStd       bool    `yaml:"normalize_std"`
+	PolicyLoss         string  `yaml:"policy_loss"` // ppo | cispo
+	EpsClip            float64 `yaml:"eps_clip"`
+	EpsClipHigh        float64 `yaml:"eps_clip_high"` // 0: same as eps_clip
+	DualClipC          float64 `yaml:"dual_clip_c"`   // 0: off
+	KL                 string  `yaml:"kl"`            // "" | k1 | k2 | k3 | low_var_kl
+	KLCoef             float64 `yaml:"kl_coef"`
+	KLUnbiased         bool    `yaml:"kl_unbiased"`
+	EntropyCoef        float64 `yaml:"entropy_coef"`
+	EntropyTempered    bool    `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z) (slime: off)
+	Aggregation        string  `yaml:"aggregation"`      // sample_mean | token_sum | token_mean | seq_mean_token_sum_norm
+	LossNormLen        int     `yaml:"loss_norm_len"`
+	UseRolloutLogProbs bool    `yaml:"use_rollout_log_probs"`
+	TIS                string  `yaml:"tis"` // "" | truncate | mask
+	TISCap             float64 `yaml:"tis_cap"`
+	// Batch, Ref and Old name the stages that feed the inputs of the same
+	// names, where more than one could (see Ports).
+	Batch string `yaml:"batch"`
+	Ref   string `yaml:"ref"`
+	Old   string `yaml:"old"`
+
+	// observe, when set (by tests), sees every micro-batch's loss inputs
+	// and outputs, on every rank.
+	observe func(lossEvent)
+}
+
+// lossEvent is one micro-batch's loss as Train.observe sees it.
+type lossEvent struct {
+	rank, step int
+	up         update
+	pk         *rollout.Packed
+	in         *rl.Batch
+	out        rl.Output
+}
+
+// NewTrain returns the train stage with its defaults (slime's).
+func NewTrain() *Train {
+	return &Train{Model: "actor", ChunkTokens: DefaultChunkTokens, Advantage: "grpo", NormalizeStd: true,
+		PolicyLoss: rl.PolicyLossPPO, EpsClip: 0.2, Aggregation: rl.AggSampleMean}
+}
+
+// Ports declares the inputs: the batch, the model's weights, the reference
+// log-probs when a KL term is on, and the old log-probs (optional: without
+// them and without use_rollout_log_probs, l_old is the update's own
+// detached log-probs, which is exact only for the step's first update, so
+// Validate requires them when a step makes several). It writes the model's
+// weights.
+func (s *Train) Ports(*spec.Spec) Ports {
+	in := []Input{
+		{Port: Port{Name: "batch", Type: TypeBatch}},
+		{Port: Port{Name: "weights", Type: TypeWeights(s.Model)}},
+	}
+	if s.KL != "" {
+		in = append(in, Input{Port: Port{Name: "ref", Type: TypeRefLogProbs}})
+	}
+	if !s.UseRolloutLogProbs {
+		in = append(in, Input{Port: Port{Name: "old", Type: TypeOldLogProbs}, Optional: true})
+	}
+	return Ports{In: in, Out: []Port{{Name: "weights", Type: TypeWeights(s.Model)}}}
+}
+
+func (s *Train) lossConfig() rl.LossConfig {
+	return rl.LossConfig{Advantage: s.Advantage, NormalizeStd: s.NormalizeStd, EpsClip: s.EpsClip, EpsClipHigh: s.EpsClipHigh,
+		DualClipC: s.DualClipC, KL: s.KL, KLCoef: s.KLCoef, KLUnbiased: s.KLUnbiased, EntropyCoef: s.EntropyCoef,
+		Aggregation: s.Aggregation, LossNormLen: s.LossNormLen, PolicyLoss: s.PolicyLoss,
+		UseRolloutLogProbs: s.UseRolloutLogProbs, TIS: s.TIS, TISCap: s.TISCap}
+}
+
+// Validate checks the model, the loss parameters, and that the inputs the
+// loss needs are fed.
+func (s *Train) Validate(vc *ValidateContext) spec.Errors {
+	m, errs := vc.model("model", s.Model)
+	if m != nil && m.Spec.Role != "actor" {
+		errs = append(errs, vc.Errorf("model", "train updates model %q whose role is %q; only the actor is trained", s.Model, m.Spec.Role))
+	}
+	if s.ChunkTokens < 1 || s.ChunkTokens > maxTokensBound {
+		errs = append(errs, vc.Errorf("chunk_tokens", "chunk_tokens must be in [1, %d], got %d", maxTokensBound, s.ChunkTokens))
+	}
+	cfg := s.lossConfig()
+	if err := cfg.Validate(); err != nil {
+		// The message starts with the offending key: "eps_clip: ...".
+		key, _, _ := strings.Cut(err.Error(), ":")
+		errs = append(errs, vc.Errorf(key, "%v", err))
+	}
+	if s.Ref != "" && s.KL == "" {
+		errs = append(errs, vc.Errorf("ref", "ref names the reference log-probs of the KL term, but kl is not set"))
+	}
+	if s.Old != "" && s.UseRolloutLogProbs {
+		errs = append(errs, vc.Errorf("old", "old names the actor's log-probs, but use_rollout_log_probs makes l_old the rollout's"))
+	}
+	sp := vc.Job.Spec
+	hasOld := vc.Input("old") != nil
+	switch {
+	case s.UseRolloutLogProbs || hasOld || vc.Node == nil:
+	case s.TIS != "":
+		errs = append(errs, vc.Errorf("tis", "tis weighs by exp(l_old − l_rollout) with l_old the actor's log-probs before the step: add an actor_logprob stage"))
+	case sp.UpdatesPerStep() > 1:
+		errs = append(errs, spec.Errorf(vc.Stage.UsesPos, "stage %q makes %d updates per step (train.ppo_epochs %d × %d mini-batches of data.global_batch_size %d in a rollout batch of %d): the ratio needs the log-probs from before the step's first update; add an actor_logprob stage, or set use_rollout_log_probs",
+			vc.Stage.ID, sp.UpdatesPerStep(), sp.Train.PPOEpochs, sp.Data.RolloutSamples()/max(sp.Data.GlobalBatchSize, 1), sp.Data.GlobalBatchSize, sp.Data.RolloutSamples()))
+	}
+	return errs
+}
+
+// Plan declares one update of one micro-batch: forward, loss, backward,
+// the grad reductions and the optimizer step. Every update of every step
+// runs through these ops again; nothing is allocated per update.
+func (s *Train) Plan(pc *PlanContext) error { return pc.run(s.program) }
+
+// Run makes the step's updates on this rank.
+func (s *Train) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
+
+// update is one optimizer update of a step.
+type update struct {
+	Index     int // 0-based over the run: the schedule's and AdamW's step
+	Epoch     int // 1-based
+	MiniBatch int // 1-based within the epoch
+	Samples   []int
+	micro     []*rollout.Packed // this rank's micro-batches
+	norm      rl.Norm
+}
+
+// stepInputs are what the loss reads besides the model's outputs.
+type stepInputs struct {
+	batch    *Batch
+	adv      []float64 // by batch index
+	ref, old *TokenValues
+}
+
+func (s *Train) program(p *prog) {
+	in := stepInputs{}
+	in.batch, _ = p.in("batch").(*Batch)
+	st, _ := p.in("weights").(*ShardState)
+	if s.KL != "" {
+		in.ref, _ = p.in("ref").(*TokenValues)
+	}
+	if !s.UseRolloutLogProbs {
+		in.old, _ = p.in("old").(*TokenValues)
+	}
+	if p.err != nil {
+		return
+	}
+	if st.Grads == nil {
+		p.fail(fmt.Errorf("model %q is not trainable", s.Model))
+		return
+	}
+	d := newDecoder(p, st, in.batch.Tokens, s.ChunkTokens, s.EntropyTempered)
+	ups := []update{{micro: []*rollout.Packed{nil}}}
+	if p.running() {
+		var err error
+		if in.adv, err = s.advantages(in.batch); err == nil {
+			ups, err = s.updates(p, in)
+		}
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		p.r.Stats = StepStats{}
+	}
+	first := p.now() + 1
+	for u := range ups {
+		if u > 0 {
+			p.rewind(first)
+		}
+		s.update(p, d, in, &ups[u])
+	}
+	if p.running() && p.err == nil {
+		p.r.Stats.summarize()
+	}
+	p.out("weights", st)
+}
+
+// update declares (and runs) one optimizer update.
+func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
+	p.op("zero grads")
+	var acc updateSums
+	if p.running() {
+		d.beginUpdate()
+	}
+	var ring *ref
+	if d.st.Model.OffloadOptimizer {
+		ring = d.planHostAdds()
+	}
+	start := p.now() + 1
+	for mb, pk := range up.micro {
+		if mb > 0 {
+			p.rewind(start)
+		}
+		d.setBatch(pk)
+		io := d.inputs(true, true)
+		d.forward(true)
+		d.headForward(true)
+		p.op("loss (host)")
+		p.do(func() error { return s.loss(p, d, in, up, pk, &acc) })
+		d.backward()
+		until(p.now(), io...)
+		acc.tokens += int64(d.T)
+	}
+	s.optimize(p, d, up, &acc)
+	until(p.now(), ring)
+	if d.adder != nil {
+		// The optimizer waited for the host adds; after an error it did not
+		// run, and adds still queued must finish before the ring and the
+		// grads are freed.
+		_ = d.adder.wait()
+	}
+}
+
+// advantages computes r̂ of every sample of the batch, once per step.
+func (s *Train) advantages(b *Batch) ([]float64, error) {
+	rewards := make([]float64, len(b.Samples))
+	groups := make([]int, len(b.Samples))
+	for k, sm := range b.Samples {
+		rewards[k], groups[k] = sm.Reward, sm.Group
+	}
+	adv, err := rl.Advantages(rewards, groups, s.Advantage, s.NormalizeStd)
+	if err != nil {
+		return nil, fmt.Errorf("advantages: %w", err)
+	}
+	return adv, nil
+}
+
+// updates lays out the step's updates: for each epoch the batch's visiting
+// order, cut into mini-batches of global_batch_size samples, each balanced
+// over the dp ranks and packed into this rank's micro-batches, with the
+// mini-batch's normalisers.
+func (s *Train) updates(p *prog, in stepInputs) ([]update, error) {
+	sp, b := p.job.Spec, in.batch
+	gbs, B := sp.Data.GlobalBatchSize, len(b.Samples)
+	if B == 0 || B%gbs != 0 {
+		return nil, fmt.Errorf("a rollout batch of %d samples does not split into mini-batches of data.global_batch_size %d", B, gbs)
+	}
+	nMini := B / gbs
+	perStep := sp.Train.PPOEpochs * nMini
+	groups := make([]int, B)
+	for k, sm := range b.Samples {
+		groups[k] = sm.Group
+	}
+	cfg := s.lossConfig()
+	lengths := b.Lengths()
+	var ups []update
+	for e := 0; e < sp.Train.PPOEpochs; e++ {
+		order := rollout.EpochOrder(groups, sp.Train.Shuffle, sp.Train.ShuffleGroups, sp.Train.Seed, p.r.Step, e+1)
+		for k := 0; k < nMini; k++ {
+			up := update{Index: (p.r.Step-1)*perStep + e*nMini + k, Epoch: e + 1, MiniBatch: k + 1,
+				Samples: order[k*gbs : (k+1)*gbs]}
+			up.norm = rl.Norm{DP: sp.Mesh.DP, Samples: gbs}
+			for _, i := range up.Samples {
+				var old, ro []float32
+				if cfg.TIS != "" {
+					old, ro = in.old.Values[b.RespOff[i]:b.RespOff[i+1]], b.Samples[i].RolloutLogProbs
+				}
+				tok, pg, err := cfg.TokenCounts(b.Samples[i].LossMask, padTo(old, b.Samples[i].ResponseLength), ro)
+				if err != nil {
+					return nil, err
+				}
+				up.norm.Tokens += tok
+				up.norm.PGTokens += pg
+			}
+			plans, err := rollout.Plan(lengths, up.Samples, sp.Mesh.DP, b.Tokens)
+			if err != nil {
+				return nil, err
+			}
+			for _, idx := range plans[p.r.ID] {
+				pk, err := b.Pack(idx)
+				if err != nil {
+					return nil, err
+				}
+				up.micro = append(up.micro, pk)
+			}
+			ups = append(ups, up)
+		}
+	}
+	return ups, nil
+}
+
+// padTo returns v, or a zero slice of n entries when v is nil (TokenCounts
+// reads the old log-probs only under tis).
+func padTo(v []float32, n int) []float32 {
+	if v == nil {
+		return make([]float32, n)
+	}
+	return v
+}
+
+// updateSums accumulates an update's metric contributions on this rank.
+type updateSums struct {
+	metrics rl.Metrics
+	advLogP float64
+	tokens  int64
+}
+
+// loss computes the loss of micro-batch pk on the host and uploads dL/dl
+// and dL/dH.
+func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout.Packed, acc *updateSums) error {
+	b := p.r.B
+	N := d.N
+	logp, ent := make([]float32, N), make([]float32, N)
+	if err := b.Download(logp, d.io.logp.t); err != nil {
+		return err
+	}
+	if err := b.Download(ent, d.io.entropy.t); err != nil {
+		return err
+	}
+	batch := &rl.Batch{LogP: logp, Entropy: ent, Mask: pk.Mask}
+	S := pk.NumSamples()
+	for j := 0; j < S; j++ {
+		batch.Lengths = append(batch.Lengths, pk.RespStart[j+1]-pk.RespStart[j])
+		batch.Advantages = append(batch.Advantages, in.adv[pk.SampleIndex[j]])
+	}
+	var err error
+	switch {
+	case s.UseRolloutLogProbs:
+		if pk.RolloutLogProbs == nil {
+			return fmt.Errorf("use_rollout_log_probs is set but the rollouts have no rollout_log_probs")
+		}
+		batch.OldLogP = pk.RolloutLogProbs
+	case in.old != nil:
+		if batch.OldLogP, err = in.old.Gather(in.batch, pk); err != nil {
+			return fmt.Errorf("old log-probs: %w", err)
+		}
+		batch.RolloutLogP = pk.RolloutLogProbs
+	default:
+		batch.OldLogP = logp // one update per step: the ratio is 1 and only its gradient matters
+		batch.RolloutLogP = pk.RolloutLogProbs
+	}
+	if s.KL != "" {
+		if batch.RefLogP, err = in.ref.Gather(in.batch, pk); err != nil {
+			return fmt.Errorf("ref log-probs: %w", err)
+		}
+	}
+	var out rl.Output
+	if err := rl.ComputeLoss(s.lossConfig(), batch, up.norm, &out); err != nil {
+		return err
+	}
+	if s.observe != nil {
+		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
+	}
+	acc.metrics.Add(out.Metrics)
+	// The reward-weighted objective (1/GBS) Σ_i Â_i · mean_t m·l: what the
+	// policy gradient raises (logged as adv_logp).
+	for i, off := 0, 0; i < S; i++ {
+		var sum, cnt float64
+		for t := off; t < off+batch.Lengths[i]; t++ {
+			sum += float64(batch.Mask[t]) * float64(logp[t])
+			cnt += float64(batch.Mask[t])
+		}
+		if cnt > 0 {
+			acc.advLogP += batch.Advantages[i] * sum / cnt / float64(up.norm.Samples)
+		}
+		off += batch.Lengths[i]
+	}
+	if err := b.Upload(d.io.dlogp.t, out.DLogP); err != nil {
+		return err
+	}
+	return b.Upload(d.io.dentropy.t, out.DEntropy)
+}
