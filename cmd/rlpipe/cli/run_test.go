@@ -1,6 +1,10 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,12 +29,15 @@ func onlyRun(t *testing.T, root string) *jobs.Run {
 	return r
 }
 
-// TestRunResumeExport runs the embedded default in two halves (--steps, then
-// --resume) and whole, and checks that the halves reproduce the whole run,
-// that the record holds what it should, and that the export is a valid HF
-// checkpoint.
+// TestRunResumeExport runs the embedded default whole, in two halves
+// (--steps, then --resume), and stopped by a signal after its first step
+// then resumed from another working directory, and checks that both
+// interrupted runs reproduce the whole run, that the record holds what it
+// should, that the export is a valid HF checkpoint, that a run whose
+// export was lost is resumed to write it again, and that rlpipe export
+// writes any committed checkpoint.
 func TestRunResumeExport(t *testing.T) {
-	whole, halves := t.TempDir(), t.TempDir()
+	whole, halves, signaled := t.TempDir(), t.TempDir(), t.TempDir()
 	if code, out, errs := runCLI(t, "run", "--runs", whole, tinySpec); code != exitOK {
 		t.Fatalf("run exit %d\n%s%s", code, out, errs)
 	}
@@ -45,20 +52,49 @@ func TestRunResumeExport(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "succeeded: steps 6-12 of 12") {
 		t.Fatalf("resume: exit %d\n%s%s", code, out, errs)
 	}
+	// A signal during the run: the step finishes, is checkpointed, and the
+	// run stops; resumed from elsewhere with the record's own spec, it
+	// finishes.
+	var sout, serr bytes.Buffer
+	env := newCLI(&sout, &serr)
+	env.stop.Store(true)
+	if code := env.main(context.Background(), []string{"run", "--runs", signaled, tinySpec}); code != exitCanceled || !strings.Contains(sout.String(), "stopped: steps 1-1 of 12") {
+		t.Fatalf("run with a stop signal: exit %d\n%s%s", code, sout.String(), serr.String())
+	}
+	stopped := onlyRun(t, signaled)
+	if m := stopped.Meta(); m.Status != jobs.StatusStopped || !strings.Contains(m.Error, "signal") {
+		t.Errorf("after the signal the run is %s (%q), want stopped by a signal", m.Status, m.Error)
+	}
+	if step, _, ok, err := stopped.LatestCheckpoint(); !ok || err != nil || step != 1 {
+		t.Errorf("after the signal the latest checkpoint is step %d (%v, %v), want 1", step, ok, err)
+	}
+	t.Run("resume from another directory", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		code, out, errs := runCLI(t, "run", "--resume", stopped.Dir())
+		if code != exitOK || !strings.Contains(out, "succeeded: steps 2-12 of 12") {
+			t.Fatalf("exit %d\n%s%s", code, out, errs)
+		}
+	})
 	a, err := onlyRun(t, whole).Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := onlyRun(t, halves).Metrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(a) != 12 || len(b) != 12 {
-		t.Fatalf("metrics lines: whole %d, resumed %d; want 12", len(a), len(b))
-	}
-	for i := range a {
-		if a[i].Step != b[i].Step || a[i].Loss != b[i].Loss || a[i].GradNorm != b[i].GradNorm || a[i].KL != b[i].KL {
-			t.Errorf("step %d: resumed run differs: loss %v/%v grad_norm %v/%v kl %v/%v", a[i].Step, b[i].Loss, a[i].Loss, b[i].GradNorm, a[i].GradNorm, b[i].KL, a[i].KL)
+	for _, other := range []string{halves, signaled} {
+		b, err := onlyRun(t, other).Metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a) != 12 || len(b) != 12 {
+			t.Fatalf("metrics lines: whole %d, resumed %d; want 12", len(a), len(b))
+		}
+		for i := range a {
+			if a[i].Step != b[i].Step || a[i].Loss != b[i].Loss || a[i].GradNorm != b[i].GradNorm || a[i].KL != b[i].KL || a[i].Updates != 1 {
+				t.Errorf("step %d: resumed run differs: loss %v/%v grad_norm %v/%v kl %v/%v updates %d", a[i].Step, b[i].Loss, a[i].Loss, b[i].GradNorm, a[i].GradNorm, b[i].KL, a[i].KL, a[i].Updates)
+			}
+		}
+		ups, err := onlyRun(t, other).Updates()
+		if err != nil || len(ups) != 12 || ups[11].Update != 12 || ups[11].Loss != a[11].Loss {
+			t.Errorf("updates.jsonl: %d lines (%v), last %+v; want one per step, equal to the step's", len(ups), err, ups[len(ups)-1])
 		}
 	}
 	if first, last := a[0].Extra["adv_logp"], a[11].Extra["adv_logp"]; !(last > first) {
@@ -103,6 +139,40 @@ func TestRunResumeExport(t *testing.T) {
 	if same {
 		t.Error("exported weights equal the initial checkpoint's")
 	}
+	// The export lost after training finished (killed while writing it):
+	// resume writes it again, from the last checkpoint, identical.
+	exported := readAll(t, filepath.Join(exp, "model.safetensors"))
+	if err := os.RemoveAll(exp); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetExported(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetStatus(jobs.StatusFailed, errors.New("killed while exporting")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runCLI(t, "run", "--resume", r.Dir())
+	if code != exitOK || !strings.Contains(out, "training had finished at step 12") {
+		t.Fatalf("resume to finish the export: exit %d\n%s%s", code, out, errs)
+	}
+	if again := readAll(t, filepath.Join(exp, "model.safetensors")); !bytes.Equal(again, exported) {
+		t.Error("the export written from the checkpoint differs from the run's own")
+	}
+	if code, out, errs = runCLI(t, "run", "--resume", r.Dir()); code != exitInvalid && code != exitFailed {
+		t.Errorf("resuming a succeeded run: exit %d\n%s%s", code, out, errs)
+	}
+	// rlpipe export: any committed checkpoint, on the host.
+	code, out, errs = runCLI(t, "export", "--step", "6", r.Dir())
+	if code != exitOK || !strings.Contains(out, "at step 6") {
+		t.Fatalf("export --step 6: exit %d\n%s%s", code, out, errs)
+	}
+	step6 := filepath.Join(r.Dir(), "export", "actor-step-6")
+	if _, err := model.OpenCheckpoint(step6); err != nil {
+		t.Errorf("export --step 6: %v", err)
+	}
+	if code, _, errs = runCLI(t, "export", "--step", "5", r.Dir()); code != exitFailed || !strings.Contains(errs, "committed: [6 12]") {
+		t.Errorf("export --step 5 (no checkpoint): exit %d\n%s", code, errs)
+	}
 	code, out, _ = runCLI(t, "jobs", "list", "--runs", whole)
 	if code != exitOK || !strings.Contains(out, r.ID()[:8]) || !strings.Contains(out, "succeeded") {
 		t.Errorf("jobs list: exit %d\n%s", code, out)
@@ -110,5 +180,57 @@ func TestRunResumeExport(t *testing.T) {
 	code, out, _ = runCLI(t, "jobs", "show", "--runs", whole, r.ID()[:8])
 	if code != exitOK || !strings.Contains(out, "adv_logp=") || !strings.Contains(out, "ckpts    steps 6, 12") {
 		t.Errorf("jobs show: exit %d\n%s", code, out)
+	}
+}
+
+func readAll(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPPORecipe runs examples/tiny-ppo.yaml, 8 updates per step, and reads
+// updates.jsonl: each step's first update has ratio 1, no clipping and no
+// PPO KL; later updates of the step move the ratio and clip.
+func TestPPORecipe(t *testing.T) {
+	root := t.TempDir()
+	ppo := filepath.Join("..", "..", "..", "examples", "tiny-ppo.yaml")
+	if code, out, errs := runCLI(t, "run", "--runs", root, ppo); code != exitOK {
+		t.Fatalf("run exit %d\n%s%s", code, out, errs)
+	}
+	r := onlyRun(t, root)
+	ups, err := r.Updates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := r.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 32 || len(steps) != 4 || steps[0].Updates != 8 {
+		t.Fatalf("%d update lines, %d step lines (%d updates in step 1); want 32, 4 and 8", len(ups), len(steps), steps[0].Updates)
+	}
+	for step := 1; step <= 4; step++ {
+		clipped, moved := false, false
+		for _, u := range ups[(step-1)*8 : step*8] {
+			if u.Step != step {
+				t.Fatalf("update %d is in step %d, want %d", u.Update, u.Step, step)
+			}
+			ratio := u.Extra["ratio"]
+			if u.Epoch == 1 && u.MiniBatch == 1 {
+				if math.Abs(ratio-1) > 1e-6 || u.ClipFrac != 0 || u.Extra["ppo_kl"] != 0 {
+					t.Errorf("step %d's first update: ratio %v, clipfrac %v, ppo_kl %v; want 1, 0, 0", step, ratio, u.ClipFrac, u.Extra["ppo_kl"])
+				}
+				continue
+			}
+			moved = moved || math.Abs(ratio-1) > 1e-4
+			clipped = clipped || u.ClipFrac > 0
+		}
+		if !moved || !clipped {
+			t.Errorf("step %d: after the first update the ratio moved: %v, tokens clipped: %v", step, moved, clipped)
+		}
 	}
 }
