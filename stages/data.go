@@ -42,8 +42,8 @@ func (j *Job) readData(check Check) (*Data, spec.Errors) {
 	sp := j.Spec
 	path := sp.Data.Rollouts
 	at := sp.At("data.rollouts")
-	if path == "" {
-		return nil, nil // reported by the spec
+	if path == "" || check == CheckRunOwnData {
+		return nil, nil // reported by the spec, or the caller's
 	}
 	if _, err := os.Stat(path); err != nil {
 		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {

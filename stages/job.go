@@ -61,6 +61,9 @@ const (
 	// CheckPlan requires what `rlpipe plan` needs: the models' configs.
 	// Weights and the rollout file are checked when present.
 	CheckPlan
+	// CheckRunOwnData is CheckRun without the rollout file: the caller
+	// reads its samples and sets Job.Data itself (rlpipe logprobs).
+	CheckRunOwnData
 )
 
 // Resolve validates s in one pass and returns the job: it decodes every

@@ -114,3 +114,8 @@ func (r *Rank) shards() map[string]*ShardState {
 	}
 	return out
 }
+
+// Output returns the value stage id wrote to its output port this step
+// (or during setup), or nil when it wrote none: for callers that look at a
+// step's results from RunOptions.AfterStep.
+func (r *Rank) Output(id, port string) any { return r.values[id+"."+port] }

@@ -58,6 +58,7 @@ func commands() []command {
 		{"graph", "print the stage DAG (text, --json or --dot)", cmdGraph},
 		{"run", "run the job (or --resume a run) and record it under ./runs", cmdRun},
 		{"export", "write a run's model, at any committed checkpoint, as an HF checkpoint", cmdExport},
+		{"logprobs", "a model's per-token log-probs of a rollout file, and their mismatch with the rollout's", cmdLogprobs},
 		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
 		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
