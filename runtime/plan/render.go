@@ -16,6 +16,9 @@ type Header struct {
 	Ranks     int    `json:"ranks"`
 	DP        int    `json:"dp"`
 	Tokens    int    `json:"tokens_per_micro_batch"` // micro-batch token budget per GPU
+	// Updates is the number of optimizer updates a training step makes
+	// (ppo_epochs × mini-batches); the plan holds one, reused by all.
+	Updates int `json:"updates_per_step"`
 }
 
 // Fits reports whether the device total fits in the GPU's memory.
@@ -49,7 +52,7 @@ func unitFor(peak int64) unit {
 // per stage with the bytes in use at the stage's peak op by category, the
 // overall peak marked, then the arena, the reserves and FITS / DOES NOT FIT.
 func (p *Plan) Render(w io.Writer, h Header) error {
-	fmt.Fprintf(w, "%s: %d rank(s), dp %d, %d tokens per micro-batch per GPU\n", h.Job, h.Ranks, h.DP, h.Tokens)
+	fmt.Fprintf(w, "%s: %d rank(s), dp %d, %d tokens per micro-batch per GPU, %d optimizer update(s) per step\n", h.Job, h.Ranks, h.DP, h.Tokens, h.Updates)
 	u := unitFor(p.PeakBytes)
 	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
 	fmt.Fprintf(w, "per-GPU device memory in use at each stage's peak op (%s)\n", u.name)

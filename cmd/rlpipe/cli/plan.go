@@ -97,7 +97,7 @@ func header(l *loaded) plan.Header {
 		tokens = l.spec.Data.MaxTokensPerGPU
 	}
 	return plan.Header{Job: l.spec.Name, GPUName: l.job.GPU.Name, GPUBytes: l.job.GPU.Bytes, GPUSource: l.job.GPU.Source,
-		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens}
+		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens, Updates: l.spec.UpdatesPerStep()}
 }
 
 func cmdGraph(_ context.Context, env *cli, args []string) int {
