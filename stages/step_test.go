@@ -2,14 +2,18 @@ package stages
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/rl"
+	"github.com/rlpipe/rlpipe/stages/rollout"
 )
 
 // stepRun is what a run of the real step shows a test: every micro-batch's
@@ -322,5 +326,83 @@ func TestEpochsShuffle(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r.steps[1].Stats.Values, again.steps[1].Stats.Values) {
 		t.Errorf("the same seed gave other metrics: %v vs %v", r.steps[1].Stats.Values, again.steps[1].Stats.Values)
+	}
+}
+
+// TestTokenMeanTISMask runs token_mean aggregation with TIS in mask mode on
+// 2 ranks, on the tiny rollouts given rollout log-probs of -6 for every
+// token (so exp(l_old − l_rollout) exceeds the cap 2 on some tokens and not
+// on others): every micro-batch's normalisers must be the whole
+// mini-batch's token counts N and N', recomputed here in float64 from the
+// samples, the old log-probs and the TIS rule; the masked tokens must leave
+// N' below N; and the update's logged TIS and mismatch metrics must be
+// there.
+func TestTokenMeanTISMask(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink(mustAbs(t, filepath.Join("..", "examples", "models")), filepath.Join(dir, "models")); err != nil {
+		t.Fatal(err)
+	}
+	samples, err := rollout.Read(filepath.Join("..", "examples", "data", "tiny-rollouts.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const roLogP = -6
+	for i := range samples {
+		samples[i].RolloutLogProbs = make([]float32, samples[i].ResponseLength)
+		for k := range samples[i].RolloutLogProbs {
+			samples[i].RolloutLogProbs[k] = roLogP
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := rollout.Write(filepath.Join(dir, "data", "tiny-rollouts.jsonl"), samples); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(readFile(t, filepath.Join("..", "examples", "tiny-grpo.yaml")), "        entropy_coef: 0.001", "        entropy_coef: 0.001\n        aggregation: token_mean\n        tis: mask", 1)
+	path := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Train.Steps = 2
+	r := runStep(t, s, 2)
+	capC := rl.DefaultTISCap
+	masked := 0
+	for idx, evs := range r.byUpdate() {
+		step := idx + 1
+		b, old := r.batch[step], r.old[step]
+		var n, np float64
+		for _, i := range evs[0].up.Samples {
+			for k, m := range b.Samples[i].LossMask {
+				l := float64(old.Values[b.RespOff[i]+k])
+				n += float64(m)
+				if math.Exp(l-roLogP) <= capC {
+					np += float64(m)
+				} else if m > 0 {
+					masked++
+				}
+			}
+		}
+		for _, e := range evs {
+			if e.up.norm.Tokens != n || e.up.norm.PGTokens != np {
+				t.Errorf("update %d rank %d: normalisers N %v N' %v, want the mini-batch's %v and %v", idx, e.rank, e.up.norm.Tokens, e.up.norm.PGTokens, n, np)
+			}
+		}
+		v := r.steps[idx].Stats.Updates[0].Values
+		for _, name := range []string{"tis_weight", "tis_clipfrac", "mismatch_abs", "mismatch_k3"} {
+			if _, ok := v[name]; !ok {
+				t.Errorf("update %d logs no %s: %v", idx, name, v)
+			}
+		}
+		if !(v["tis_clipfrac"] > 0 && v["tis_clipfrac"] < 1) {
+			t.Errorf("update %d: tis_clipfrac %v, want some tokens masked and some kept", idx, v["tis_clipfrac"])
+		}
+	}
+	if masked == 0 {
+		t.Error("no token exceeds the cap: the test data does not exercise the mask")
 	}
 }
