@@ -260,12 +260,10 @@ func (g *Graph) producer(n *Node, in Input, f *Flow, ids []string) (*Edge, *spec
 	}
 	names := make([]string, len(cands))
 	for i, c := range cands {
-		names[i] = strconvQuote(c.Stage.ID)
+		names[i] = fmt.Sprintf("%q", c.Stage.ID)
 	}
 	return nil, spec.Errorf(n.Stage.UsesPos, "%s: %d stages produce it (%s); name one with `with: {%s: ID}`", what, len(cands), strings.Join(names, ", "), in.Name)
 }
-
-func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
 
 // outputList lists a node's outputs as "name (type)".
 func outputList(n *Node) string {

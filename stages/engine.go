@@ -243,8 +243,10 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 			r.Profile = map[string]time.Duration{}
 		}
 		t0 := time.Now()
-		// A step reads only what its stages write this step.
+		// A step reads only what its stages write this step, and reports
+		// only what they report.
 		r.values.clearStep(g)
+		r.Stats = StepStats{}
 		if j.Data != nil {
 			r.values[SourceRollouts] = j.Data.Step(step)
 		}

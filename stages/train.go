@@ -184,7 +184,6 @@ func (s *Train) program(p *prog) {
 			p.fail(err)
 			return
 		}
-		p.r.Stats = StepStats{}
 	}
 	first := p.now() + 1
 	for u := range ups {

@@ -35,8 +35,13 @@ shard files on the host and needs no GPU.
 		fs.Usage()
 		return exitUsage
 	}
-	if err := checkRunFlags("", "auto", *step, *dtype); err != nil {
-		return env.usageError("%v", err)
+	if *step < 0 {
+		return env.usageError("--step: %d is negative", *step)
+	}
+	if *dtype != "" {
+		if _, err := stages.ExportDType(*dtype); err != nil {
+			return env.usageError("--dtype: %v", err)
+		}
 	}
 	rec, err := openRun(*root, fs.Arg(0))
 	if err != nil {
