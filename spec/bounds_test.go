@@ -9,7 +9,8 @@ import (
 )
 
 // TestBounds checks every integer key at its bounds: the bounds parse, and
-// one past either bound (and a number beyond int64) is an error at the value.
+// one past either bound (and a number beyond int64) is an error at the value
+// that leaves the key's default, or 0, in the partial spec.
 func TestBounds(t *testing.T) {
 	// Sections in which every bound of the key below passes the cross-checks.
 	const (
@@ -23,23 +24,24 @@ func TestBounds(t *testing.T) {
 		get     func(*Spec) int64
 		valid   []string // values that parse, default lo and hi
 		own     string   // the key's section, which ends with the key; default below
+		reset   int64    // the value of the partial spec when the key's value is out of bounds
 	}{
-		{"mesh.nodes", bigData, "1", "1024", func(s *Spec) int64 { return int64(s.Mesh.Nodes) }, nil, ""},
-		{"mesh.gpus_per_node", bigData, "1", "64", func(s *Spec) int64 { return int64(s.Mesh.GPUsPerNode) }, nil, ""},
-		{"mesh.dp", bigData, "1", "65536", func(s *Spec) int64 { return int64(s.Mesh.DP) }, []string{"65536"}, "mesh:\n  nodes: 1024\n  gpus_per_node: 64\n"},
-		{"data.global_batch_size", "", "1", "1048576", func(s *Spec) int64 { return int64(s.Data.GlobalBatchSize) }, nil, ""},
-		{"data.samples_per_prompt", "", "1", "65536", func(s *Spec) int64 { return int64(s.Data.SamplesPerPrompt) }, nil, ""},
+		{"mesh.nodes", bigData, "1", "1024", func(s *Spec) int64 { return int64(s.Mesh.Nodes) }, nil, "", 1},
+		{"mesh.gpus_per_node", bigData, "1", "64", func(s *Spec) int64 { return int64(s.Mesh.GPUsPerNode) }, nil, "", 1},
+		{"mesh.dp", bigData, "1", "65536", func(s *Spec) int64 { return int64(s.Mesh.DP) }, []string{"65536"}, "mesh:\n  nodes: 1024\n  gpus_per_node: 64\n", 65536},
+		{"data.global_batch_size", "", "1", "1048576", func(s *Spec) int64 { return int64(s.Data.GlobalBatchSize) }, nil, "", 0},
+		{"data.samples_per_prompt", "", "1", "65536", func(s *Spec) int64 { return int64(s.Data.SamplesPerPrompt) }, nil, "", 1},
 		{"data.rollout_batch_size", "", "1", "1048576", func(s *Spec) int64 { return int64(s.Data.RolloutBatchSize) }, nil,
-			"data:\n  rollouts: r\n  global_batch_size: 1\n  max_tokens_per_gpu: 1\n"},
-		{"data.max_tokens_per_gpu", "", "1", "16777216", func(s *Spec) int64 { return int64(s.Data.MaxTokensPerGPU) }, nil, ""},
-		{"data.max_seq_len", "", "1", "16777216", func(s *Spec) int64 { return int64(s.Data.MaxSeqLen) }, nil, ""},
-		{"train.steps", bigMesh + bigData, "1", "1048576", func(s *Spec) int64 { return int64(s.Train.Steps) }, nil, ""},
-		{"train.ppo_epochs", bigMesh + bigData, "1", "1024", func(s *Spec) int64 { return int64(s.Train.PPOEpochs) }, nil, ""},
-		{"train.seed", "", "0", "9223372036854775807", func(s *Spec) int64 { return s.Train.Seed }, nil, ""},
-		{"train.warmup_steps", "", "0", "2147483647", func(s *Spec) int64 { return int64(s.Train.WarmupSteps) }, nil, ""},
-		{"train.decay_steps", "", "0", "2147483647", func(s *Spec) int64 { return int64(s.Train.DecaySteps) }, []string{"2147483647"}, ""},
-		{"train.checkpoint_every", "", "0", "1048576", func(s *Spec) int64 { return int64(s.Train.CheckpointEvery) }, nil, ""},
-		{"mesh.gpu", "", "1", "1125899906842624", func(s *Spec) int64 { v, _ := strconv.ParseInt(s.Mesh.GPU, 10, 64); return v }, nil, ""},
+			"data:\n  rollouts: r\n  global_batch_size: 1\n  max_tokens_per_gpu: 1\n", 1},
+		{"data.max_tokens_per_gpu", "", "1", "16777216", func(s *Spec) int64 { return int64(s.Data.MaxTokensPerGPU) }, nil, "", 0},
+		{"data.max_seq_len", "", "1", "16777216", func(s *Spec) int64 { return int64(s.Data.MaxSeqLen) }, nil, "", 16777216},
+		{"train.steps", bigMesh + bigData, "1", "1048576", func(s *Spec) int64 { return int64(s.Train.Steps) }, nil, "", 0},
+		{"train.ppo_epochs", bigMesh + bigData, "1", "1024", func(s *Spec) int64 { return int64(s.Train.PPOEpochs) }, nil, "", 1},
+		{"train.seed", "", "0", "9223372036854775807", func(s *Spec) int64 { return s.Train.Seed }, nil, "", 1},
+		{"train.warmup_steps", "", "0", "2147483647", func(s *Spec) int64 { return int64(s.Train.WarmupSteps) }, nil, "", 0},
+		{"train.decay_steps", "", "0", "2147483647", func(s *Spec) int64 { return int64(s.Train.DecaySteps) }, []string{"2147483647"}, "", 2},
+		{"train.checkpoint_every", "", "0", "1048576", func(s *Spec) int64 { return int64(s.Train.CheckpointEvery) }, nil, "", 0},
+		{"mesh.gpu", "", "1", "1125899906842624", func(s *Spec) int64 { v, _ := strconv.ParseInt(s.Mesh.GPU, 10, 64); return v }, nil, "", 0},
 	}
 	for _, tt := range tests {
 		section, key, _ := strings.Cut(tt.key, ".")
@@ -92,11 +94,16 @@ func TestBounds(t *testing.T) {
 				if tt.key == "mesh.gpu" && (c.v == below || strings.HasPrefix(c.v, "-")) {
 					continue // "a memory size must be a positive byte count", checked by TestParseErrors
 				}
-				_, err := Parse("b.yaml", []byte(fmt.Sprintf(src, c.v)))
+				s, err := Parse("b.yaml", []byte(fmt.Sprintf(src, c.v)))
 				var es Errors
 				if !errors.As(err, &es) || len(es) != 1 {
 					t.Errorf("%s: %s: want one error, got %v", tt.key, c.v, err)
 					continue
+				}
+				if s == nil {
+					t.Errorf("%s: %s: no partial spec", tt.key, c.v)
+				} else if got := tt.get(s); got != tt.reset {
+					t.Errorf("%s: %s: the partial spec holds %d, want %d", tt.key, c.v, got, tt.reset)
 				}
 				if want := fmt.Sprintf("b.yaml:%d:%d: %s", line, col, c.msg); es[0].Error() != want {
 					t.Errorf("got  %s\nwant %s", es[0].Error(), want)

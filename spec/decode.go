@@ -13,8 +13,25 @@ import (
 
 // decoder walks a yaml.Node tree and collects every error it finds.
 type decoder struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	facts facts // for sanitize
+}
+
+// facts is what sanitize needs to know of a decoded spec beyond its values.
+type facts struct {
+	defaultRollout bool            // data.rollout_batch_size is absent: it holds its default
+	defaultDecay   bool            // train.decay_steps is absent or 0: it holds its default
+	failed         map[string]bool // the keys, by path, a cross-field check reported
+}
+
+// fail records that a cross-field check reported the key at path, so that
+// sanitize resets it even if the value it was checked against changes.
+func (d *decoder) fail(path string) {
+	if d.facts.failed == nil {
+		d.facts.failed = map[string]bool{}
+	}
+	d.facts.failed[path] = true
 }
 
 // pos returns the position of n in the decoder's file.

@@ -41,7 +41,9 @@ var Precisions = []string{"bf16", "fp32"}
 // Decays are the learning-rate decay schedules of train.decay.
 var Decays = []string{"constant", "linear", "cosine"}
 
-// Load reads and parses the spec file at path. See Parse.
+// Load reads and parses the spec file at path; see Parse. When the file
+// cannot be read, the spec is nil and the error an Errors holding one error
+// at path.
 func Load(path string) (*Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -56,11 +58,18 @@ func Load(path string) (*Spec, error) {
 }
 
 // Parse parses and validates a spec read from file. Relative paths in the
-// spec are resolved against the directory of file. On failure the error is
-// an Errors holding every problem found, sorted by position; the file's text
-// is registered with RegisterSource so that the errors can show their lines.
-// Parse does not check that files exist, that stage kinds are known, or that
+// spec are resolved against the directory of file. The file's text is
+// registered with RegisterSource so that errors can show their lines. Parse
+// does not check that files exist, that stage kinds are known, or that
 // `needs` name existing stages.
+//
+// On success the error is nil and the spec valid. On error the error is an
+// Errors holding every problem found, sorted by position, and the spec is
+// nil when the YAML did not parse (a syntax error, an empty file, or a top
+// level that is not a mapping); otherwise it is the partial spec, with every
+// invalid value replaced by its default or zero, for callers that want to
+// report further problems in the same pass. See Spec for what a partial
+// spec holds, and Spec.Bad for the sections whose values it changed.
 func Parse(file string, data []byte) (*Spec, error) {
 	RegisterSource(file, data)
 	d := &decoder{file: file}
@@ -69,25 +78,26 @@ func Parse(file string, data []byte) (*Spec, error) {
 		return nil, d.errs.Err()
 	}
 	s := d.spec(root)
-	if len(d.errs) > 0 {
-		return nil, d.errs.Err()
-	}
-	return s, nil
+	return s, d.errs.Err()
 }
 
-// spec decodes and validates the whole spec.
+// spec decodes and validates the whole spec. When it finds errors it makes s
+// the partial spec (see sanitize) and records its bad sections. It returns
+// nil when root is not a mapping.
 func (d *decoder) spec(root *yaml.Node) *Spec {
 	s := &Spec{File: d.file, Dir: filepath.Dir(d.file)}
 	root = resolve(root)
 	if root == nil || root.Kind != yaml.MappingNode {
 		d.errorf(root, "the spec must be a mapping of keys (version, name, ...), got %s", describe(root))
-		return s
+		return nil
 	}
 	top := d.mapping(root, root, "", topKeys)
 	d.require(top, "version", "name")
+	bad := map[string]bool{}
 	for _, k := range []string{"models", "data", "train"} {
 		if top.get(k) == nil && !top.bad {
 			d.errorf(root, "missing required key %q", k) // a null section is reported inside it
+			bad[k] = true
 		}
 	}
 	if n := top.get("version"); !isNull(n) {
@@ -106,13 +116,35 @@ func (d *decoder) spec(root *yaml.Node) *Spec {
 			s.Name = v
 		}
 	}
-	d.models(s, top)
-	d.mesh(s, top)
-	batchOK := d.data(s, top)
-	d.train(s, top, batchOK)
-	d.policies(s, top)
-	d.stages(s, top)
+	// section runs decode and marks key bad when it reports an error.
+	section := func(key string, decode func()) {
+		n := len(d.errs)
+		decode()
+		if len(d.errs) > n {
+			bad[key] = true
+		}
+	}
+	var batchOK bool
+	section("models", func() { d.models(s, top) })
+	section("mesh", func() { d.mesh(s, top) })
+	section("data", func() { batchOK = d.data(s, top) })
+	section("train", func() { d.train(s, top, batchOK) })
+	section("policies", func() { d.policies(s, top) })
+	section("stages", func() { d.stages(s, top) })
 	s.positions = d.positions(root)
+	if len(d.errs) == 0 {
+		return s
+	}
+	for k := range sanitize(s, d.facts) {
+		bad[k] = true
+	}
+	if s.Version == 0 {
+		bad["version"] = true
+	}
+	if s.Name == "" {
+		bad["name"] = true
+	}
+	s.bad = bad
 	return s
 }
 
@@ -390,12 +422,15 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 		if at == nil {
 			at = gbsN
 		}
+		d.fail("data.global_batch_size")
 		d.errorf(at, "data.global_batch_size (%d) must be a multiple of samples_per_prompt (%d)", x.GlobalBatchSize, x.SamplesPerPrompt)
 	}
 	if gbsOK && s.Mesh.DP >= 1 && x.GlobalBatchSize%s.Mesh.DP != 0 {
+		d.fail("data.global_batch_size")
 		d.errorf(gbsN, "data.global_batch_size (%d) must be a multiple of mesh.dp (%d)", x.GlobalBatchSize, s.Mesh.DP)
 	}
 	rbsN, rbsOK := intIn(d, f, "rollout_batch_size", 1, MaxRolloutSamples, &x.RolloutBatchSize)
+	d.facts.defaultRollout = rbsN == nil
 	switch {
 	case rbsN == nil:
 		if groupsOK {
@@ -406,9 +441,11 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 		b := x.RolloutSamples()
 		switch {
 		case b > MaxRolloutSamples:
+			d.fail("data.rollout_batch_size")
 			d.errorf(rbsN, "data.rollout_batch_size: %d prompt groups × samples_per_prompt (%d) = %d samples per step; must be at most %d",
 				x.RolloutBatchSize, x.SamplesPerPrompt, b, MaxRolloutSamples)
 		case gbsOK && b%x.GlobalBatchSize != 0:
+			d.fail("data.rollout_batch_size")
 			d.errorf(rbsN, "data.rollout_batch_size: %d prompt groups × samples_per_prompt (%d) = %d samples per step must be a multiple of global_batch_size (%d)",
 				x.RolloutBatchSize, x.SamplesPerPrompt, b, x.GlobalBatchSize)
 		default:
@@ -420,6 +457,7 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 	if msN, msOK := intIn(d, f, "max_seq_len", 1, MaxTokens, &x.MaxSeqLen); msN == nil {
 		x.MaxSeqLen = x.MaxTokensPerGPU
 	} else if msOK && mtN != nil && mtOK && x.MaxSeqLen > x.MaxTokensPerGPU {
+		d.fail("data.max_seq_len")
 		d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
 	}
 	tN, _ := d.floatField(f, "temperature", &x.Temperature)
@@ -455,12 +493,14 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 	epN, epOK := intIn(d, f, "ppo_epochs", 1, MaxPPOEpochs, &t.PPOEpochs)
 	updatesOK := stepsOK && (epN == nil || epOK) && batchOK
 	if updatesOK && s.TotalUpdates() > MaxUpdates {
+		d.fail("train.steps")
 		d.errorf(stepsN, "train.steps: %d steps × %d optimizer updates per step (ppo_epochs × rollout samples / global_batch_size) = %d updates; must be at most %d",
 			t.Steps, s.UpdatesPerStep(), s.TotalUpdates(), MaxUpdates)
 		updatesOK = false
 	}
 	shN, shOK := d.boolField(f, "shuffle", &t.Shuffle)
 	if sgN, sgOK := d.boolField(f, "shuffle_groups", &t.ShuffleGroups); sgOK && t.ShuffleGroups && (shN == nil || shOK) && !t.Shuffle {
+		d.fail("train.shuffle_groups")
 		d.errorf(sgN, "train.shuffle_groups: true needs shuffle: true (without shuffling, every epoch visits the samples in rollout order)")
 	}
 	intIn(d, f, "seed", 0, math.MaxInt64, &t.Seed)
@@ -470,6 +510,7 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 	minN, _ := d.floatField(f, "min_lr", &t.MinLR)
 	d.nonNegative(minN, "train.min_lr", t.MinLR)
 	if minN != nil && lrOK && t.MinLR > t.LR {
+		d.fail("train.min_lr")
 		d.errorf(minN, "train.min_lr (%g) must not exceed lr (%g)", t.MinLR, t.LR)
 	}
 	if n := f.get("betas"); n != nil {
@@ -502,6 +543,7 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 	wiN, _ := d.floatField(f, "warmup_init_lr", &t.WarmupInitLR)
 	d.nonNegative(wiN, "train.warmup_init_lr", t.WarmupInitLR)
 	if wiN != nil && lrOK && t.WarmupInitLR > t.LR {
+		d.fail("train.warmup_init_lr")
 		d.errorf(wiN, "train.warmup_init_lr (%g) must not exceed lr (%g)", t.WarmupInitLR, t.LR)
 	}
 	decayN, decayOK := f.get("decay"), true
@@ -518,14 +560,17 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 	dsN, dsOK := intIn(d, f, "decay_steps", 0, MaxUpdates, &t.DecaySteps)
 	dsOK = dsOK || dsN == nil
 	byDefault := t.DecaySteps == 0
+	d.facts.defaultDecay = byDefault
 	if byDefault && updatesOK {
 		t.DecaySteps = int(s.TotalUpdates())
 	}
 	if decayOK && t.Decay != "constant" && wsOK && dsOK && (updatesOK || !byDefault) && t.DecaySteps <= t.WarmupSteps {
 		if byDefault {
+			d.fail("train.warmup_steps")
 			d.errorf(wsN, "train.warmup_steps (%d) must be less than decay_steps (%d: by default the run's optimizer updates, steps × updates per step) for %s decay",
 				t.WarmupSteps, t.DecaySteps, t.Decay)
 		} else {
+			d.fail("train.decay_steps")
 			d.errorf(dsN, "train.decay_steps (%d) must exceed warmup_steps (%d) for %s decay", t.DecaySteps, t.WarmupSteps, t.Decay)
 		}
 	}

@@ -350,12 +350,15 @@ func TestParseErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; spec %+v\nsource:\n%s", s, src)
 			}
-			if s != nil {
-				t.Errorf("spec returned with error")
-			}
 			var es Errors
 			if !errors.As(err, &es) {
 				t.Fatalf("error is %T, want Errors", err)
+			}
+			if parsed := yamlParsed(es); (s != nil) != parsed {
+				t.Errorf("spec returned: %v; the YAML parsed: %v", s != nil, parsed)
+			}
+			if s != nil {
+				checkSanitized(t, s, err)
 			}
 			if len(es) != len(tt.wants) {
 				t.Errorf("got %d errors, want %d:\n%v\nsource:\n%s", len(es), len(tt.wants), err, src)
@@ -426,8 +429,10 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// FuzzParse checks that Parse never panics and that every error it reports
-// has a position in the file.
+// FuzzParse checks that Parse never panics, that every error it reports
+// has a position in the file, that it returns a spec exactly when the YAML
+// parsed, and that the spec meets the invariant of a valid spec or, with
+// errors, of a partial one (see invariant and checkSanitized).
 func FuzzParse(f *testing.F) {
 	for _, pattern := range []string{"testdata/valid/*.yaml", "testdata/invalid/*.yaml"} {
 		files, _ := filepath.Glob(pattern)
@@ -448,6 +453,7 @@ func FuzzParse(f *testing.F) {
 			if s == nil {
 				t.Fatal("nil spec without error")
 			}
+			checkSanitized(t, s, nil)
 			return
 		}
 		var es Errors
@@ -460,5 +466,11 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		_ = err.Error()
+		if parsed := yamlParsed(es); (s != nil) != parsed {
+			t.Fatalf("spec returned: %v; the YAML parsed: %v; errors:\n%v", s != nil, parsed, err)
+		}
+		if s != nil {
+			checkSanitized(t, s, err)
+		}
 	})
 }

@@ -29,7 +29,47 @@ const (
 	Step  Phase = "step"
 )
 
-// Spec is a validated job spec.
+// Spec is a job spec: a valid one when Parse returns no error, a partial one
+// when Parse returns it together with errors.
+//
+// Every field of a partial spec holds either a value that passed every check
+// of its key or the key's default; never a value that failed a check:
+//
+//   - A required key that is missing or invalid leaves its field at zero:
+//     Version 0, Name "", Data.GlobalBatchSize, Data.MaxTokensPerGPU and
+//     Train.Steps 0. A consumer must read these zeros as "reported by the
+//     spec" and skip the checks that need the value. The zeros keep the
+//     consumer's arithmetic safe: UpdatesPerStep and TotalUpdates are 0,
+//     and no divisor (Mesh.DP, Data.SamplesPerPrompt, Train.PPOEpochs) is.
+//   - A key with a default whose value is invalid holds its default, and
+//     so does a section that is not a mapping. Computed defaults are
+//     computed from the partial values: Data.RolloutBatchSize is
+//     GlobalBatchSize / SamplesPerPrompt (0 when GlobalBatchSize is 0),
+//     Data.MaxSeqLen is MaxTokensPerGPU (perhaps 0), Train.DecaySteps is
+//     TotalUpdates() (perhaps 0).
+//   - Cross-field checks leave their fields consistent: the field the error
+//     is reported at takes its default or zero, and so does any field whose
+//     check against a reset field no longer holds. Mesh.DP is always
+//     Nodes × GPUsPerNode; a non-zero GlobalBatchSize is a multiple of
+//     SamplesPerPrompt and of Mesh.DP; RolloutSamples() is at most
+//     MaxRolloutSamples and, when GlobalBatchSize is not 0, a multiple of
+//     it; MaxSeqLen is at most MaxTokensPerGPU unless that is 0;
+//     TotalUpdates() is at most MaxUpdates; MinLR and WarmupInitLR are at
+//     most LR; ShuffleGroups implies Shuffle; with a linear or cosine decay,
+//     a non-zero DecaySteps exceeds WarmupSteps.
+//   - Models with an invalid name are dropped; the others are kept. A
+//     model's Role is "" when it is missing or invalid or a second "actor",
+//     so at most one model is the actor (perhaps none). Path and CopyOf are
+//     "" when invalid, both of them when both are written; a non-empty
+//     CopyOf names another model of Models whose CopyOf is "".
+//   - An expression that failed to compile is nil, and so is a precision
+//     policy that can return an unknown precision.
+//   - Only the stages with a valid id that no earlier stage has, and a
+//     non-empty uses, are kept, so that their other problems can be
+//     reported. Their invalid needs, with and when are absent, and so are
+//     their needs that name a dropped stage.
+//
+// Bad tells which sections had errors or hold values reset because of them.
 type Spec struct {
 	Version  int
 	Name     string
@@ -46,6 +86,8 @@ type Spec struct {
 	// positions maps the dotted path of every key of the file to the
 	// position of its value; see At.
 	positions map[string]Pos
+	// bad holds the top-level keys of a partial spec that are bad; see Bad.
+	bad map[string]bool
 }
 
 // UpdatesPerStep is the number of optimizer updates of one training step:
@@ -68,7 +110,7 @@ func (s *Spec) TotalUpdates() int64 {
 // Model is one entry of `models:`.
 type Model struct {
 	Name   string // key under models:
-	Role   string // "actor" or "ref"
+	Role   string // "actor" or "ref"; "" only in a partial spec
 	Path   string // HF checkpoint directory, resolved against Spec.Dir; empty when CopyOf is set
 	CopyOf string // name of the model this one starts as a copy of
 	Pos    Pos
@@ -78,7 +120,7 @@ type Model struct {
 type Mesh struct {
 	Nodes       int    // default 1
 	GPUsPerNode int    // default 1
-	DP          int    // data-parallel (FSDP) size; default Nodes*GPUsPerNode, must equal it
+	DP          int    // data-parallel (FSDP) size; default Nodes*GPUsPerNode, must equal it (even in a partial spec)
 	GPU         string // memory preset name or byte count; empty means "ask NVML or --gpu"
 	Pos         Pos
 }
@@ -89,10 +131,10 @@ func (m Mesh) WorldSize() int { return m.Nodes * m.GPUsPerNode }
 // Data describes the rollout data and how it is batched.
 type Data struct {
 	Rollouts         string  // JSONL path, resolved against Spec.Dir
-	GlobalBatchSize  int     // samples per optimizer update (one mini-batch) over all dp ranks
+	GlobalBatchSize  int     // samples per optimizer update (one mini-batch) over all dp ranks; 0 only in a partial spec
 	SamplesPerPrompt int     // n, the GRPO group size
 	RolloutBatchSize int     // prompt groups per training step; default GlobalBatchSize / SamplesPerPrompt
-	MaxTokensPerGPU  int     // upper bound of one packed micro-batch
+	MaxTokensPerGPU  int     // upper bound of one packed micro-batch; 0 only in a partial spec
 	MaxSeqLen        int     // longest sample (prompt + response) accepted
 	Temperature      float64 // rollout temperature; default 1
 	Pos              Pos
@@ -105,7 +147,7 @@ func (d Data) RolloutSamples() int { return d.RolloutBatchSize * d.SamplesPerPro
 
 // Train holds the training loop and optimizer hyper-parameters.
 type Train struct {
-	Steps           int     // training steps; each consumes one rollout batch
+	Steps           int     // training steps; each consumes one rollout batch; 0 only in a partial spec
 	PPOEpochs       int     // passes over the rollout batch per step; default 1
 	Shuffle         bool    // visit the samples of each epoch in a seeded random order; default false
 	ShuffleGroups   bool    // when shuffling, keep each prompt group's samples together; default false
@@ -119,7 +161,7 @@ type Train struct {
 	WarmupSteps     int     // optimizer updates of linear warmup; default 0
 	WarmupInitLR    float64 // default 0
 	Decay           string  // "constant" (default), "linear", "cosine"
-	DecaySteps      int     // optimizer updates until the decay reaches MinLR; default Spec.TotalUpdates()
+	DecaySteps      int     // optimizer updates until the decay reaches MinLR; default Spec.TotalUpdates() (0 when that is 0, in a partial spec)
 	CheckpointEvery int     // steps between checkpoints; 0 = only at the end
 	Pos             Pos
 }
