@@ -18,6 +18,12 @@ func (s *Spec) Bad(section string) bool {
 	return s != nil && s.bad[section]
 }
 
+// DroppedStages reports whether the partial spec lacks stages the file
+// wrote, dropped for an invalid or duplicate id or an empty uses: a
+// consumer checking the stage graph would then report inputs those stages
+// would have fed.
+func (s *Spec) DroppedStages() bool { return s != nil && s.droppedStages }
+
 // sanitize turns s, decoded from a spec with errors, into the partial spec
 // that Spec describes. It replaces every value that fails a check of the
 // spec, or that f says a cross-field check reported, by the key's default
@@ -210,7 +216,7 @@ func sanitizeStages(s *Spec, changed map[string]bool) {
 				if st.ID != "" {
 					dropped[st.ID] = true
 				}
-				changed["stages"] = true
+				changed["stages"], s.droppedStages = true, true
 				continue
 			}
 			out = append(out, st)

@@ -599,3 +599,27 @@ func TestPartialRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestDroppedStages checks that DroppedStages tells a partial spec that
+// lost a stage from one whose stages all stayed.
+func TestDroppedStages(t *testing.T) {
+	for _, tt := range []struct {
+		name, stages string
+		want         bool
+	}{
+		{"bad when only", "  step:\n    - {id: a, uses: k, when: 'step %% 2'}\n", false},
+		{"invalid id", "  step:\n    - {id: A, uses: k}\n", true},
+		{"empty uses", "  step:\n    - {id: a, uses: ''}\n", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			src := "version: 1\nname: x\nmodels:\n  actor: {path: m}\ndata: {rollouts: r, global_batch_size: 1, max_tokens_per_gpu: 8}\ntrain: {steps: 1}\nstages:\n" + tt.stages
+			s, err := Parse("x.yaml", []byte(src))
+			if err == nil || s == nil {
+				t.Fatalf("parse: %v, spec %v; want errors and a partial spec", err, s)
+			}
+			if got := s.DroppedStages(); got != tt.want {
+				t.Errorf("DroppedStages() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

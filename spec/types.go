@@ -88,6 +88,9 @@ type Spec struct {
 	positions map[string]Pos
 	// bad holds the top-level keys of a partial spec that are bad; see Bad.
 	bad map[string]bool
+	// droppedStages is set when the partial spec dropped a stage; see
+	// DroppedStages.
+	droppedStages bool
 }
 
 // UpdatesPerStep is the number of optimizer updates of one training step:

@@ -51,6 +51,11 @@ func (j *Job) readData(check Check) (*Data, spec.Errors) {
 		}
 		return nil, spec.Errors{spec.Errorf(at, "data.rollouts: %s: %v", path, unwrapPathErr(err))}
 	}
+	if sp.Bad("data") {
+		// The data section's errors left defaults in place of its values,
+		// which the file would be checked against wrongly.
+		return nil, nil
+	}
 	samples, err := rollout.Read(path)
 	var errs spec.Errors
 	if err != nil {

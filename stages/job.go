@@ -85,10 +85,13 @@ func Resolve(s *spec.Spec, gpu GPU, check Check) (*Job, error) {
 		}
 	}
 	g, err := runtime.Build(s, flow(s, j.Stages))
-	if err != nil {
-		errs.Append(err)
-	} else {
+	switch {
+	case err == nil:
 		j.Graph = g
+	case !s.DroppedStages():
+		// With stages the spec dropped, the graph's complaints (inputs
+		// they would have fed) would only echo the spec's errors.
+		errs.Append(err)
 	}
 	j.Order = j.order()
 	j.markTrainable()
@@ -479,6 +482,9 @@ func (vc *ValidateContext) model(key, name string) (*Model, spec.Errors) {
 			return vc.Job.Models[name], nil
 		}
 		names = append(names, sm.Name)
+	}
+	if vc.Job.Spec.Bad("models") {
+		return nil, nil // the model may be one the spec reported and dropped
 	}
 	msg := fmt.Sprintf("unknown model %q (models: %v)", name, names)
 	if s := spec.Closest(name, names); s != "" {

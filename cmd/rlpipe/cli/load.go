@@ -73,13 +73,23 @@ func hostMemory() (int64, error) {
 	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
-// load reads the spec at path and resolves it (see resolveSpec).
+// load reads the spec at path and resolves it (see resolveSpec). When the
+// spec has errors but its YAML parsed, the partial spec is resolved too, so
+// that every problem of the recipe is reported in one pass.
 func load(path, gpuValue string, check stages.Check) (*loaded, error) {
 	s, err := spec.Load(path)
-	if err != nil {
-		return nil, err
+	if s == nil || err == nil {
+		if err != nil {
+			return nil, err
+		}
+		return resolveSpec(s, gpuValue, check)
 	}
-	return resolveSpec(s, gpuValue, check)
+	all := spec.Errors{}
+	all.Append(err)
+	if _, rerr := resolveSpec(s, gpuValue, check); rerr != nil {
+		all.Append(rerr)
+	}
+	return nil, all.Err()
 }
 
 // resolveSpec validates s in one pass, for a run (CheckRun: weights and
