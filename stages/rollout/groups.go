@@ -11,18 +11,11 @@ func Groups(samples []Sample, n int) ([][]int, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("samples per prompt must not be negative, got %d", n)
 	}
-	pos := map[int]int{}
-	var groups [][]int
+	ids := make([]int, len(samples))
 	for i := range samples {
-		g := samples[i].Group
-		k, ok := pos[g]
-		if !ok {
-			k = len(groups)
-			pos[g] = k
-			groups = append(groups, nil)
-		}
-		groups[k] = append(groups[k], i)
+		ids[i] = samples[i].Group
 	}
+	groups := members(ids)
 	if n > 0 {
 		var errs ErrorList
 		for _, members := range groups {
@@ -37,4 +30,22 @@ func Groups(samples []Sample, n int) ([][]int, error) {
 		}
 	}
 	return groups, nil
+}
+
+// members groups the indices 0..len(ids)−1 by id: one entry per distinct
+// id, in order of its first appearance, each holding its indices in
+// ascending order.
+func members(ids []int) [][]int {
+	pos := map[int]int{}
+	var groups [][]int
+	for i, g := range ids {
+		k, ok := pos[g]
+		if !ok {
+			k = len(groups)
+			pos[g] = k
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	return groups
 }

@@ -29,25 +29,15 @@ func EpochOrder(groups []int, shuffle, byGroup bool, seed int64, step, epoch int
 		r.shuffle(order)
 		return order
 	}
-	pos := map[int]int{}
-	var members [][]int
-	for i, g := range groups {
-		k, ok := pos[g]
-		if !ok {
-			k = len(members)
-			pos[g] = k
-			members = append(members, nil)
-		}
-		members[k] = append(members[k], i)
-	}
-	perm := make([]int, len(members))
+	whole := members(groups)
+	perm := make([]int, len(whole))
 	for i := range perm {
 		perm[i] = i
 	}
 	r.shuffle(perm)
 	order = order[:0]
 	for _, k := range perm {
-		order = append(order, members[k]...)
+		order = append(order, whole[k]...)
 	}
 	return order
 }

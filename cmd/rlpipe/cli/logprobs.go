@@ -10,8 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 	"github.com/rlpipe/rlpipe/stages/rl"
@@ -117,7 +117,7 @@ sampling would clip); and the mean entropy over all response tokens.
 		return env.report(err)
 	}
 	if !p.Fits(l.job.GPU.Bytes) {
-		return env.report(fmt.Errorf("the plan needs %s GiB per device and %s has %s GiB; lower --max-tokens or --batch", stagesGiB(p.DeviceTotal()), l.job.GPU.Name, stagesGiB(l.job.GPU.Bytes)))
+		return env.report(fmt.Errorf("the plan needs %s GiB per device and %s has %s GiB; lower --max-tokens or --batch", plan.GiB(p.DeviceTotal()), l.job.GPU.Name, plan.GiB(l.job.GPU.Bytes)))
 	}
 	w := io.Writer(env.stdout)
 	if *out != "" {
@@ -163,8 +163,6 @@ sampling would clip); and the mean entropy over all response tokens.
 	}
 	return exitOK
 }
-
-func stagesGiB(n int64) string { return strconv.FormatFloat(float64(n)/(1<<30), 'f', 2, 64) }
 
 // logprobsJob builds the job of rlpipe logprobs: the model loaded and
 // sharded on one rank, then per step a pack of batch samples and an
