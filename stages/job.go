@@ -301,11 +301,14 @@ func (j *Job) unitPolicies() spec.Errors {
 		if m == nil || m.Config == nil {
 			continue
 		}
+		var using []*spec.Stage
+		for _, st := range j.Order {
+			if j.touches(st, sm.Name) {
+				using = append(using, st)
+			}
+		}
 		for _, u := range m.Config.Units() {
-			for _, st := range j.Order {
-				if !j.touches(st, sm.Name) {
-					continue
-				}
+			for _, st := range using {
 				if _, err := j.Precision(m, u, st); err != nil && !failed["precision"] {
 					failed["precision"] = true
 					errs = append(errs, policyError(j.Spec.Policies.Precision, "precision", unitLabel(m, u, st), err))

@@ -201,6 +201,14 @@ func (s *Train) program(p *prog) {
 // update declares (and runs) one optimizer update.
 func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	p.op("zero grads")
+	// The first micro-batch's reduction stores the grads; only an update
+	// with no micro-batch on this rank must clear them.
+	p.do(func() error {
+		if len(up.micro) > 0 {
+			return nil
+		}
+		return p.r.B.Zero(d.st.Grads.t)
+	})
 	var acc updateSums
 	if p.running() {
 		d.beginUpdate()
