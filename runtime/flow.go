@@ -297,12 +297,11 @@ func (g *Graph) Edges() []*Edge {
 // write that step). env gives the environment of a stage at a step.
 func (g *Graph) CheckWhen(steps int, env func(n *Node, step int) *spec.Env) spec.Errors {
 	var errs spec.Errors
-	runs := map[*Node][]bool{} // by step (index 0 for setup)
+	// runs[n][s] says whether n runs at step s (index 0 for setup); a
+	// stage with no when runs at every step and is not evaluated.
+	runs := map[*Node][]bool{}
 	failed := map[*Node]bool{}
-	at := func(n *Node) []bool {
-		if r, ok := runs[n]; ok || failed[n] {
-			return r
-		}
+	evaluate := func(n *Node) {
 		lo, hi := 1, steps
 		if n.Phase == spec.Setup {
 			lo, hi = 0, 0
@@ -318,50 +317,51 @@ func (g *Graph) CheckWhen(steps int, env func(n *Node, step int) *spec.Env) spec
 				}
 				errs.Addf(pos, "stage %q, when at step %d: %s", n.Stage.ID, s, msg)
 				failed[n] = true
-				return nil
+				return
 			}
 			r[s] = ok
 		}
 		runs[n] = r
-		return r
 	}
 	for _, n := range g.nodes {
-		at(n)
+		if n.Stage.When != nil {
+			evaluate(n)
+		}
+	}
+	// runsAt says whether n runs at step s; a setup stage runs (or not)
+	// before every step.
+	runsAt := func(n *Node, s int) bool {
+		if n.Stage.When == nil {
+			return true
+		}
+		if n.Phase == spec.Setup {
+			s = 0
+		}
+		return runs[n][s]
 	}
 	for _, n := range g.nodes {
-		rc := at(n)
-		if rc == nil {
+		if failed[n] {
 			continue
 		}
 		for _, e := range n.Inputs {
-			if e.From == nil {
-				continue
+			if e.From == nil || e.From.Stage.When == nil || failed[e.From] {
+				continue // a source or a producer that always runs
 			}
-			rp := at(e.From)
-			if rp == nil {
-				continue
+			lo, hi := 1, steps
+			if n.Phase == spec.Setup {
+				lo, hi = 0, 0
 			}
-			for s := range rc {
-				ps := s
-				if e.From.Phase == spec.Setup {
-					ps = 0
+			for s := lo; s <= hi; s++ {
+				if !runsAt(n, s) || runsAt(e.From, s) {
+					continue
 				}
-				if rc[s] && !rp[ps] {
-					pos := n.Stage.Pos
-					if n.Stage.When != nil {
-						pos = n.Stage.When.Pos
-					}
-					cond := "it has no when"
-					if n.Stage.When != nil {
-						cond = "when: " + n.Stage.When.Src
-					}
-					pw := ""
-					if e.From.Stage.When != nil {
-						pw = " (when: " + e.From.Stage.When.Src + ")"
-					}
-					errs.Addf(pos, "stage %q reads %s.%s, but at step %d %q does not run%s and %q does (%s)", n.Stage.ID, e.From.Stage.ID, e.Out, s, e.From.Stage.ID, pw, n.Stage.ID, cond)
-					break
+				pos, cond := n.Stage.Pos, "it has no when"
+				if n.Stage.When != nil {
+					pos, cond = n.Stage.When.Pos, "when: "+n.Stage.When.Src
 				}
+				errs.Addf(pos, "stage %q reads %s.%s, but at step %d %q does not run (when: %s) and %q does (%s)",
+					n.Stage.ID, e.From.Stage.ID, e.Out, s, e.From.Stage.ID, e.From.Stage.When.Src, n.Stage.ID, cond)
+				break
 			}
 		}
 	}
