@@ -715,3 +715,23 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// EOSTokenIDs returns the config's eos_token_id (an int or a list of ints
+// in config.json), or nil when it names none.
+func (c *Config) EOSTokenIDs() []int {
+	var raw struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if len(c.Raw) == 0 || json.Unmarshal(c.Raw, &raw) != nil || len(raw.EOS) == 0 || string(raw.EOS) == "null" {
+		return nil
+	}
+	var one int
+	if json.Unmarshal(raw.EOS, &one) == nil {
+		return []int{one}
+	}
+	var many []int
+	if json.Unmarshal(raw.EOS, &many) == nil {
+		return many
+	}
+	return nil
+}

@@ -205,3 +205,28 @@ func ScatterAddRows(b gpu.Backend, dst, src, idx gpu.Tensor) error {
 	}
 	return nil
 }
+
+// HeadLogits computes the logits of the rows[lo, hi) into logits (fp32,
+// [hi−lo, V], a chunk's workspace): xn = RMSNorm(rows) into xn and rstd
+// (done when lo is 0, for all rows), then logits = xn[lo:hi] · W_lmheadᵀ,
+// untempered. It is the head of sampling, where the whole distribution is
+// needed rather than the log-prob of a target.
+func (c *Config) HeadLogits(b gpu.Backend, w HeadWeights, rows, xn, rstd, logits gpu.Tensor, lo, hi int) error {
+	if lo == 0 {
+		if err := b.RMSNorm(xn, rstd, rows, w.Norm, float32(c.RMSNormEps)); err != nil {
+			return fmt.Errorf("head logits: %w", err)
+		}
+	}
+	xc, err := xn.Rows(lo, hi)
+	if err != nil {
+		return fmt.Errorf("head logits: %w", err)
+	}
+	lc, err := logits.Rows(0, hi-lo)
+	if err != nil {
+		return fmt.Errorf("head logits: %w", err)
+	}
+	if err := b.Gemm(lc, xc, w.LMHead, false, true, 1, 0); err != nil {
+		return fmt.Errorf("head logits: %w", err)
+	}
+	return nil
+}
