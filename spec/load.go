@@ -23,7 +23,7 @@ var (
 	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
 	modelKeys    = []string{"role", "path", "copy_of"}
 	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu"}
-	dataKeys     = []string{"rollouts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
+	dataKeys     = []string{"rollouts", "prompts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
 	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
 	stagesKeys   = []string{"setup", "step"}
@@ -400,16 +400,21 @@ func isZero(n *yaml.Node) bool {
 func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 	f, pos := d.section(top, "data", dataKeys)
 	if top.get("data") != nil {
-		d.require(f, "rollouts", "global_batch_size", "max_tokens_per_gpu")
+		d.require(f, "global_batch_size", "max_tokens_per_gpu")
 	}
 	x := &s.Data
 	x.Pos, x.SamplesPerPrompt, x.Temperature = pos, 1, 1
-	if n := f.get("rollouts"); !isNull(n) {
-		if v, ok := d.stringValue(n, "data.rollouts"); ok {
-			if strings.TrimSpace(v) == "" {
-				d.errorf(n, "data.rollouts: must not be empty")
-			} else {
-				x.Rollouts = resolvePath(s.Dir, v)
+	for _, p := range []struct {
+		key string
+		out *string
+	}{{"rollouts", &x.Rollouts}, {"prompts", &x.Prompts}} {
+		if n := f.get(p.key); !isNull(n) {
+			if v, ok := d.stringValue(n, "data."+p.key); ok {
+				if strings.TrimSpace(v) == "" {
+					d.errorf(n, "data.%s: must not be empty", p.key)
+				} else {
+					*p.out = resolvePath(s.Dir, v)
+				}
 			}
 		}
 	}

@@ -264,7 +264,8 @@ func TestParseErrors(t *testing.T) {
 		{"empty path", "+models:\n  actor: {path: ''}\n", []want{{"13:17", "must not be empty"}}},
 		{"data missing", "+data:\n  rollouts: r\n", []want{
 			{"12:1", `data: missing required key "global_batch_size"`}, {"12:1", `data: missing required key "max_tokens_per_gpu"`}}},
-		{"data null", "+data:\n", []want{{"12:1", `data: missing required key "rollouts"`}, {"12:1", "global_batch_size"}, {"12:1", "max_tokens_per_gpu"}}},
+		{"data null", "+data:\n", []want{{"12:1", "global_batch_size"}, {"12:1", "max_tokens_per_gpu"}}},
+		{"data prompts empty", "+data:\n  prompts: ' '\n  global_batch_size: 8\n  max_tokens_per_gpu: 10\n", []want{{"13:12", "data.prompts: must not be empty"}}},
 		{"data group", "+data:\n  rollouts: r\n  global_batch_size: 12\n  samples_per_prompt: 8\n  max_tokens_per_gpu: 10\n  max_seq_len: 11\n", []want{
 			{"15:23", "global_batch_size (12) must be a multiple of samples_per_prompt (8)"},
 			{"17:16", "max_seq_len (11) must not exceed max_tokens_per_gpu (10)"}}},

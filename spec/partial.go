@@ -59,6 +59,9 @@ func sanitize(s *Spec, f facts) map[string]bool {
 	if strings.TrimSpace(x.Rollouts) == "" {
 		reset(changed, "data", &x.Rollouts, "")
 	}
+	if strings.TrimSpace(x.Prompts) == "" {
+		reset(changed, "data", &x.Prompts, "")
+	}
 	if !in(x.SamplesPerPrompt, 1, MaxSamplesPerPrompt) {
 		reset(changed, "data", &x.SamplesPerPrompt, 1)
 	}

@@ -133,7 +133,12 @@ func (m Mesh) WorldSize() int { return m.Nodes * m.GPUsPerNode }
 
 // Data describes the rollout data and how it is batched.
 type Data struct {
-	Rollouts         string  // JSONL path, resolved against Spec.Dir
+	// Rollouts is the JSONL file of rollouts a pack stage reads when no
+	// stage generates them; Prompts the JSONL file of prompts a generate
+	// stage samples from. Paths resolve against Spec.Dir; "" when absent
+	// (the stages that need one say so).
+	Rollouts         string
+	Prompts          string
 	GlobalBatchSize  int     // samples per optimizer update (one mini-batch) over all dp ranks; 0 only in a partial spec
 	SamplesPerPrompt int     // n, the GRPO group size
 	RolloutBatchSize int     // prompt groups per training step; default GlobalBatchSize / SamplesPerPrompt

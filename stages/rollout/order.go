@@ -73,3 +73,21 @@ func (r *splitMix) shuffle(s []int) {
 		s[i], s[j] = s[j], s[i]
 	}
 }
+
+// Rand is a deterministic random source for one purpose of a run, seeded
+// by the run's seed and keys naming the draw (a step, a sample, a
+// position): equal seeds and keys give equal draws on every machine and Go
+// release.
+type Rand struct{ sm splitMix }
+
+// NewRand returns the source of seed and keys.
+func NewRand(seed int64, keys ...uint64) *Rand {
+	r := &Rand{splitMix{state: uint64(seed)}}
+	for _, k := range keys {
+		r.sm.state ^= r.sm.next() ^ k*0x9e3779b97f4a7c15
+	}
+	return r
+}
+
+// Float64 returns a uniform draw in [0, 1), with 53 random bits.
+func (r *Rand) Float64() float64 { return float64(r.sm.next()>>11) / (1 << 53) }
