@@ -1,7 +1,6 @@
 package model
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 )
 
@@ -207,93 +205,23 @@ type Tensor struct {
 // stored in name order and the header is padded to 8 bytes, so the output
 // depends only on the tensors. The file is written to a temporary name and
 // renamed into place.
-func WriteSafetensors(path string, tensors []Tensor) (err error) {
+func WriteSafetensors(path string, tensors []Tensor) error {
 	ts := make([]Tensor, len(tensors))
 	copy(ts, tensors)
 	sort.Slice(ts, func(a, b int) bool { return ts[a].Name < ts[b].Name })
-
-	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	var offset int64
-	for i := range ts {
-		t := &ts[i]
-		if t.Name == "" || t.Name == "__metadata__" {
-			return fmt.Errorf("write %s: invalid tensor name %q", path, t.Name)
-		}
-		if i > 0 && ts[i-1].Name == t.Name {
-			return fmt.Errorf("write %s: duplicate tensor %q", path, t.Name)
-		}
-		dt, ok := CanonicalDType(t.DType)
-		if !ok || !loadable(dt) {
-			return fmt.Errorf("write %s: tensor %q: %w dtype %q (supported: BF16, F16, F32)", path, t.Name, ErrUnsupported, t.DType)
-		}
-		t.DType = dt
-		for _, d := range t.Shape {
-			if d < 0 {
-				return fmt.Errorf("write %s: tensor %q: negative dimension in shape %v", path, t.Name, t.Shape)
-			}
-		}
-		if n := numElements(t.Shape); n != int64(len(t.Data)) {
-			return fmt.Errorf("write %s: tensor %q: shape %v has %d elements, data has %d", path, t.Name, t.Shape, n, len(t.Data))
-		}
-		shape := t.Shape
-		if shape == nil {
-			shape = []int64{}
-		}
-		size := int64(len(t.Data) * DTypeSize(dt))
-		header[t.Name] = map[string]any{"dtype": dt, "shape": shape, "data_offsets": []int64{offset, offset + size}}
-		offset += size
+	infos := make([]TensorSpec, len(ts))
+	for i, t := range ts {
+		infos[i] = TensorSpec{Name: t.Name, DType: t.DType, Shape: t.Shape}
 	}
-	hdr, err := json.Marshal(header)
+	w, err := NewSafetensorsWriter(path, infos)
 	if err != nil {
-		return fmt.Errorf("write %s: encode header: %w", path, err)
-	}
-	for len(hdr)%8 != 0 {
-		hdr = append(hdr, ' ')
-	}
-
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600; the result is a file users share.
-	if err = tmp.Chmod(0o644); err != nil {
 		return err
 	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
-	w.Write(lenBuf[:])
-	w.Write(hdr)
-	var buf [4]byte
 	for _, t := range ts {
-		for _, v := range t.Data {
-			switch t.DType {
-			case BF16:
-				binary.LittleEndian.PutUint16(buf[:], float32ToBF16(v))
-				w.Write(buf[:2])
-			case F16:
-				binary.LittleEndian.PutUint16(buf[:], float32ToF16(v))
-				w.Write(buf[:2])
-			default:
-				binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
-				w.Write(buf[:4])
-			}
+		if err := w.Write(t.Name, t.Data); err != nil {
+			w.Abort()
+			return err
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write safetensors: %w", err)
-	}
-	return nil
+	return w.Close()
 }

@@ -299,3 +299,60 @@ func FuzzParseHeader(f *testing.F) {
 		parseHeader("fuzz", bytes.NewReader(b), int64(len(b)))
 	})
 }
+
+// TestSafetensorsWriterStreams writes tensors one at a time in the given
+// (unsorted) order and reads them back; writing out of order, a wrong
+// length or closing early fail and leave no file.
+func TestSafetensorsWriterStreams(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	specs := []TensorSpec{{Name: "z.weight", DType: "bf16", Shape: []int64{2, 2}}, {Name: "a.bias", DType: "F32", Shape: []int64{3}}}
+	w, err := NewSafetensorsWriter(path, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("a.bias", []float32{1, 2, 3}); err == nil {
+		t.Error("writing the second tensor first is no error")
+	}
+	if err := w.Write("z.weight", []float32{1, 2, 3}); err == nil {
+		t.Error("a wrong length is no error")
+	}
+	if err := w.Write("z.weight", []float32{1.5, -2, 0.25, 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("a.bias", []float32{1e-3, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadHeader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		dtype string
+		n     int64
+	}{{"z.weight", BF16, 4}, {"a.bias", F32, 3}} {
+		info, ok := f.Tensor(c.name)
+		if !ok || info.DType != c.dtype || info.NumElements() != c.n {
+			t.Errorf("%s: %+v %v; want %s with %d elements", c.name, info, ok, c.dtype, c.n)
+		}
+	}
+	short := filepath.Join(dir, "short.safetensors")
+	w, err = NewSafetensorsWriter(short, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err == nil {
+		t.Error("closing before every tensor is written is no error")
+	}
+	if _, err := os.Stat(short); !os.IsNotExist(err) {
+		t.Errorf("a failed write left %s: %v", short, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*.tmp*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}

@@ -1,0 +1,151 @@
+package model
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// TensorSpec names a tensor of a safetensors file before its data exists.
+type TensorSpec struct {
+	Name  string
+	DType string // BF16, F16 or F32 (or an alias such as bf16)
+	Shape []int64
+}
+
+// SafetensorsWriter streams a safetensors file: the header, from the
+// tensors' specs, first, then each tensor's data in the specs' order, so
+// that a model larger than host memory can be written one piece at a time.
+// The file appears at its path only when Close succeeds (it is written to
+// a temporary file in the same directory, synced and renamed).
+type SafetensorsWriter struct {
+	path  string
+	tmp   *os.File
+	w     *bufio.Writer
+	specs []TensorSpec
+	next  int
+}
+
+// NewSafetensorsWriter checks the specs (names unique and not
+// "__metadata__", dtypes BF16, F16 or F32, dimensions ≥ 0) and writes the
+// header.
+func NewSafetensorsWriter(path string, specs []TensorSpec) (*SafetensorsWriter, error) {
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var offset int64
+	own := make([]TensorSpec, len(specs))
+	for i, t := range specs {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return nil, fmt.Errorf("write %s: invalid tensor name %q", path, t.Name)
+		}
+		if _, dup := header[t.Name]; dup {
+			return nil, fmt.Errorf("write %s: duplicate tensor %q", path, t.Name)
+		}
+		dt, ok := CanonicalDType(t.DType)
+		if !ok || !loadable(dt) {
+			return nil, fmt.Errorf("write %s: tensor %q: %w dtype %q (supported: BF16, F16, F32)", path, t.Name, ErrUnsupported, t.DType)
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("write %s: tensor %q: negative dimension in shape %v", path, t.Name, t.Shape)
+			}
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int64{}
+		}
+		size := numElements(shape) * int64(DTypeSize(dt))
+		header[t.Name] = map[string]any{"dtype": dt, "shape": shape, "data_offsets": []int64{offset, offset + size}}
+		offset += size
+		own[i] = TensorSpec{Name: t.Name, DType: dt, Shape: shape}
+	}
+	hdr, err := json.Marshal(header)
+	if err != nil {
+		return nil, fmt.Errorf("write %s: encode header: %w", path, err)
+	}
+	for len(hdr)%8 != 0 {
+		hdr = append(hdr, ' ')
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return nil, fmt.Errorf("write safetensors: %w", err)
+	}
+	sw := &SafetensorsWriter{path: path, tmp: tmp, w: bufio.NewWriterSize(tmp, 1<<20), specs: own}
+	// CreateTemp makes the file 0600; the result is a file users share.
+	if err := tmp.Chmod(0o644); err != nil {
+		sw.Abort()
+		return nil, err
+	}
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hdr)))
+	sw.w.Write(lenBuf[:])
+	sw.w.Write(hdr)
+	return sw, nil
+}
+
+// Write appends the data of the next tensor, which must be name, converted
+// to its dtype (bf16 and f16 with round-to-nearest-even).
+func (sw *SafetensorsWriter) Write(name string, data []float32) error {
+	if sw.next >= len(sw.specs) || sw.specs[sw.next].Name != name {
+		want := "none"
+		if sw.next < len(sw.specs) {
+			want = sw.specs[sw.next].Name
+		}
+		return fmt.Errorf("write %s: tensor %q out of order (next: %s)", sw.path, name, want)
+	}
+	t := sw.specs[sw.next]
+	if n := numElements(t.Shape); n != int64(len(data)) {
+		return fmt.Errorf("write %s: tensor %q: shape %v has %d elements, data has %d", sw.path, name, t.Shape, n, len(data))
+	}
+	var buf [4]byte
+	for _, v := range data {
+		switch t.DType {
+		case BF16:
+			binary.LittleEndian.PutUint16(buf[:], float32ToBF16(v))
+			sw.w.Write(buf[:2])
+		case F16:
+			binary.LittleEndian.PutUint16(buf[:], float32ToF16(v))
+			sw.w.Write(buf[:2])
+		default:
+			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
+			sw.w.Write(buf[:4])
+		}
+	}
+	sw.next++
+	return nil
+}
+
+// Close checks that every tensor was written, syncs the file and renames
+// it into place.
+func (sw *SafetensorsWriter) Close() (err error) {
+	defer func() {
+		if err != nil {
+			sw.Abort()
+		}
+	}()
+	if sw.next != len(sw.specs) {
+		return fmt.Errorf("write %s: %d of %d tensors written", sw.path, sw.next, len(sw.specs))
+	}
+	if err := sw.w.Flush(); err != nil {
+		return fmt.Errorf("write %s: %w", sw.path, err)
+	}
+	if err := sw.tmp.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", sw.path, err)
+	}
+	if err := sw.tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", sw.path, err)
+	}
+	if err := os.Rename(sw.tmp.Name(), sw.path); err != nil {
+		return fmt.Errorf("write safetensors: %w", err)
+	}
+	return nil
+}
+
+// Abort removes the temporary file; the path is left as it was.
+func (sw *SafetensorsWriter) Abort() {
+	sw.tmp.Close()
+	os.Remove(sw.tmp.Name())
+}
