@@ -13,6 +13,13 @@ type RolloutBatch struct {
 	Samples []rollout.Sample
 }
 
+// PromptBatch is the value of a TypePrompts port: the prompts of one
+// training step (rollout_batch_size of them), each to be answered
+// samples_per_prompt times.
+type PromptBatch struct {
+	Prompts []rollout.Prompt
+}
+
 // Batch is the value of a TypeBatch port: a rollout batch prepared for the
 // model. A sample's batch index is its index in Samples; per-token values of
 // the batch (TokenValues) hold sample k's response tokens at

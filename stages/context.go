@@ -55,3 +55,9 @@ func (rc *RunContext) run(ctx context.Context, program func(*prog)) error {
 	p.fail(rc.Rank.profileOp(""))
 	return p.done()
 }
+
+// Report records a value of the step for the run's metrics (the step's
+// line of metrics.jsonl, under name): what a stage measured, such as the
+// mean reward of the step's rollouts. Later reports of a name replace
+// earlier ones; the train stage's loss metrics take precedence.
+func (rc *RunContext) Report(name string, v float64) { rc.Rank.reports[name] = v }

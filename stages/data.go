@@ -32,6 +32,100 @@ func (d *Data) Step(step int) *RolloutBatch {
 // by one; the rest are counted.
 const maxDataErrors = 20
 
+// PromptData is the job's prompts file, read and checked: the source of
+// the TypePrompts input.
+type PromptData struct {
+	Prompts []rollout.Prompt
+	// PerStep is the number of prompts a step takes: rollout_batch_size.
+	PerStep int
+}
+
+// Step returns the prompts of training step step (1-based): the next
+// PerStep prompts of the file in order, wrapping around at its end, so
+// every prompt is used once per pass over the file.
+func (d *PromptData) Step(step int) *PromptBatch {
+	pb := &PromptBatch{Prompts: make([]rollout.Prompt, d.PerStep)}
+	start := (step - 1) * d.PerStep
+	for k := range pb.Prompts {
+		pb.Prompts[k] = d.Prompts[(start+k)%len(d.Prompts)]
+	}
+	return pb
+}
+
+// reads reports whether a stage of the graph reads the source src (the
+// rollout or prompts file, at path). Without a graph (its errors are
+// reported) it assumes so when the file is set.
+func (j *Job) reads(src, path string) bool {
+	if j.Graph == nil {
+		return path != ""
+	}
+	for _, e := range j.Graph.Edges() {
+		if e.From == nil && e.Source == src {
+			return true
+		}
+	}
+	return false
+}
+
+// readPrompts reads data.prompts when a stage reads it and checks it: every
+// prompt decodes and fits the vocabulary of every model loaded from a
+// checkpoint. The stages that generate check the lengths. With CheckPlan a
+// missing file is no error.
+func (j *Job) readPrompts(check Check) (*PromptData, spec.Errors) {
+	sp := j.Spec
+	path, at := sp.Data.Prompts, sp.At("data.prompts")
+	switch {
+	case !j.reads(SourcePrompts, path):
+		if path != "" {
+			return nil, spec.Errors{spec.Errorf(at, "data.prompts: no stage reads the prompts file (a generate stage does)")}
+		}
+		return nil, nil
+	case path == "":
+		return nil, spec.Errors{spec.Errorf(sp.Data.Pos, "data: a generate stage reads the prompts, and data.prompts names no file")}
+	}
+	if _, err := os.Stat(path); err != nil {
+		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, spec.Errors{spec.Errorf(at, "data.prompts: %s: %v", path, unwrapPathErr(err))}
+	}
+	prompts, err := rollout.ReadPrompts(path)
+	var errs spec.Errors
+	if err != nil {
+		errs = lineErrors(at, path, err)
+	}
+	var issues rollout.ErrorList
+	for _, m := range j.loadedModels() {
+		for _, p := range prompts {
+			for k, t := range p.Tokens {
+				if int(t) >= m.Config.VocabSize {
+					issues = append(issues, &rollout.LineError{Line: p.Line, Msg: fmt.Sprintf("prompt %d: prompt_tokens[%d]: %d is outside the vocabulary of %d (model %q)", p.Index, k, t, m.Config.VocabSize, m.Name())})
+					break
+				}
+			}
+		}
+	}
+	if len(issues) > 0 {
+		errs = append(errs, lineErrors(at, path, issues)...)
+	}
+	if len(errs) > 0 || sp.Data.RolloutBatchSize <= 0 {
+		return nil, errs
+	}
+	return &PromptData{Prompts: prompts, PerStep: sp.Data.RolloutBatchSize}, nil
+}
+
+// loadedModels returns the job's models loaded from a checkpoint (not
+// copies), in spec order.
+func (j *Job) loadedModels() []*Model {
+	var out []*Model
+	for _, sm := range j.Spec.Models {
+		if m := j.Models[sm.Name]; m != nil && m.Config != nil && sm.CopyOf == "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // readData reads data.rollouts and checks it against the job: every sample
 // decodes, fits the vocabulary of every model and data.max_seq_len; prompt
 // groups have samples_per_prompt samples; the file holds whole rollout
@@ -42,8 +136,16 @@ func (j *Job) readData(check Check) (*Data, spec.Errors) {
 	sp := j.Spec
 	path := sp.Data.Rollouts
 	at := sp.At("data.rollouts")
-	if path == "" || check == CheckRunOwnData {
-		return nil, nil // reported by the spec, or the caller's
+	switch {
+	case check == CheckRunOwnData:
+		return nil, nil // the caller's
+	case !j.reads(SourceRollouts, path):
+		if path != "" {
+			return nil, spec.Errors{spec.Errorf(at, "data.rollouts: no stage reads the rollout file (another stage produces the rollouts)")}
+		}
+		return nil, nil
+	case path == "":
+		return nil, spec.Errors{spec.Errorf(sp.Data.Pos, "data: a pack stage reads the rollouts, and data.rollouts names no file (or add a generate stage)")}
 	}
 	if _, err := os.Stat(path); err != nil {
 		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {
@@ -67,11 +169,7 @@ func (j *Job) readData(check Check) (*Data, spec.Errors) {
 		}
 	}
 	var issues rollout.ErrorList
-	for _, sm := range sp.Models {
-		m := j.Models[sm.Name]
-		if m == nil || m.Config == nil || sm.CopyOf != "" {
-			continue
-		}
+	for _, m := range j.loadedModels() {
 		if err := rollout.CheckVocab(samples, m.Config.VocabSize); err != nil {
 			var l rollout.ErrorList
 			if errors.As(err, &l) {

@@ -44,8 +44,10 @@ func Plan(j *Job) (*plan.Plan, error) {
 		return nil, fmt.Errorf("the job has no stage graph")
 	}
 	pc := &PlanContext{Job: j, B: b, state: &planState{values: values{}}}
-	// The plan's rollout batch: planning reads nothing from it.
+	// The plan's rollout batch and prompts: planning reads nothing from
+	// them.
 	pc.state.values[SourceRollouts] = &RolloutBatch{}
+	pc.state.values[SourcePrompts] = &PromptBatch{}
 	for _, st := range j.Order {
 		s := j.Stages[st.ID]
 		if s == nil {
@@ -247,8 +249,12 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 		// only what they report.
 		r.values.clearStep(g)
 		r.Stats = StepStats{}
+		clear(r.reports)
 		if j.Data != nil {
 			r.values[SourceRollouts] = j.Data.Step(step)
+		}
+		if j.Prompts != nil {
+			r.values[SourcePrompts] = j.Prompts.Step(step)
 		}
 		rep, err := rt.Execute(ctx, g, spec.Step, env, runStage)
 		if err != nil {
@@ -256,6 +262,14 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 		}
 		if err := comm.Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+		}
+		for k, v := range r.reports {
+			if r.Stats.Values == nil {
+				r.Stats.Values = map[string]float64{}
+			}
+			if _, ok := r.Stats.Values[k]; !ok {
+				r.Stats.Values[k] = v
+			}
 		}
 		stop, err := stopAll(ctx, id, comm, opts.Stop, &res.stop)
 		if err != nil {

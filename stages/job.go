@@ -44,9 +44,11 @@ type Job struct {
 	Stages map[string]Stage // by stage id
 	Models map[string]*Model
 	Order  []*spec.Stage // setup stages then step stages, each in execution order
-	// Data is the rollout file, read and checked; nil when the job was
-	// resolved for planning and the file is absent.
+	// Data is the rollout file, read and checked; nil when no stage reads
+	// it, or when the job was resolved for planning and the file is absent.
 	Data *Data
+	// Prompts is the prompts file, likewise.
+	Prompts *PromptData
 
 	check Check
 }
@@ -97,6 +99,12 @@ func Resolve(s *spec.Spec, gpu GPU, check Check) (*Job, error) {
 	j.markTrainable()
 	errs = append(errs, j.modelPolicies()...)
 	errs = append(errs, j.unitPolicies()...)
+	data, e := j.readData(check)
+	errs = append(errs, e...)
+	j.Data = data
+	prompts, e := j.readPrompts(check)
+	errs = append(errs, e...)
+	j.Prompts = prompts
 	for _, st := range j.Order {
 		if stg := j.Stages[st.ID]; stg != nil {
 			errs = append(errs, stg.Validate(&ValidateContext{Job: j, Stage: st, Node: j.node(st.ID)})...)
@@ -107,9 +115,6 @@ func Resolve(s *spec.Spec, gpu GPU, check Check) (*Job, error) {
 	}
 	errs = append(errs, j.checkWeightWriters()...)
 	errs = append(errs, j.checkWindows()...)
-	data, e := j.readData(check)
-	errs = append(errs, e...)
-	j.Data = data
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,9 @@ const (
 	// TypeRollouts is the step's rollout batch (*RolloutBatch). The job's
 	// rollout file (data.rollouts) feeds it when no stage produces it.
 	TypeRollouts = "rollouts"
+	// TypePrompts is the step's prompts (*PromptBatch), which the job's
+	// prompts file (data.prompts) feeds.
+	TypePrompts = "prompts"
 	// TypeBatch is a rollout batch prepared for the model (*Batch): pack's
 	// output.
 	TypeBatch = "batch"
@@ -51,8 +54,11 @@ func TypeCheckpoint(m string) string { return "checkpoint/" + m }
 // apply_fsdp2 produces them, train and update_ref write them during a step.
 func TypeWeights(m string) string { return "weights/" + m }
 
-// SourceRollouts is the name of the rollout file as a source in the graph.
-const SourceRollouts = "data.rollouts"
+// The names of the job's data files as sources in the graph.
+const (
+	SourceRollouts = "data.rollouts"
+	SourcePrompts  = "data.prompts"
+)
 
 // flow tells runtime.Build the ports of the job's decoded stages. An input
 // named X takes its producer from the stage's `with: {X: ID}` when given.
@@ -71,7 +77,7 @@ func flow(s *spec.Spec, decoded map[string]Stage) *runtime.Flow {
 			}
 			return p
 		},
-		Sources: map[string]string{TypeRollouts: SourceRollouts},
+		Sources: map[string]string{TypeRollouts: SourceRollouts, TypePrompts: SourcePrompts},
 		Hint:    hint,
 	}
 }

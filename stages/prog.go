@@ -153,6 +153,13 @@ func (p *prog) in(name string) any {
 	return x
 }
 
+// report records a value of the step for the metrics (running only).
+func (p *prog) report(name string, v float64) {
+	if p.running() {
+		p.r.reports[name] = v
+	}
+}
+
 // out records the value of the stage's output name, planning and running.
 func (p *prog) out(name string, v any) { p.fail(p.vals.out(p.node, name, v)) }
 

@@ -32,6 +32,8 @@ type Rank struct {
 	// Stats holds the step's results of the train stage: one entry per
 	// optimizer update and their summary.
 	Stats StepStats
+	// reports holds the values stages reported this step (RunContext.Report).
+	reports map[string]float64
 
 	// Profile, when not nil, accumulates the wall time of each kind of op
 	// (the op name without its layer index: "attention backward", "gather", "embed forward"), with
@@ -100,7 +102,7 @@ func (s *StepStats) summarize() {
 }
 
 func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena) *Rank {
-	return &Rank{ID: id, Comm: comm, B: b, Arena: a, values: values{}}
+	return &Rank{ID: id, Comm: comm, B: b, Arena: a, values: values{}, reports: map[string]float64{}}
 }
 
 // shards returns the rank's sharded models by name: the weights the
