@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestCommittedFilesRegenerate checks that the tiny model and rollouts under
+// TestCommittedFilesRegenerate checks that the tiny model, rollouts and prompts under
 // examples/ are exactly what Write produces: the embedded default is
 // generated deterministically, not hand-edited.
 func TestCommittedFilesRegenerate(t *testing.T) {
@@ -19,6 +19,7 @@ func TestCommittedFilesRegenerate(t *testing.T) {
 		filepath.Join("models", "tiny-qwen2", "config.json"),
 		filepath.Join("models", "tiny-qwen2", "model.safetensors"),
 		filepath.Join("data", "tiny-rollouts.jsonl"),
+		filepath.Join("data", "tiny-prompts.jsonl"),
 	} {
 		got, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {

@@ -156,8 +156,13 @@ its current step, with a checkpoint; a second signal aborts at once.
 				return err
 			}
 			m := metricsOf(sr)
-			prog.Update(sr.Step, jobs.F("loss", m.Loss), jobs.F("adv_logp", m.Extra["adv_logp"]), jobs.F("kl", m.KL),
+			fields := []jobs.Field{jobs.F("loss", m.Loss)}
+			if r, ok := m.Extra["reward_mean"]; ok { // a live loop: the reward of this step's rollouts
+				fields = append(fields, jobs.F("reward", r))
+			}
+			fields = append(fields, jobs.F("adv_logp", m.Extra["adv_logp"]), jobs.F("kl", m.KL),
 				jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
+			prog.Update(sr.Step, fields...)
 			log.Debug().Int("step", sr.Step).Float64("loss", m.Loss).Float64("tok/s", m.TokensPerS).Msg("step")
 		}
 		if !save {

@@ -234,3 +234,25 @@ func TestPPORecipe(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveRecipe runs the first steps of the embedded default, the live
+// loop: the progress line shows each step's reward, and metrics.jsonl
+// records the reward of the step's fresh rollouts.
+func TestLiveRecipe(t *testing.T) {
+	root := t.TempDir()
+	live := filepath.Join("..", "..", "..", "examples", "tiny-live.yaml")
+	code, out, errs := runCLI(t, "run", "--runs", root, "--steps", "2", live)
+	if code != exitOK || !strings.Contains(errs, "step 2/12") || !strings.Contains(errs, " reward=") {
+		t.Fatalf("run exit %d, want the progress of 2 steps with their reward\n%s%s", code, out, errs)
+	}
+	steps, err := onlyRun(t, root).Metrics()
+	if err != nil || len(steps) != 2 {
+		t.Fatalf("%d step lines (%v), want 2", len(steps), err)
+	}
+	for _, m := range steps {
+		r, ok := m.Extra["reward_mean"]
+		if !ok || !(r > 0 && r < 1) || m.Extra["response_length_mean"] != 16 {
+			t.Errorf("step %d: reward_mean %v (recorded %v), response_length_mean %v; want a mean in (0, 1) of 16-token responses", m.Step, r, ok, m.Extra["response_length_mean"])
+		}
+	}
+}
