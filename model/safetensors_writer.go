@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // TensorSpec names a tensor of a safetensors file before its data exists.
@@ -28,7 +29,11 @@ type SafetensorsWriter struct {
 	w     *bufio.Writer
 	specs []TensorSpec
 	next  int
+	buf   []byte // one chunk of encoded data
 }
+
+// writeChunk is the number of elements Write encodes at a time.
+const writeChunk = 1 << 22
 
 // NewSafetensorsWriter checks the specs (names unique and not
 // "__metadata__", dtypes BF16, F16 or F32, dimensions ≥ 0) and writes the
@@ -73,7 +78,7 @@ func NewSafetensorsWriter(path string, specs []TensorSpec) (*SafetensorsWriter, 
 	if err != nil {
 		return nil, fmt.Errorf("write safetensors: %w", err)
 	}
-	sw := &SafetensorsWriter{path: path, tmp: tmp, w: bufio.NewWriterSize(tmp, 1<<20), specs: own}
+	sw := &SafetensorsWriter{path: path, tmp: tmp, w: bufio.NewWriterSize(tmp, 1<<20), specs: own, buf: make([]byte, 4*writeChunk)}
 	// CreateTemp makes the file 0600; the result is a file users share.
 	if err := tmp.Chmod(0o644); err != nil {
 		sw.Abort()
@@ -100,18 +105,13 @@ func (sw *SafetensorsWriter) Write(name string, data []float32) error {
 	if n := numElements(t.Shape); n != int64(len(data)) {
 		return fmt.Errorf("write %s: tensor %q: shape %v has %d elements, data has %d", sw.path, name, t.Shape, n, len(data))
 	}
-	var buf [4]byte
-	for _, v := range data {
-		switch t.DType {
-		case BF16:
-			binary.LittleEndian.PutUint16(buf[:], float32ToBF16(v))
-			sw.w.Write(buf[:2])
-		case F16:
-			binary.LittleEndian.PutUint16(buf[:], float32ToF16(v))
-			sw.w.Write(buf[:2])
-		default:
-			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
-			sw.w.Write(buf[:4])
+	size := DTypeSize(t.DType)
+	for lo := 0; lo < len(data); lo += writeChunk {
+		part := data[lo:min(lo+writeChunk, len(data))]
+		buf := sw.buf[:len(part)*size]
+		encodeParallel(buf, part, t.DType)
+		if _, err := sw.w.Write(buf); err != nil {
+			return fmt.Errorf("write %s: tensor %q: %w", sw.path, name, err)
 		}
 	}
 	sw.next++
@@ -148,4 +148,39 @@ func (sw *SafetensorsWriter) Close() (err error) {
 func (sw *SafetensorsWriter) Abort() {
 	sw.tmp.Close()
 	os.Remove(sw.tmp.Name())
+}
+
+// encodeParallel encodes src into dst in dtype dt (BF16, F16 or F32,
+// little-endian), splitting large inputs over the CPUs.
+func encodeParallel(dst []byte, src []float32, dt string) {
+	const piece = 1 << 18
+	if len(src) <= piece {
+		encode(dst, src, dt)
+		return
+	}
+	size := DTypeSize(dt)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += piece {
+		hi := min(lo+piece, len(src))
+		wg.Go(func() { encode(dst[lo*size:hi*size], src[lo:hi], dt) })
+	}
+	wg.Wait()
+}
+
+// encode encodes src into dst in dtype dt, rounding to nearest even.
+func encode(dst []byte, src []float32, dt string) {
+	switch dt {
+	case BF16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], float32ToBF16(v))
+		}
+	case F16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], float32ToF16(v))
+		}
+	default:
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+		}
+	}
 }
