@@ -116,6 +116,7 @@ func (s *PushWeights) program(p *prog) {
 	tmp := version + ".tmp"
 	var w *model.SafetensorsWriter
 	var bytes int64
+	var host []float32 // one slot's values, reused
 	t0 := time.Now()
 	p.op("open version")
 	p.do(func() error {
@@ -166,7 +167,10 @@ func (s *PushWeights) program(p *prog) {
 				if err != nil {
 					return err
 				}
-				data := make([]float32, sl.Elems())
+				if int64(cap(host)) < sl.Elems() {
+					host = make([]float32, sl.Elems())
+				}
+				data := host[:sl.Elems()]
 				if err := p.r.B.Download(data, v); err != nil {
 					return err
 				}
