@@ -22,6 +22,9 @@ const (
 	Logits      Kind = "logits"      // one token chunk of fp32 logits
 	Comm        Kind = "comm"        // collective send/receive and host<->device staging
 	IO          Kind = "io"          // packed micro-batch inputs and per-token outputs
+	// SleepCopy is the pinned host copy of the device state while the trainer
+	// sleeps (see Builder.MarkSleep); it is not a device category.
+	SleepCopy Kind = "saved"
 )
 
 // Kinds lists every category in display order.
@@ -36,14 +39,17 @@ func AlignUp(n int64) int64 { return (n + Align - 1) / Align * Align }
 // Buffer is one planned allocation. Start and End are op indices on the job
 // timeline; the buffer is live for every op in [Start, End].
 type Buffer struct {
-	Name   string `json:"name"`
-	Kind   Kind   `json:"kind"`
-	Bytes  int64  `json:"bytes"` // aligned size
-	Host   bool   `json:"host,omitempty"`
-	Stage  string `json:"stage"`
-	Start  int    `json:"start"`
-	End    int    `json:"end"`
-	Offset int64  `json:"offset"`
+	Name  string `json:"name"`
+	Kind  Kind   `json:"kind"`
+	Bytes int64  `json:"bytes"` // aligned size
+	Host  bool   `json:"host,omitempty"`
+	// Resident marks a device buffer kept on the device while the trainer
+	// sleeps: it lives in the resident arena, not the main one.
+	Resident bool   `json:"resident,omitempty"`
+	Stage    string `json:"stage"`
+	Start    int    `json:"start"`
+	End      int    `json:"end"`
+	Offset   int64  `json:"offset"`
 }
 
 // Op is one step of a stage's op sequence.
@@ -68,6 +74,9 @@ type Reserve struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 	Note  string `json:"note"`
+	// Released marks memory the backend gives back while the trainer
+	// sleeps (its own workspaces).
+	Released bool `json:"released_asleep,omitempty"`
 }
 
 // Builder collects stages, ops and buffers in timeline order.
@@ -78,6 +87,9 @@ type Builder struct {
 	reserves []Reserve
 	open     bool
 	persist  []*Buffer // buffers that live until the end of the job
+	sleeps   []int     // ops after which the device arena is released
+	wakes    []int     // ops after which it is back
+	sure     []bool    // per wake: the wake runs at every pass (no condition)
 }
 
 // NewBuilder returns an empty builder.
@@ -155,6 +167,28 @@ func (b *Builder) add(name string, kind Kind, bytes int64, host bool, start, end
 	return buf
 }
 
+// Resident declares a device buffer kept on the device while the trainer
+// sleeps, live over ops [start, end]: it is placed in the resident arena.
+func (b *Builder) Resident(name string, kind Kind, bytes int64, start, end int) *Buffer {
+	buf := b.add(name, kind, bytes, false, start, end)
+	buf.Resident = true
+	return buf
+}
+
+// MarkSleep marks the last op as a sleep: after it, the main device arena
+// and the released reserves are given back until a wake. Every device
+// buffer live across it is copied to the pinned host area Finish plans.
+func (b *Builder) MarkSleep() { b.sleeps = append(b.sleeps, b.Now()) }
+
+// MarkWake marks the last op as a wake: after it, the device arena is back.
+// sure says that the wake runs every time the phase does (it has no
+// condition); a conditional wake does not end the window in which the
+// trainer may be asleep.
+func (b *Builder) MarkWake(sure bool) {
+	b.wakes = append(b.wakes, b.Now())
+	b.sure = append(b.sure, sure)
+}
+
 // AddReserve records device memory outside the arena.
 func (b *Builder) AddReserve(r Reserve) { b.reserves = append(b.reserves, r) }
 
@@ -177,16 +211,32 @@ func (b *Builder) Finish() (*Plan, error) {
 		}
 	}
 	p := &Plan{Ops: b.ops, Stages: b.stages, Buffers: b.bufs, Reserves: b.reserves}
-	p.DeviceArena = assign(deviceBufs(b.bufs, false))
-	p.HostArena = assign(deviceBufs(b.bufs, true))
+	var area *Buffer
+	if len(b.sleeps) > 0 {
+		var err error
+		if area, err = b.planSleeps(p); err != nil {
+			return nil, err
+		}
+		p.Buffers = append(p.Buffers, area)
+	}
+	p.DeviceArena = assign(pick(p.Buffers, func(x *Buffer) bool { return !x.Host && !x.Resident }))
+	p.ResidentArena = assign(pick(p.Buffers, func(x *Buffer) bool { return x.Resident }))
+	p.HostArena = assign(pick(p.Buffers, func(x *Buffer) bool { return x.Host }))
+	for i := range p.Sleeps {
+		for k := range p.Sleeps[i].Saved {
+			p.Sleeps[i].Saved[k].HostOffset += area.Offset
+		}
+	}
+	p.setDeviceOffsets()
 	p.summarize()
 	return p, nil
 }
 
-func deviceBufs(all []*Buffer, host bool) []*Buffer {
+// pick returns the buffers of all that keep says, with bytes.
+func pick(all []*Buffer, keep func(*Buffer) bool) []*Buffer {
 	var out []*Buffer
 	for _, b := range all {
-		if b.Host == host && b.Bytes > 0 {
+		if keep(b) && b.Bytes > 0 {
 			out = append(out, b)
 		}
 	}
@@ -246,15 +296,25 @@ func assign(bufs []*Buffer) int64 {
 // Plan is the memory plan of one device (every rank of a dp mesh has the same
 // plan: shards are sized for the largest rank).
 type Plan struct {
-	Ops         []Op          `json:"ops"`
-	Stages      []StageSpan   `json:"stages"`
-	Buffers     []*Buffer     `json:"buffers"`
-	Reserves    []Reserve     `json:"reserves"`
-	DeviceArena int64         `json:"device_arena_bytes"`
-	HostArena   int64         `json:"host_pinned_bytes"`
-	Budget      []StageBudget `json:"budget"`
-	PeakStage   string        `json:"peak_stage"`
-	PeakBytes   int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
+	Ops         []Op        `json:"ops"`
+	Stages      []StageSpan `json:"stages"`
+	Buffers     []*Buffer   `json:"buffers"`
+	Reserves    []Reserve   `json:"reserves"`
+	DeviceArena int64       `json:"device_arena_bytes"`
+	// ResidentArena holds the resident buffers: the device memory of the
+	// stages that may run while the trainer sleeps.
+	ResidentArena int64 `json:"resident_arena_bytes,omitempty"`
+	// Sleeps are the points where the trainer gives the device back, and
+	// what each copies to the pinned host area.
+	Sleeps []SleepPoint `json:"sleeps,omitempty"`
+	// Asleep says, per op, whether the trainer may be asleep when it runs
+	// (after a sleep and before a wake that surely runs, going round the
+	// step phase). Nil without sleeps.
+	Asleep    []bool        `json:"-"`
+	HostArena int64         `json:"host_pinned_bytes"`
+	Budget    []StageBudget `json:"budget"`
+	PeakStage string        `json:"peak_stage"`
+	PeakBytes int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
 }
 
 // StageBudget is the device budget of one stage at its peak op.
@@ -315,7 +375,29 @@ func (p *Plan) ReserveBytes() int64 {
 }
 
 // DeviceTotal is what the device must hold: the arena plus the reserves.
-func (p *Plan) DeviceTotal() int64 { return p.DeviceArena + p.ReserveBytes() }
+func (p *Plan) DeviceTotal() int64 { return p.DeviceArena + p.ResidentArena + p.ReserveBytes() }
+
+// AsleepDeviceBytes is the device memory the plan keeps while the trainer
+// sleeps: the resident arena and the reserves that are not released.
+func (p *Plan) AsleepDeviceBytes() int64 {
+	n := p.ResidentArena
+	for _, r := range p.Reserves {
+		if !r.Released {
+			n += r.Bytes
+		}
+	}
+	return n
+}
+
+// SavedBytes is the size of the pinned host area that holds the device
+// state while the trainer sleeps (the largest of the sleeps' copies).
+func (p *Plan) SavedBytes() int64 {
+	var n int64
+	for _, s := range p.Sleeps {
+		n = max(n, s.Bytes)
+	}
+	return n
+}
 
 // Buffer returns the named buffer, or nil.
 func (p *Plan) Buffer(name string) *Buffer {

@@ -9,7 +9,7 @@ func checkNoOverlap(t *testing.T, p *Plan) {
 	t.Helper()
 	for i, a := range p.Buffers {
 		for _, b := range p.Buffers[i+1:] {
-			if a.Host != b.Host || a.Bytes == 0 || b.Bytes == 0 {
+			if a.Host != b.Host || a.Resident != b.Resident || a.Bytes == 0 || b.Bytes == 0 {
 				continue
 			}
 			liveTogether := a.Start <= b.End && b.Start <= a.End

@@ -94,9 +94,29 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 	for _, r := range p.Reserves {
 		fmt.Fprintf(w, "reserve         %8s %s  %s: %s\n", u.format(r.Bytes), u.name, r.Name, r.Note)
 	}
+	if p.ResidentArena > 0 {
+		fmt.Fprintf(w, "resident        %8s %s  device buffers of the stages that may run while the trainer sleeps\n", u.format(p.ResidentArena), u.name)
+	}
 	total := p.DeviceTotal()
 	fmt.Fprintf(w, "device total    %8s %s  of %s GiB\n", u.format(total), u.name, GiB(h.GPUBytes))
 	fmt.Fprintf(w, "host pinned     %8s %s  per rank\n", u.format(p.HostArena), u.name)
+	if len(p.Sleeps) > 0 {
+		var kept, released []string
+		for _, r := range p.Reserves {
+			if r.Released {
+				released = append(released, r.Name)
+			} else {
+				kept = append(kept, r.Name)
+			}
+		}
+		if p.ResidentArena > 0 {
+			kept = append([]string{"resident"}, kept...)
+		}
+		fmt.Fprintf(w, "asleep device   %8s %s  while the trainer sleeps: %s; released: %s\n", u.format(p.AsleepDeviceBytes()), u.name, orNone(kept), strings.Join(append([]string{"arena"}, released...), ", "))
+		for _, s := range p.Sleeps {
+			fmt.Fprintf(w, "asleep host     %8s %s  pinned copy of %d device buffers at stage %s (in host pinned)\n", u.format(s.Bytes), u.name, len(s.Saved), s.Stage)
+		}
+	}
 	if p.Fits(h.GPUBytes) {
 		fmt.Fprintf(w, "FITS: %s GiB free per GPU\n", GiB(h.GPUBytes-total))
 	} else {
@@ -112,9 +132,16 @@ var short = map[Kind]string{Params: "params", Gathered: "gather", Grads: "grads"
 func (p *Plan) deviceBuffers() int {
 	n := 0
 	for _, b := range p.Buffers {
-		if !b.Host && b.Bytes > 0 {
+		if !b.Host && !b.Resident && b.Bytes > 0 {
 			n++
 		}
 	}
 	return n
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "nothing"
+	}
+	return strings.Join(names, " + ")
 }

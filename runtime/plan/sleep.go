@@ -1,0 +1,134 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+)
+
+// SleepArea is the name of the pinned host buffer that holds the device
+// state while the trainer sleeps.
+const SleepArea = "sleep.saved"
+
+// SleepPoint is one sleep of the plan: the op after which the main device
+// arena is released, and the buffers it copies to the host area first.
+type SleepPoint struct {
+	Op    int     `json:"op"`
+	Stage string  `json:"stage"`
+	Saved []Saved `json:"saved"`
+	Bytes int64   `json:"bytes"` // the sum of Saved
+}
+
+// Saved is a device buffer a sleep copies to the pinned host area: its
+// offset in the main device arena and its offset in the host arena.
+type Saved struct {
+	Buffer       string `json:"buffer"`
+	Bytes        int64  `json:"bytes"`
+	DeviceOffset int64  `json:"-"`
+	HostOffset   int64  `json:"host_offset"`
+	buf          *Buffer
+}
+
+// DeviceBuffer returns the saved device buffer.
+func (s Saved) DeviceBuffer() *Buffer { return s.buf }
+
+// planSleeps fills p.Asleep and p.Sleeps from the builder's marks and
+// returns the host area. A sleep copies the device buffers live after it:
+// those live at its op and later, and the persistent ones (the phase
+// repeats, so they are live again after a sleep at its end). It: as large as the largest sleep's copy, live over
+// the phase of the sleeps. Saved host offsets are relative to the area
+// until Finish places it.
+func (b *Builder) planSleeps(p *Plan) (*Buffer, error) {
+	phase := func(op int) (string, int, int) {
+		for _, s := range p.Stages {
+			if s.First <= op && op <= s.Last {
+				first, last := s.First, s.Last
+				for _, t := range p.Stages {
+					if t.Phase == s.Phase {
+						first, last = min(first, t.First), max(last, t.Last)
+					}
+				}
+				return s.Phase, first, last
+			}
+		}
+		return "", 0, -1
+	}
+	ph, first, last := phase(b.sleeps[0])
+	for _, op := range append(append([]int(nil), b.sleeps...), b.wakes...) {
+		if q, _, _ := phase(op); q != ph {
+			return nil, fmt.Errorf("plan: sleep and wake marks in phases %q and %q: they must share one phase", ph, q)
+		}
+	}
+	mark := map[int]string{}
+	for _, op := range b.sleeps {
+		mark[op] = "sleep"
+	}
+	for i, op := range b.wakes {
+		if mark[op] != "" {
+			return nil, fmt.Errorf("plan: op %d is marked both sleep and wake", op)
+		}
+		mark[op] = "maybe wake"
+		if b.sure[i] {
+			mark[op] = "wake"
+		}
+	}
+	p.Asleep = make([]bool, len(p.Ops))
+	n := last - first + 1
+	for op := first; op <= last; op++ {
+		// Walk back round the phase: the nearest sleep before a sure wake.
+		for k := 1; k <= n; k++ {
+			prev := first + ((op-first-k)%n+n)%n
+			if m := mark[prev]; m == "sleep" {
+				p.Asleep[op] = true
+				break
+			} else if m == "wake" {
+				break
+			}
+		}
+	}
+	persistent := map[*Buffer]bool{}
+	for _, buf := range b.persist {
+		persistent[buf] = true
+	}
+	var most int64
+	for _, op := range b.sleeps {
+		sp := SleepPoint{Op: op, Stage: p.Ops[op].Stage}
+		for _, buf := range b.bufs {
+			if !buf.Host && !buf.Resident && buf.Bytes > 0 && buf.Start <= op && (op < buf.End || persistent[buf]) {
+				sp.Saved = append(sp.Saved, Saved{Buffer: buf.Name, Bytes: buf.Bytes, buf: buf})
+			}
+		}
+		sort.Slice(sp.Saved, func(i, j int) bool { return sp.Saved[i].Buffer < sp.Saved[j].Buffer })
+		for i := range sp.Saved {
+			sp.Saved[i].HostOffset = sp.Bytes
+			sp.Bytes += sp.Saved[i].Bytes
+		}
+		most = max(most, sp.Bytes)
+		p.Sleeps = append(p.Sleeps, sp)
+	}
+	return &Buffer{Name: SleepArea, Kind: SleepCopy, Bytes: AlignUp(most), Host: true, Stage: p.Ops[b.sleeps[0]].Stage, Start: first, End: last}, nil
+}
+
+// setDeviceOffsets copies the saved buffers' device offsets, known once the
+// main arena is assigned.
+func (p *Plan) setDeviceOffsets() {
+	for i := range p.Sleeps {
+		for k := range p.Sleeps[i].Saved {
+			p.Sleeps[i].Saved[k].DeviceOffset = p.Sleeps[i].Saved[k].buf.Offset
+		}
+	}
+}
+
+// CheckSleep reports a device buffer of the main arena that an op declares
+// while the trainer may be asleep: such a buffer would have no memory.
+// Stages that may run asleep declare resident buffers instead.
+func (p *Plan) CheckSleep() error {
+	if p.Asleep == nil {
+		return nil
+	}
+	for _, buf := range p.Buffers {
+		if !buf.Host && !buf.Resident && buf.Bytes > 0 && p.Asleep[buf.Start] {
+			return fmt.Errorf("plan: stage %q declares device buffer %q at op %q, where the trainer may be asleep (its device memory released)", buf.Stage, buf.Name, p.Ops[buf.Start].Name)
+		}
+	}
+	return nil
+}
