@@ -156,6 +156,9 @@ func (t Tensor) HostBytes() ([]byte, error) {
 		return nil, fmt.Errorf("tensor memory %T is not host-addressable", t.Mem)
 	}
 	b := hm.HostBytes()
+	if len(b) == 0 && hm.Size() > 0 {
+		return nil, fmt.Errorf("tensor memory was released (the trainer is asleep)")
+	}
 	if int64(len(b)) != hm.Size() {
 		return nil, fmt.Errorf("host memory reports %d bytes but holds %d", hm.Size(), len(b))
 	}

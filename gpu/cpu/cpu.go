@@ -22,12 +22,14 @@ import (
 // Memory is a block of host memory allocated by the CPU backend. It
 // implements gpu.HostMemory. Its storage is 64-byte aligned.
 type Memory struct {
-	buf    []byte
-	pinned bool
+	buf      []byte
+	pinned   bool
+	size     int64
+	released bool // by Release: no storage until Reacquire
 }
 
 // Size returns the size of the block in bytes.
-func (m *Memory) Size() int64 { return int64(len(m.buf)) }
+func (m *Memory) Size() int64 { return m.size }
 
 // HostBytes returns the block's bytes.
 func (m *Memory) HostBytes() []byte { return m.buf }
@@ -74,8 +76,46 @@ func alloc(bytes int64, pinned bool) (*Memory, error) {
 	p := unsafe.Pointer(unsafe.SliceData(words))
 	skip := (64 - uintptr(p)%64) % 64
 	all := unsafe.Slice((*byte)(p), len(words)*8)
-	return &Memory{buf: all[skip : skip+uintptr(bytes) : skip+uintptr(bytes)], pinned: pinned}, nil
+	return &Memory{buf: all[skip : skip+uintptr(bytes) : skip+uintptr(bytes)], pinned: pinned, size: bytes}, nil
 }
+
+// Release drops m's storage (the garbage collector reclaims it) and keeps
+// m, with its size, so that Reacquire can give it storage again: views of m
+// fail until then. It is how the CPU backend lets the trainer sleep.
+func (b *Backend) Release(m gpu.Memory) error {
+	cm, ok := m.(*Memory)
+	if !ok {
+		return fmt.Errorf("release: memory %T was not allocated by the cpu backend", m)
+	}
+	cm.buf, cm.released = nil, true
+	return nil
+}
+
+// Reacquire gives m zeroed storage again after Release.
+func (b *Backend) Reacquire(m gpu.Memory) error {
+	cm, ok := m.(*Memory)
+	if !ok {
+		return fmt.Errorf("reacquire: memory %T was not allocated by the cpu backend", m)
+	}
+	if !cm.released {
+		return nil
+	}
+	fresh, err := alloc(cm.size, cm.pinned)
+	if err != nil {
+		return err
+	}
+	cm.buf, cm.released = fresh.buf, false
+	return nil
+}
+
+// Released reports whether m's storage was released.
+func (m *Memory) Released() bool { return m.released }
+
+// ReleaseWorkspace does nothing: the CPU backend has no workspace.
+func (b *Backend) ReleaseWorkspace() error { return nil }
+
+// ReacquireWorkspace does nothing.
+func (b *Backend) ReacquireWorkspace() error { return nil }
 
 // Free drops the backend's use of m; the Go garbage collector reclaims it.
 func (b *Backend) Free(m gpu.Memory) error {

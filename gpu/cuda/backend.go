@@ -54,6 +54,8 @@ type device struct {
 	flag     uint64
 	algos    map[ltKey]C.rlLtAlgo
 	def      *Stream
+	streams  map[*Stream]bool // every live stream, for their scratch (worker only)
+	released bool             // the workspace and scratch are released (worker only)
 }
 
 // do runs f on the device's worker goroutine and waits for it.
@@ -226,6 +228,9 @@ func (d *device) memsetFlag() error {
 // checkFlag reads and clears the device error flag after a sync (worker
 // only).
 func (d *device) checkFlag() error {
+	if d.released {
+		return nil // no kernel runs while released
+	}
 	var f [4]byte
 	if err := cuErr("cuMemcpyDtoH (error flag)", C.cuMemcpyDtoHAsync_(unsafe.Pointer(&f[0]), C.CUdeviceptr(d.flag), 4, 0)); err != nil {
 		return err
@@ -303,9 +308,10 @@ func (b *Backend) Device() DeviceInfo { return b.d.info }
 
 // DeviceMemory is device memory from Alloc. It is not host-addressable.
 type DeviceMemory struct {
-	d    *device
-	ptr  uint64
-	size int64
+	d        *device
+	ptr      uint64
+	size     int64
+	released bool // by Release: size kept, no memory until Reacquire
 }
 
 // Size returns the size in bytes.
@@ -440,10 +446,16 @@ func (d *device) newStream(workspace bool) (*Stream, error) {
 	if err := cuErr("cuStreamCreate", C.cuStreamCreate_(&s.h, streamNonBlocking)); err != nil {
 		return nil, err
 	}
-	if err := cuErr("cuMemAlloc (stream scratch)", C.cuMemAlloc_(&s.scratch, streamScratchBytes)); err != nil {
-		C.cuStreamDestroy_(s.h)
-		return nil, err
+	if !d.released {
+		if err := cuErr("cuMemAlloc (stream scratch)", C.cuMemAlloc_(&s.scratch, streamScratchBytes)); err != nil {
+			C.cuStreamDestroy_(s.h)
+			return nil, err
+		}
 	}
+	if d.streams == nil {
+		d.streams = map[*Stream]bool{}
+	}
+	d.streams[s] = true
 	return s, nil
 }
 
@@ -459,6 +471,7 @@ func (s *Stream) destroy() error {
 		errs = append(errs, cuErr("cuMemFree", C.cuMemFree_(s.scratch)))
 		s.scratch = 0
 	}
+	delete(s.d.streams, s)
 	return errors.Join(errs...)
 }
 
@@ -620,6 +633,9 @@ type launch struct {
 
 // run issues the launches in order on s (worker only).
 func (d *device) run(s *Stream, ls ...launch) error {
+	if d.released {
+		return errReleased
+	}
 	for _, l := range ls {
 		if l.gx == 0 || l.gy == 0 || l.gz == 0 {
 			continue

@@ -20,6 +20,9 @@ func (b *Backend) addr(op, name string, t gpu.Tensor) (uint64, error) {
 		if m.d != b.d {
 			return 0, fmt.Errorf("%s: %s lives on another cuda backend", op, name)
 		}
+		if m.released {
+			return 0, fmt.Errorf("%s: %s memory was released (the trainer is asleep)", op, name)
+		}
 		if m.ptr == 0 && m.size > 0 {
 			return 0, fmt.Errorf("%s: %s memory was freed", op, name)
 		}

@@ -107,6 +107,9 @@ func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32)
 		ta: int32(call.transa), tb: int32(call.transb), at: int32(call.atype), bt: int32(call.btype), ct: int32(call.ctype),
 		alignA: uint32(call.alignA), alignB: uint32(call.alignB), alignC: uint32(call.alignC), ws: s.workspace}
 	return b.d.do(func() error {
+		if b.d.released {
+			return errReleased
+		}
 		call.handle = b.d.lt
 		if s.workspace {
 			call.workspace, call.wsSize = C.uint64_t(b.d.internal), workspaceBytes
