@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -16,9 +17,13 @@ import (
 // live at the current op), so a test can hold the high-water mark against
 // the plan's peak.
 type Arena struct {
-	plan   *plan.Plan
-	dev    gpu.Memory
-	host   gpu.Memory
+	plan *plan.Plan
+	dev  gpu.Memory
+	res  gpu.Memory // the resident arena: kept while the trainer sleeps
+	host gpu.Memory
+	// asleep is the sleep the trainer is in (nil: awake): dev is released
+	// and the saved buffers are in the host arena.
+	asleep *plan.SleepPoint
 	byName map[string]*plan.Buffer
 	cur    int // current op index; -1 before the first op
 	used   map[*plan.Buffer]bool
@@ -36,7 +41,13 @@ func NewArena(b gpu.Backend, p *plan.Plan) (*Arena, error) {
 	if a.dev, err = b.Alloc(max(p.DeviceArena, plan.Align)); err != nil {
 		return nil, fmt.Errorf("allocating the %d-byte device arena: %w", p.DeviceArena, err)
 	}
+	if a.res, err = b.Alloc(max(p.ResidentArena, plan.Align)); err != nil {
+		b.Free(a.dev)
+		return nil, fmt.Errorf("allocating the %d-byte resident device arena: %w", p.ResidentArena, err)
+	}
 	if a.host, err = b.AllocHost(max(p.HostArena, plan.Align)); err != nil {
+		b.Free(a.dev)
+		b.Free(a.res)
 		return nil, fmt.Errorf("allocating the %d-byte pinned host arena: %w", p.HostArena, err)
 	}
 	return a, nil
@@ -106,8 +117,13 @@ func (a *Arena) Tensor(name string, dt gpu.DType, shape ...int) (gpu.Tensor, err
 		return gpu.Tensor{}, fmt.Errorf("arena: buffer %q used at op %d %q, after its planned lifetime [%d, %d]", name, a.cur, a.plan.Ops[a.cur].Name, b.Start, b.End)
 	}
 	mem := a.dev
-	if b.Host {
+	switch {
+	case b.Host:
 		mem = a.host
+	case b.Resident:
+		mem = a.res
+	case a.asleep != nil:
+		return gpu.Tensor{}, fmt.Errorf("arena: buffer %q is in the device arena, which is released while the trainer sleeps (since stage %q)", name, a.asleep.Stage)
 	}
 	if !b.Host && !a.used[b] {
 		a.used[b] = true
@@ -116,14 +132,9 @@ func (a *Arena) Tensor(name string, dt gpu.DType, shape ...int) (gpu.Tensor, err
 	return gpu.NewTensor(mem, b.Offset, dt, shape...)
 }
 
-// Free releases both arenas.
+// Free releases the arenas.
 func (a *Arena) Free(b gpu.Backend) error {
-	err1 := b.Free(a.dev)
-	err2 := b.Free(a.host)
-	if err1 != nil {
-		return err1
-	}
-	return err2
+	return errors.Join(b.Free(a.dev), b.Free(a.res), b.Free(a.host))
 }
 
 // Rewind goes back to op i of the current stage: the next Enter must be op i.

@@ -61,7 +61,7 @@ func (r *Rank) SaveShards(dir string) error {
 	var tensors []model.Tensor
 	for _, s := range r.shardTensors() {
 		data := make([]float32, s.t.Numel())
-		if err := r.B.Download(data, s.t); err != nil {
+		if err := r.download(data, s.t); err != nil {
 			return fmt.Errorf("saving %s: %w", s.name, err)
 		}
 		dt := model.F32
@@ -75,6 +75,16 @@ func (r *Rank) SaveShards(dir string) error {
 		return err
 	}
 	return model.WriteSafetensors(path, tensors)
+}
+
+// download reads t as float32, from the host copy while the trainer
+// sleeps.
+func (r *Rank) download(dst []float32, t gpu.Tensor) error {
+	t, err := r.Arena.Readable(t)
+	if err != nil {
+		return err
+	}
+	return r.B.Download(dst, t)
 }
 
 // LoadShards restores the rank's shards from checkpoint directory dir,
@@ -125,7 +135,7 @@ func (r *Rank) ExportRows(name string) (ShardRows, error) {
 				return nil, err
 			}
 			data := make([]float32, t.Numel())
-			if err := r.B.Download(data, t); err != nil {
+			if err := r.download(data, t); err != nil {
 				return nil, err
 			}
 			out[s.Name] = data

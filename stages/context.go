@@ -31,6 +31,9 @@ type RunContext struct {
 // budget), so that a stage plans against what its inputs will be.
 type planState struct {
 	values values
+	// asleep maps the step stages that may run while the trainer sleeps
+	// to the sleep stage before them: their device buffers are resident.
+	asleep map[string]string
 }
 
 func (pc *PlanContext) prog() *prog {

@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages/engines/enginetest"
 )
 
 // TestRunTinyCUDA runs the embedded default on GPU 0 and holds it to the CPU
@@ -163,6 +166,65 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 		t.Logf("nvml: process memory %d bytes; plan device total %d (arena %d + reserves)", nvmlPeak, gpuRun.total, gpuRun.arena)
 		if nvmlPeak > gpuRun.total {
 			t.Errorf("NVML process memory %d exceeds the plan's device total %d", nvmlPeak, gpuRun.total)
+		}
+	}
+}
+
+// TestSleepWakeCUDA runs the colocated live loop (an SGLang test engine) on
+// GPU 0 for 3 steps and holds it to the same recipe without sleep and wake
+// on the GPU: the same losses (bit for bit where the GPU's kernels are
+// deterministic; within 1e-6 relative otherwise). While asleep, the
+// NVML-measured process memory must be within the plan's asleep device
+// bytes (the resident arena and the CUDA context); it logs sleep and wake
+// seconds and GB/s. It skips without a CUDA driver.
+func TestSleepWakeCUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	run := func(sleepWake bool) ([]StepResult, *plan.Plan) {
+		srv := enginetest.NewSGLang(fakePolicy)
+		defer srv.Close()
+		s := colocated(t, srv.URL, t.TempDir(), 3, sleepWake)
+		j := resolveSpec(t, s)
+		p, err := Plan(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []StepResult
+		_, err = Run(context.Background(), j, p, RunOptions{
+			Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },
+			DeviceMemory: func(rank int) (int64, bool) {
+				n, err := nvml.ProcessMemory(rank)
+				return n, err == nil
+			},
+			AfterStep: func(r *Rank, sr StepResult) error {
+				steps = append(steps, sr)
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return steps, p
+	}
+	awake, _ := run(false)
+	asleep, p := run(true)
+	for i, sr := range asleep {
+		got, want := sr.Stats.Values["loss"], awake[i].Stats.Values["loss"]
+		if got != want {
+			t.Logf("step %d: loss %.10g with sleep and wake, %.10g without", sr.Step, got, want)
+			if math.Abs(got-want) > 1e-6*math.Max(math.Abs(want), 1e-2) {
+				t.Errorf("step %d: loss %.10g with sleep and wake, %.10g without", sr.Step, got, want)
+			}
+		}
+		v := sr.Stats.Values
+		t.Logf("step %d: sleep %.4f s (%.3g GB, %.3g GB/s), wake %.4f s (%.3g GB/s); asleep: NVML %v bytes, plan %d",
+			sr.Step, v["sleep_s"], v["sleep_gb"], v["sleep_gbps"], v["wake_s"], v["wake_gbps"], v["asleep_device_bytes"], p.AsleepDeviceBytes())
+		if n, ok := v["asleep_device_bytes"]; ok && n > float64(p.AsleepDeviceBytes()) {
+			t.Errorf("step %d: NVML shows %v bytes while asleep, more than the plan's %d", sr.Step, n, p.AsleepDeviceBytes())
 		}
 	}
 }

@@ -36,14 +36,14 @@ const (
 func Plan(j *Job) (*plan.Plan, error) {
 	b := plan.NewBuilder()
 	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt handle (estimate)"})
-	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace, error flag and two streams' reduction scratch, allocated by the CUDA backend"})
+	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace, error flag and two streams' reduction scratch, allocated by the CUDA backend", Released: true})
 	if j.Spec.Mesh.WorldSize() > 1 {
 		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "two NCCL communicators' buffers (estimate)"})
 	}
 	if j.Graph == nil {
 		return nil, fmt.Errorf("the job has no stage graph")
 	}
-	pc := &PlanContext{Job: j, B: b, state: &planState{values: values{}}}
+	pc := &PlanContext{Job: j, B: b, state: &planState{values: values{}, asleep: j.asleepAfter()}}
 	// The plan's rollout batch and prompts: planning reads nothing from
 	// them.
 	pc.state.values[SourceRollouts] = &RolloutBatch{}
@@ -60,7 +60,14 @@ func Plan(j *Job) (*plan.Plan, error) {
 		}
 		b.EndStage()
 	}
-	return b.Finish()
+	p, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.CheckSleep(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // RunOptions configure Run.
@@ -88,6 +95,9 @@ type RunOptions struct {
 	// past the step (a barrier); rank 0 typically records metrics and
 	// checkpoints there. An error stops the run.
 	AfterStep func(r *Rank, res StepResult) error
+	// DeviceMemory, when not nil, measures the device memory a rank's
+	// process uses (NVML); a sleep stage reports it as asleep_device_bytes.
+	DeviceMemory func(rank int) (int64, bool)
 	// Stop, when not nil, is asked (on rank 0, the answer shared) after
 	// every step: once it reports true the run stops cleanly after that
 	// step, which AfterStep sees with StepResult.Stop set, and Result.Last
@@ -217,6 +227,9 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 	}
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena)
+	if opts.DeviceMemory != nil {
+		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
+	}
 	r.Host = cpu.NewWithThreads(max(1, runtime.GOMAXPROCS(0)/j.Spec.Mesh.DP))
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)

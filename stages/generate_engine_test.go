@@ -16,30 +16,8 @@ import (
 	"github.com/rlpipe/rlpipe/stages/engines/enginetest"
 )
 
-// fakePolicy is a test engine's sampler that ignores the seed, so a test
-// can recompute what it answered: response j to a prompt has 4 to 16
-// tokens in [1, 250] of the tiny model's vocabulary, with log-probs
-// -0.1·(t mod 5 + 1).
-func fakePolicy(prompt []int32, n int, p engines.Params) []engines.Response {
-	sum := 0
-	for _, t := range prompt {
-		sum += int(t)
-	}
-	out := make([]engines.Response, n)
-	for j := range out {
-		l := min(4+(sum+j)%13, p.MaxNewTokens)
-		r := engines.Response{Finish: engines.FinishStop}
-		if l == p.MaxNewTokens {
-			r.Finish = engines.FinishLength
-		}
-		for t := range l {
-			r.Tokens = append(r.Tokens, int32((sum*7+j*31+t*13)%250+1))
-			r.LogProbs = append(r.LogProbs, -0.1*float32(t%5+1))
-		}
-		out[j] = r
-	}
-	return out
-}
+// fakePolicy is the test engines' sampler for the tiny model.
+var fakePolicy = enginetest.SmallVocab
 
 // liveOn is the live recipe with its generate stage on an HTTP engine at
 // url, run for steps steps of the 12-step schedule.

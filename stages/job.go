@@ -115,6 +115,7 @@ func Resolve(s *spec.Spec, gpu GPU, check Check) (*Job, error) {
 	}
 	errs = append(errs, j.checkWeightWriters()...)
 	errs = append(errs, j.checkWindows()...)
+	errs = append(errs, j.checkSleep()...)
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}

@@ -54,6 +54,10 @@ func TypeCheckpoint(m string) string { return "checkpoint/" + m }
 // apply_fsdp2 produces them, train and update_ref write them during a step.
 func TypeWeights(m string) string { return "weights/" + m }
 
+// TypePushed is the type of the HF checkpoint directory push_weights
+// wrote of model m this step (its path, a string): what an engine loads.
+func TypePushed(m string) string { return "pushed/" + m }
+
 // The names of the job's data files as sources in the graph.
 const (
 	SourceRollouts = "data.rollouts"

@@ -110,11 +110,18 @@ func (p *prog) alloc(name string, kind plan.Kind, host, persist bool, dt gpu.DTy
 	bytes := int64(dt.Size()) * numel(shape)
 	if !p.running() {
 		now := p.b.Now()
-		if persist {
-			return &ref{pb: p.b.Persistent(name, kind, bytes, host, now)}
-		}
-		if host {
+		// A stage that may run while the trainer sleeps has its device
+		// buffers in the resident arena, which stays.
+		resident := !host && p.ps != nil && p.ps.asleep[p.stage.ID] != ""
+		switch {
+		case persist:
+			pb := p.b.Persistent(name, kind, bytes, host, now)
+			pb.Resident = resident
+			return &ref{pb: pb}
+		case host:
 			return &ref{pb: p.b.AllocHost(name, kind, bytes, now, now)}
+		case resident:
+			return &ref{pb: p.b.Resident(name, kind, bytes, now, now)}
 		}
 		return &ref{pb: p.b.Alloc(name, kind, bytes, now, now)}
 	}

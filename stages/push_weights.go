@@ -45,9 +45,11 @@ type PushWeights struct {
 	client engines.Client
 }
 
-// Ports declares the model's weights input.
+// Ports declares the model's weights input and the version output: the
+// directory written this step, which a sleep stage may have the engine load.
 func (s *PushWeights) Ports(*spec.Spec) Ports {
-	return Ports{In: []Input{{Port: Port{Name: "weights", Type: TypeWeights(s.Model)}}}}
+	return Ports{In: []Input{{Port: Port{Name: "weights", Type: TypeWeights(s.Model)}}},
+		Out: []Port{{Name: "version", Type: TypePushed(s.Model)}}}
 }
 
 // Validate checks the model, the directory, the dtype and the engine.
@@ -181,6 +183,7 @@ func (s *PushWeights) program(p *prog) {
 			return nil
 		})
 	}
+	p.out("version", version)
 	p.op("publish and reload")
 	p.do(func() error {
 		if p.r.ID != 0 {

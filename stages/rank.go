@@ -42,6 +42,13 @@ type Rank struct {
 	Profile  map[string]time.Duration
 	profOp   string
 	profLast time.Time
+
+	// released holds, on rank 0, the engines (by URL) whose memory a wake
+	// stage released and no sleep stage has resumed yet. rlpipe assumes an
+	// engine holds its memory when the run starts.
+	released map[string]bool
+	// deviceMemory measures the process's device memory (RunOptions).
+	deviceMemory func() (int64, bool)
 }
 
 // unitName matches the unit in an op name.
@@ -102,7 +109,7 @@ func (s *StepStats) summarize() {
 }
 
 func newRank(id int, comm nccl.Comm, b gpu.Backend, a *Arena) *Rank {
-	return &Rank{ID: id, Comm: comm, B: b, Arena: a, values: values{}, reports: map[string]float64{}}
+	return &Rank{ID: id, Comm: comm, B: b, Arena: a, values: values{}, reports: map[string]float64{}, released: map[string]bool{}}
 }
 
 // shards returns the rank's sharded models by name: the weights the

@@ -148,6 +148,9 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if resumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(resumeDir) }
 	}
+	if choice.name == "cuda" {
+		opts.DeviceMemory = deviceMemory // rank r runs on GPU r
+	}
 	every := l.spec.Train.CheckpointEvery
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlpipe/rlpipe/jobs"
 	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/stages/engines/enginetest"
 )
 
 var tinySpec = filepath.Join("..", "..", "..", "examples", "tiny-grpo.yaml")
@@ -255,4 +256,77 @@ func TestLiveRecipe(t *testing.T) {
 			t.Errorf("step %d: reward_mean %v (recorded %v), response_length_mean %v; want a mean in (0, 1) of 16-token responses", m.Step, r, ok, m.Extra["response_length_mean"])
 		}
 	}
+}
+
+// TestColocatedRecipe runs examples/tiny-colocated.yaml against a test
+// SGLang engine: 2 steps whole, and 1 step then resumed. The first run
+// ends asleep, so its checkpoint and export are read from the host copy of
+// the trainer's state; the resumed run trains exactly as the whole one.
+func TestColocatedRecipe(t *testing.T) {
+	srv := enginetest.NewSGLang(enginetest.SmallVocab)
+	defer srv.Close()
+	ex, err := filepath.Abs(filepath.Join("..", "..", "..", "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := readText(t, filepath.Join(ex, "tiny-colocated.yaml"))
+	dir := t.TempDir()
+	for _, r := range [][2]string{
+		{"http://127.0.0.1:30000", srv.URL},
+		{"path: models/tiny-qwen2", "path: " + filepath.Join(ex, "models", "tiny-qwen2")},
+		{"prompts: data/tiny-prompts.jsonl", "prompts: " + filepath.Join(ex, "data", "tiny-prompts.jsonl")},
+		{"/tmp/tiny-colocated-policy", filepath.Join(dir, "policy")},
+	} {
+		if !strings.Contains(src, r[0]) {
+			t.Fatalf("tiny-colocated.yaml has no %q", r[0])
+		}
+		src = strings.ReplaceAll(src, r[0], r[1])
+	}
+	recipe := filepath.Join(dir, "colocated.yaml")
+	if err := os.WriteFile(recipe, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	whole, halves := t.TempDir(), t.TempDir()
+	if code, out, errs := runCLI(t, "run", "--runs", whole, "--steps", "2", recipe); code != exitOK {
+		t.Fatalf("run exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "run", "--runs", halves, "--steps", "1", recipe); code != exitOK {
+		t.Fatalf("run --steps 1: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, "run", "--runs", halves, "--steps", "2", "--resume", onlyRun(t, halves).ID()); code != exitOK {
+		t.Fatalf("resume: exit %d\n%s%s", code, out, errs)
+	}
+	a, err := onlyRun(t, whole).Metrics()
+	if err != nil || len(a) != 2 {
+		t.Fatalf("%d step lines (%v)", len(a), err)
+	}
+	b, err := onlyRun(t, halves).Metrics()
+	if err != nil || len(b) != 2 {
+		t.Fatalf("%d step lines after the resume (%v)", len(b), err)
+	}
+	for i := range a {
+		if a[i].Loss != b[i].Loss || a[i].GradNorm != b[i].GradNorm {
+			t.Errorf("step %d: loss %v, grad_norm %v whole; %v, %v resumed", i+1, a[i].Loss, a[i].GradNorm, b[i].Loss, b[i].GradNorm)
+		}
+		if a[i].Extra["sleep_gb"] <= 0 || a[i].Extra["asleep_plan_bytes"] <= 0 {
+			t.Errorf("step %d: sleep_gb %v, asleep_plan_bytes %v", i+1, a[i].Extra["sleep_gb"], a[i].Extra["asleep_plan_bytes"])
+		}
+	}
+	if a[1].Extra["wake_gb"] != a[0].Extra["sleep_gb"] {
+		t.Errorf("step 2 woke %v GB, step 1 slept %v", a[1].Extra["wake_gb"], a[0].Extra["sleep_gb"])
+	}
+	ea := readText(t, filepath.Join(onlyRun(t, whole).Dir(), "export", "actor", "model.safetensors"))
+	eb := readText(t, filepath.Join(onlyRun(t, halves).Dir(), "export", "actor", "model.safetensors"))
+	if ea != eb || ea == "" {
+		t.Error("the resumed run's export differs from the whole run's")
+	}
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -40,3 +40,31 @@ func Counting(prompt []int32, n int, p engines.Params) []engines.Response {
 	}
 	return out
 }
+
+// SmallVocab is a sampler for models with a vocabulary of at least 251
+// tokens (the repo's tiny model has 256) that ignores the seed, so that a
+// test can recompute what it answered and two runs see the same
+// responses: response j to a prompt with token sum S has
+// min(4 + (S+j) mod 13, MaxNewTokens) tokens, token t being
+// (7S + 31j + 13t) mod 250 + 1 with log-prob −0.1·(t mod 5 + 1); it
+// finishes "length" when it has MaxNewTokens tokens, "stop" otherwise.
+func SmallVocab(prompt []int32, n int, p engines.Params) []engines.Response {
+	sum := 0
+	for _, t := range prompt {
+		sum += int(t)
+	}
+	out := make([]engines.Response, n)
+	for j := range out {
+		l := min(4+(sum+j)%13, p.MaxNewTokens)
+		r := engines.Response{Finish: engines.FinishStop}
+		if l == p.MaxNewTokens {
+			r.Finish = engines.FinishLength
+		}
+		for t := range l {
+			r.Tokens = append(r.Tokens, int32((sum*7+j*31+t*13)%250+1))
+			r.LogProbs = append(r.LogProbs, -0.1*float32(t%5+1))
+		}
+		out[j] = r
+	}
+	return out
+}
