@@ -16,7 +16,9 @@
 # Output: $OUT/live.tgz (logs, metrics.jsonl, updates.jsonl, the recipe).
 # Knobs: LIVE_STEPS (default 4), LIVE_NEW (max_new_tokens, default 256),
 # LIVE_LR (default 2e-5), LIVE_TINY (0 skips the tiny-live run), LIVE_DIR
-# (where push_weights writes, default /tmp/rlpipe-live; /dev/shm is RAM).
+# (where push_weights writes, default /tmp/rlpipe-live; /dev/shm is RAM),
+# LIVE_COLOCATE (1: sleep and wake around generate; sleep_s, wake_s,
+# asleep_device_bytes in the metrics).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/live-out}
@@ -63,6 +65,16 @@ for _ in $(seq 1 120); do
 done
 say "engine up: $(head -n 1 "$D/engine.log")"
 
+# LIVE_COLOCATE=1: the trainer sleeps at the end of every step (the engine
+# resumes and loads the push) and wakes after generate (the engine releases).
+WAKE=
+PUSH="    - {id: push, uses: push_weights, with: {dir: ${LIVE_DIR:-$W}/policy, engine: sglang, url: http://127.0.0.1:30000}}"
+if [[ ${LIVE_COLOCATE:-0} == 1 ]]; then
+	WAKE="    - {id: wake, uses: wake, with: {engine: sglang, url: 'http://127.0.0.1:30000'}}
+"
+	PUSH="    - {id: push, uses: push_weights, with: {dir: ${LIVE_DIR:-$W}/policy}}
+    - {id: sleep, uses: sleep, with: {engine: sglang, url: 'http://127.0.0.1:30000', reload: push}}"
+fi
 cat >"$W/live.yaml" <<YAML
 version: 1
 name: live-0.5b-engine-hf
@@ -97,11 +109,11 @@ stages:
         url: http://127.0.0.1:30000
         max_new_tokens: ${LIVE_NEW:-256}
         reward: {expr: 'count(response, # < 75968) / len(response)'}
-    - {id: pack, uses: pack}
+$WAKE    - {id: pack, uses: pack}
     - {id: ref_logp, uses: ref_logprob, with: {chunk_tokens: 2048}}
     - {id: old_logp, uses: actor_logprob, with: {chunk_tokens: 2048}}
     - {id: train, uses: train, with: {chunk_tokens: 2048, eps_clip: 0.2, kl: low_var_kl, kl_coef: 0.01}}
-    - {id: push, uses: push_weights, with: {dir: ${LIVE_DIR:-$W}/policy, engine: sglang, url: http://127.0.0.1:30000}}
+$PUSH
 YAML
 cp "$W/live.yaml" "$D/"
 .devbin/rlpipe plan "$W/live.yaml" >"$D/live-plan.txt" 2>&1
