@@ -167,6 +167,10 @@ its current step, with a checkpoint; a second signal aborts at once.
 				jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
 			prog.Update(sr.Step, fields...)
 			log.Debug().Int("step", sr.Step).Float64("loss", m.Loss).Float64("tok/s", m.TokensPerS).Msg("step")
+			if got, ok := sr.Stats.Values["asleep_device_bytes"]; ok && got > sr.Stats.Values["asleep_plan_bytes"] {
+				log.Warn().Int("step", sr.Step).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
+					Msg("while the trainer slept, the process held more device memory than the plan keeps")
+			}
 		}
 		if !save {
 			return nil
