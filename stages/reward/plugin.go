@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/rlpipe/rlpipe/spec"
 )
 
 var (
@@ -86,46 +88,5 @@ func (p *pluginScorer) Score(ctx context.Context, samples []Sample) ([]float64, 
 }
 
 // closest returns the name in names nearest to name when it is close enough
-// to be a likely typo, or "".
-func closest(name string, names []string) string {
-	best, bestDist := "", -1
-	for _, n := range names {
-		d := editDistance(strings.ToLower(name), strings.ToLower(n))
-		if bestDist < 0 || d < bestDist {
-			best, bestDist = n, d
-		}
-	}
-	if best == "" || bestDist > max(1, len([]rune(name))/3) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance between a and b, in
-// runes: the Levenshtein distance with the swap of two adjacent runes
-// counted as one edit, the commonest typo.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	// d[i][j] is the distance between ra[:i] and rb[:j].
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
-}
+// to be a likely typo, or "": the spec's suggestion rule.
+func closest(name string, names []string) string { return spec.Closest(name, names) }
