@@ -61,38 +61,23 @@ func Read(path string) ([]Sample, error) {
 // the samples of the lines that decoded, so that a caller can check those
 // too and report everything at once. A file with no samples is an error.
 func Decode(name string, r io.Reader) ([]Sample, error) {
-	br := bufio.NewReaderSize(r, 1<<16)
 	var (
 		samples []Sample
 		errs    ErrorList
-		lineNo  int
 	)
-	for {
-		line, rerr := br.ReadBytes('\n')
-		if len(line) > 0 {
-			lineNo++
-			if lineNo == 1 {
-				// A UTF-8 byte order mark, as some editors write, is not data.
-				line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			}
-			if b := bytes.TrimSpace(line); len(b) > 0 {
-				s, msgs := parseLine(b)
-				for _, m := range msgs {
-					errs = append(errs, &LineError{Name: name, Line: lineNo, Msg: m})
-				}
-				if len(msgs) == 0 {
-					s.Line = lineNo
-					s.Index = len(samples)
-					samples = append(samples, s)
-				}
-			}
+	err := eachLine(name, r, func(lineNo int, b []byte) {
+		s, msgs := parseLine(b)
+		for _, m := range msgs {
+			errs = append(errs, &LineError{Name: name, Line: lineNo, Msg: m})
 		}
-		if rerr == io.EOF {
-			break
+		if len(msgs) == 0 {
+			s.Line = lineNo
+			s.Index = len(samples)
+			samples = append(samples, s)
 		}
-		if rerr != nil {
-			return nil, fmt.Errorf("%s:%d: read: %w", name, lineNo+1, rerr)
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	// Rollout log-probs are all or nothing: the first sample decides.
 	if len(samples) > 0 {
@@ -561,4 +546,27 @@ func parseLine(b []byte) (Sample, []string) {
 		return Sample{}, msgs
 	}
 	return s, nil
+}
+
+// eachLine calls f with every non-blank line of r (trimmed) and its 1-based
+// number. Lines may be of any length; a UTF-8 byte order mark before the
+// first line, as some editors write, is not data. It returns a read error
+// with the name and line.
+func eachLine(name string, r io.Reader, f func(lineNo int, b []byte)) error {
+	br := bufio.NewReaderSize(r, 1<<16)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadBytes('\n')
+		if lineNo == 1 {
+			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+		}
+		if b := bytes.TrimSpace(line); len(b) > 0 {
+			f(lineNo, b)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s:%d: read: %w", name, lineNo, err)
+		}
+	}
 }

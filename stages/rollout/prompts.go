@@ -1,8 +1,6 @@
 package rollout
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,35 +38,21 @@ func ReadPrompts(path string) ([]Prompt, error) {
 // with the prompts of the lines that decoded. A file with no prompts is an
 // error.
 func DecodePrompts(name string, r io.Reader) ([]Prompt, error) {
-	br := bufio.NewReaderSize(r, 1<<16)
 	var (
 		prompts []Prompt
 		errs    ErrorList
-		lineNo  int
 	)
-	for {
-		line, rerr := br.ReadBytes('\n')
-		if len(line) > 0 {
-			lineNo++
-			if lineNo == 1 {
-				line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			}
-			if b := bytes.TrimSpace(line); len(b) > 0 {
-				p, msg := parsePrompt(b)
-				if msg != "" {
-					errs = append(errs, &LineError{Name: name, Line: lineNo, Msg: msg})
-				} else {
-					p.Index, p.Line = len(prompts), lineNo
-					prompts = append(prompts, p)
-				}
-			}
+	err := eachLine(name, r, func(lineNo int, b []byte) {
+		p, msg := parsePrompt(b)
+		if msg != "" {
+			errs = append(errs, &LineError{Name: name, Line: lineNo, Msg: msg})
+			return
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return nil, fmt.Errorf("%s:%d: read: %w", name, lineNo+1, rerr)
-		}
+		p.Index, p.Line = len(prompts), lineNo
+		prompts = append(prompts, p)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(errs) > 0 {
 		return prompts, errs
