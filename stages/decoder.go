@@ -453,12 +453,14 @@ func (d *decoder) layerForward(i int, train bool) {
 	d.resid = out
 }
 
-// headForward selects the rows that predict response tokens, normalises
-// them and computes log-probs (and entropy) chunk by chunk. It returns the
-// index of its last op.
-func (d *decoder) headForward(train bool) int {
+// headRows starts a head: it gathers the head unit, selects the rows at
+// the micro-batch's logit positions into d.head and normalises them (op
+// "head select+norm"), then opens the chunk op chunkOp with its buffer of
+// one chunk of logits. It returns the head unit's index, the chunk op and
+// the logits buffer.
+func (d *decoder) headRows(chunkOp string) (h, ch int, logits *ref) {
 	p := d.p
-	h := len(d.st.Units) - 1
+	h = len(d.st.Units) - 1
 	if d.gathered[h] == nil {
 		d.gathered[h] = d.gather(h, "")
 	}
@@ -469,15 +471,28 @@ func (d *decoder) headForward(train bool) int {
 	d.head.xn = p.buf(d.name("head", "xn"), plan.Activations, dt, d.N, H)
 	d.head.rstd = p.buf(d.name("head", "rstd"), plan.Activations, gpu.F32, d.N)
 	p.do(func() error { return model.SelectRows(d.b(), d.head.rows.t, d.resid.t, d.io.logitPos.t) })
-	ch := p.op("head log-prob chunks")
+	ch = p.op(chunkOp)
 	until(ch, d.head.rows, d.head.xn, d.head.rstd)
-	logits := p.buf(d.name("head", "logits"), plan.Logits, gpu.F32, d.C, V)
-	p.do(func() error {
-		if err := d.await(d.gathered[h]); err != nil {
-			return err
-		}
-		u := d.st.Units[h]
-		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+	logits = p.buf(d.name("head", "logits"), plan.Logits, gpu.F32, d.C, V)
+	return h, ch, logits
+}
+
+// headWeights waits for the gathered head unit h and returns its weights
+// (running only).
+func (d *decoder) headWeights(h int) (model.HeadWeights, error) {
+	if err := d.await(d.gathered[h]); err != nil {
+		return model.HeadWeights{}, err
+	}
+	u := d.st.Units[h]
+	return d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+}
+
+// headForward computes the log-probs (and entropy) of the response tokens
+// chunk by chunk. It returns the index of its last op.
+func (d *decoder) headForward(train bool) int {
+	h, ch, logits := d.headRows("head log-prob chunks")
+	d.p.do(func() error {
+		w, err := d.headWeights(h)
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/rlpipe/rlpipe/gpu"
-	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/stages/rollout"
@@ -234,34 +233,17 @@ func sampleToken(z []float32, temp, topP float64, topK int, u float64) (int32, f
 // (running): the rows from lo, V logits each. It returns the index of its
 // last op.
 func (d *decoder) headLogits(fn func(lo int, logits []float32) error) int {
-	p := d.p
-	h := len(d.st.Units) - 1
-	if d.gathered[h] == nil {
-		d.gathered[h] = d.gather(h, "")
-	}
-	dt, H, V := d.dts[h], d.cfg.HiddenSize, d.cfg.VocabSize
-	sel := p.op("head select+norm")
-	until(sel, d.resid)
-	rows := p.buf(d.name("head", "rows"), plan.Activations, gpu.F32, d.N, H)
-	xn := p.buf(d.name("head", "xn"), plan.Activations, dt, d.N, H)
-	rstd := p.buf(d.name("head", "rstd"), plan.Activations, gpu.F32, d.N)
-	p.do(func() error { return model.SelectRows(d.b(), rows.t, d.resid.t, d.io.logitPos.t) })
-	ch := p.op("head logit chunks")
-	until(ch, rows, xn, rstd)
-	logits := p.buf(d.name("head", "logits"), plan.Logits, gpu.F32, d.C, V)
-	p.do(func() error {
-		if err := d.await(d.gathered[h]); err != nil {
-			return err
-		}
-		u := d.st.Units[h]
-		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+	h, ch, logits := d.headRows("head logit chunks")
+	V := d.cfg.VocabSize
+	d.p.do(func() error {
+		w, err := d.headWeights(h)
 		if err != nil {
 			return err
 		}
 		host := make([]float32, d.C*V)
 		for lo := 0; lo < d.N; lo += d.C {
 			hi := min(lo+d.C, d.N)
-			if err := d.cfg.HeadLogits(d.b(), w, rows.t, xn.t, rstd.t, logits.t, lo, hi); err != nil {
+			if err := d.cfg.HeadLogits(d.b(), w, d.head.rows.t, d.head.xn.t, d.head.rstd.t, logits.t, lo, hi); err != nil {
 				return err
 			}
 			out, err := logits.t.Flat(0, (hi-lo)*V)
