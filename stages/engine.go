@@ -60,14 +60,7 @@ func Plan(j *Job) (*plan.Plan, error) {
 		}
 		b.EndStage()
 	}
-	p, err := b.Finish()
-	if err != nil {
-		return nil, err
-	}
-	if err := p.CheckSleep(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return b.Finish()
 }
 
 // RunOptions configure Run.

@@ -149,10 +149,14 @@ func TestSleepPlanColocated(t *testing.T) {
 	if p.ResidentArena == 0 || p.AsleepDeviceBytes() != p.ResidentArena+CUDAContextReserve {
 		t.Errorf("resident %d, asleep device %d", p.ResidentArena, p.AsleepDeviceBytes())
 	}
-	for i, st := range p.Stages {
-		want := st.ID == "generate" || st.ID == "wake"
-		if p.Asleep[st.First] != want {
-			t.Errorf("stage %d %s: asleep %v, want %v", i, st.ID, p.Asleep[st.First], want)
+	asleep := j.asleepAfter()
+	for _, st := range p.Stages {
+		want := ""
+		if st.ID == "generate" || st.ID == "wake" {
+			want = "sleep"
+		}
+		if asleep[st.ID] != want {
+			t.Errorf("stage %s: asleep after %q, want %q", st.ID, asleep[st.ID], want)
 		}
 	}
 }
@@ -214,7 +218,6 @@ func TestArenaSleep(t *testing.T) {
 	b.Resident("share", plan.IO, 256, b.Now(), b.Now())
 	b.BeginStage("wake", "wake", "step")
 	b.Op("wake")
-	b.MarkWake(true)
 	b.BeginStage("use", "u", "step")
 	b.Op("use")
 	b.Alloc("tmp", plan.Activations, 256, b.Now(), b.Now())

@@ -41,10 +41,9 @@ func (s *Wake) Validate(vc *ValidateContext) spec.Errors {
 	return errs
 }
 
-// Plan declares the wake op and marks it (a sure wake without `when`).
+// Plan declares the wake op.
 func (s *Wake) Plan(pc *PlanContext) error {
 	pc.B.Op("wake")
-	pc.B.MarkWake(pc.Stage.When == nil)
 	return nil
 }
 

@@ -88,8 +88,6 @@ type Builder struct {
 	open     bool
 	persist  []*Buffer // buffers that live until the end of the job
 	sleeps   []int     // ops after which the device arena is released
-	wakes    []int     // ops after which it is back
-	sure     []bool    // per wake: the wake runs at every pass (no condition)
 }
 
 // NewBuilder returns an empty builder.
@@ -178,16 +176,9 @@ func (b *Builder) Resident(name string, kind Kind, bytes int64, start, end int) 
 // MarkSleep marks the last op as a sleep: after it, the main device arena
 // and the released reserves are given back until a wake. Every device
 // buffer live across it is copied to the pinned host area Finish plans.
+// Which later ops may run asleep is the caller's to know: it declares
+// their device buffers with Resident.
 func (b *Builder) MarkSleep() { b.sleeps = append(b.sleeps, b.Now()) }
-
-// MarkWake marks the last op as a wake: after it, the device arena is back.
-// sure says that the wake runs every time the phase does (it has no
-// condition); a conditional wake does not end the window in which the
-// trainer may be asleep.
-func (b *Builder) MarkWake(sure bool) {
-	b.wakes = append(b.wakes, b.Now())
-	b.sure = append(b.sure, sure)
-}
 
 // AddReserve records device memory outside the arena.
 func (b *Builder) AddReserve(r Reserve) { b.reserves = append(b.reserves, r) }
@@ -306,11 +297,7 @@ type Plan struct {
 	ResidentArena int64 `json:"resident_arena_bytes,omitempty"`
 	// Sleeps are the points where the trainer gives the device back, and
 	// what each copies to the pinned host area.
-	Sleeps []SleepPoint `json:"sleeps,omitempty"`
-	// Asleep says, per op, whether the trainer may be asleep when it runs
-	// (after a sleep and before a wake that surely runs, going round the
-	// step phase). Nil without sleeps.
-	Asleep    []bool        `json:"-"`
+	Sleeps    []SleepPoint  `json:"sleeps,omitempty"`
 	HostArena int64         `json:"host_pinned_bytes"`
 	Budget    []StageBudget `json:"budget"`
 	PeakStage string        `json:"peak_stage"`

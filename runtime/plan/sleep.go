@@ -28,20 +28,18 @@ type Saved struct {
 	buf          *Buffer
 }
 
-// DeviceBuffer returns the saved device buffer.
-func (s Saved) DeviceBuffer() *Buffer { return s.buf }
-
-// planSleeps fills p.Asleep and p.Sleeps from the builder's marks and
-// returns the host area. A sleep copies the device buffers live after it:
-// those live at its op and later, and the persistent ones (the phase
-// repeats, so they are live again after a sleep at its end). It: as large as the largest sleep's copy, live over
-// the phase of the sleeps. Saved host offsets are relative to the area
-// until Finish places it.
+// planSleeps fills p.Sleeps from the builder's marks and returns the host
+// area. A sleep copies the device buffers live after it: those live at its
+// op and later, and the persistent ones (the phase repeats, so they are
+// live again after a sleep at its end). The area is as large as the
+// largest sleep's copy and lives over the phase of the sleeps (all in one
+// phase). Saved host offsets are relative to the area until Finish places
+// it.
 func (b *Builder) planSleeps(p *Plan) (*Buffer, error) {
-	phase := func(op int) (string, int, int) {
+	phase := func(op int) (name string, first, last int) {
 		for _, s := range p.Stages {
 			if s.First <= op && op <= s.Last {
-				first, last := s.First, s.Last
+				first, last = s.First, s.Last
 				for _, t := range p.Stages {
 					if t.Phase == s.Phase {
 						first, last = min(first, t.First), max(last, t.Last)
@@ -53,36 +51,9 @@ func (b *Builder) planSleeps(p *Plan) (*Buffer, error) {
 		return "", 0, -1
 	}
 	ph, first, last := phase(b.sleeps[0])
-	for _, op := range append(append([]int(nil), b.sleeps...), b.wakes...) {
-		if q, _, _ := phase(op); q != ph {
-			return nil, fmt.Errorf("plan: sleep and wake marks in phases %q and %q: they must share one phase", ph, q)
-		}
-	}
-	mark := map[int]string{}
 	for _, op := range b.sleeps {
-		mark[op] = "sleep"
-	}
-	for i, op := range b.wakes {
-		if mark[op] != "" {
-			return nil, fmt.Errorf("plan: op %d is marked both sleep and wake", op)
-		}
-		mark[op] = "maybe wake"
-		if b.sure[i] {
-			mark[op] = "wake"
-		}
-	}
-	p.Asleep = make([]bool, len(p.Ops))
-	n := last - first + 1
-	for op := first; op <= last; op++ {
-		// Walk back round the phase: the nearest sleep before a sure wake.
-		for k := 1; k <= n; k++ {
-			prev := first + ((op-first-k)%n+n)%n
-			if m := mark[prev]; m == "sleep" {
-				p.Asleep[op] = true
-				break
-			} else if m == "wake" {
-				break
-			}
+		if q, _, _ := phase(op); q != ph {
+			return nil, fmt.Errorf("plan: sleep marks in phases %q and %q: they must share one phase", ph, q)
 		}
 	}
 	persistent := map[*Buffer]bool{}
@@ -116,19 +87,4 @@ func (p *Plan) setDeviceOffsets() {
 			p.Sleeps[i].Saved[k].DeviceOffset = p.Sleeps[i].Saved[k].buf.Offset
 		}
 	}
-}
-
-// CheckSleep reports a device buffer of the main arena that an op declares
-// while the trainer may be asleep: such a buffer would have no memory.
-// Stages that may run asleep declare resident buffers instead.
-func (p *Plan) CheckSleep() error {
-	if p.Asleep == nil {
-		return nil
-	}
-	for _, buf := range p.Buffers {
-		if !buf.Host && !buf.Resident && buf.Bytes > 0 && p.Asleep[buf.Start] {
-			return fmt.Errorf("plan: stage %q declares device buffer %q at op %q, where the trainer may be asleep (its device memory released)", buf.Stage, buf.Name, p.Ops[buf.Start].Name)
-		}
-	}
-	return nil
 }
