@@ -126,7 +126,7 @@ func TestValidateGenerate(t *testing.T) {
 		{"too many new tokens", []string{"max_new_tokens: 16", "max_new_tokens: 17"}, []string{f + `:51:25: stage "generate": the longest prompt (8 tokens) and max_new_tokens 17 exceed data.max_seq_len 24`}},
 		{"no prompts file", []string{"  prompts: data/tiny-prompts.jsonl\n", ""}, []string{f + `:22:1: data: a generate stage reads the prompts, and data.prompts names no file`}},
 		{"push into a directory", []string{syncRef, syncRef + "    - {id: push, uses: push_weights, with: {dir: data}}\n"}, []string{f + `:60:50: stage "push": ../examples/data exists and is not the link push_weights keeps to its latest version; name a new path`}},
-		{"push without engine", []string{syncRef, syncRef + "    - {id: push, uses: push_weights, with: {dir: policy, url: 'http://h:1'}}\n"}, []string{f + `:60:63: stage "push": url names an engine to reload, but engine is not set (sglang or openai)`}},
+		{"push without engine", []string{syncRef, syncRef + "    - {id: push, uses: push_weights, with: {dir: policy, url: 'http://h:1'}}\n"}, []string{f + `:60:63: stage "push": url names an engine, but engine is not set (sglang or openai)`}},
 		{"prompts and rollouts", []string{"  prompts: data/tiny-prompts.jsonl\n", "  prompts: data/tiny-prompts.jsonl\n  rollouts: data/tiny-rollouts.jsonl\n"}, []string{f + `:24:13: data.rollouts: no stage reads the rollout file (another stage produces the rollouts)`}},
 	}
 	for _, tt := range tests {

@@ -3,7 +3,6 @@ package stages
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -72,32 +71,9 @@ func (s *PushWeights) Validate(vc *ValidateContext) spec.Errors {
 	if _, err := ExportDType(s.DType); err != nil {
 		errs = append(errs, vc.Errorf("dtype", "%v", err))
 	}
-	if !(s.TimeoutS > 0) || math.IsInf(s.TimeoutS, 0) {
-		errs = append(errs, vc.Errorf("timeout_s", "timeout_s must be positive, got %v", s.TimeoutS))
-	}
-	client, err := newEngineClient(s.Engine, s.URL, "", engines.Options{Timeout: time.Duration(s.TimeoutS * float64(time.Second)), Concurrency: 1})
-	switch {
-	case s.Engine == "" && s.URL != "":
-		errs = append(errs, vc.Errorf("url", "url names an engine to reload, but engine is not set (sglang or openai)"))
-	case err != nil:
-		errs = append(errs, vc.Errorf("engine", "%v", err))
-	}
-	s.client = client
-	return errs
-}
-
-// newEngineClient returns the client of an HTTP engine, or nil for "".
-func newEngineClient(engine, url, served string, o engines.Options) (engines.Client, error) {
-	o.Model = served
-	switch engine {
-	case "":
-		return nil, nil
-	case EngineSGLang:
-		return engines.NewSGLang(url, o)
-	case EngineOpenAI:
-		return engines.NewOpenAI(url, o)
-	}
-	return nil, fmt.Errorf("unknown engine %q (%s or %s)", engine, EngineSGLang, EngineOpenAI)
+	c, e := controlClient(vc, s.Engine, s.URL, s.TimeoutS)
+	s.client = c
+	return append(errs, e...)
 }
 
 // Plan declares one gathered unit at a time.

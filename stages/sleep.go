@@ -3,7 +3,6 @@ package stages
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/rlpipe/rlpipe/spec"
@@ -52,36 +51,12 @@ func (s *Sleep) Ports(*spec.Spec) Ports {
 
 // Validate checks the engine.
 func (s *Sleep) Validate(vc *ValidateContext) spec.Errors {
-	c, errs := colocatedEngine(vc, s.Engine, s.URL, s.TimeoutS)
+	c, errs := controlClient(vc, s.Engine, s.URL, s.TimeoutS)
 	s.client = c
 	if s.Reload != "" && s.Engine == "" {
 		errs = append(errs, vc.Errorf("reload", "reload has the engine load pushed weights, but engine is not set (sglang or openai)"))
 	}
 	return errs
-}
-
-// colocatedEngine checks the engine keys of a sleep or wake stage and
-// returns the engine's client (nil without one).
-func colocatedEngine(vc *ValidateContext, engine, url string, timeoutS float64) (engines.Client, spec.Errors) {
-	var errs spec.Errors
-	if !(timeoutS > 0) || math.IsInf(timeoutS, 0) {
-		errs = append(errs, vc.Errorf("timeout_s", "timeout_s must be positive, got %v", timeoutS))
-	}
-	if engine == "" {
-		if url != "" {
-			errs = append(errs, vc.Errorf("url", "url names an engine, but engine is not set (sglang or openai)"))
-		}
-		return nil, errs
-	}
-	if url == "" {
-		errs = append(errs, vc.Errorf("url", "the %s engine needs url", engine))
-		return nil, errs
-	}
-	c, err := newEngineClient(engine, url, "", engines.Options{Timeout: time.Duration(timeoutS * float64(time.Second)), Concurrency: 1})
-	if err != nil {
-		errs = append(errs, vc.Errorf("engine", "%v", err))
-	}
-	return c, errs
 }
 
 // Plan declares the sleep op and marks it.

@@ -36,7 +36,7 @@ func (s *Wake) Ports(*spec.Spec) Ports { return Ports{} }
 
 // Validate checks the engine.
 func (s *Wake) Validate(vc *ValidateContext) spec.Errors {
-	c, errs := colocatedEngine(vc, s.Engine, s.URL, s.TimeoutS)
+	c, errs := controlClient(vc, s.Engine, s.URL, s.TimeoutS)
 	s.client = c
 	return errs
 }
