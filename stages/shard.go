@@ -108,5 +108,3 @@ func dtypeOf(dt string) gpu.DType {
 	}
 	return gpu.BF16
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
