@@ -2,9 +2,7 @@ package nccl
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -28,17 +26,6 @@ func NewLoopback(n int) []Comm {
 		cs[i] = &loopComm{g: g, rank: i}
 	}
 	return cs
-}
-
-// post is what a rank brings to a collective.
-type post struct {
-	kind       string
-	op         Op
-	root       int
-	dt         gpu.DType
-	count      int // Elements of src (or buf).
-	src, dst   []byte
-	invalidArg error
 }
 
 // group is the shared state of a loopback communicator.
@@ -130,9 +117,9 @@ func (c *loopComm) Close() error {
 }
 
 // run performs one collective: publish p, wait for all ranks, compute this
-// rank's result from everyone's posts (work returns a function that writes
-// it), wait until every rank has finished reading, then write.
-func (c *loopComm) run(ctx context.Context, p post, work func(posts []post) (func(), error)) error {
+// rank's result from everyone's posts, wait until every rank has finished
+// reading, then write it into the rank's destination.
+func (c *loopComm) run(ctx context.Context, p post) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -140,10 +127,10 @@ func (c *loopComm) run(ctx context.Context, p post, work func(posts []post) (fun
 		return err
 	}
 	posts := c.g.posts
-	var apply func()
+	var out []byte
 	err := check(posts)
 	if err == nil {
-		apply, err = work(posts)
+		out, err = result(posts, c.rank)
 	}
 	if derr := c.g.rendezvous(ctx, c.rank, nil); derr != nil {
 		return derr
@@ -151,191 +138,31 @@ func (c *loopComm) run(ctx context.Context, p post, work func(posts []post) (fun
 	if err != nil {
 		return err
 	}
-	if apply != nil {
-		apply()
-	}
-	return nil
-}
-
-// check verifies that all ranks called the same collective with compatible
-// arguments. Every rank sees the same posts, so all agree on the error.
-func check(posts []post) error {
-	var errs []error
-	for r, p := range posts {
-		if p.invalidArg != nil {
-			errs = append(errs, fmt.Errorf("rank %d: %w", r, p.invalidArg))
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	p0 := posts[0]
-	for r, p := range posts[1:] {
-		switch {
-		case p.kind != p0.kind:
-			return fmt.Errorf("collective mismatch: rank 0 called %s, rank %d called %s", p0.kind, r+1, p.kind)
-		case p.count != p0.count || p.dt != p0.dt:
-			return fmt.Errorf("%s: rank 0 has %d %v elements, rank %d has %d %v", p.kind, p0.count, p0.dt, r+1, p.count, p.dt)
-		case p.op != p0.op || p.root != p0.root:
-			return fmt.Errorf("%s: ranks 0 and %d disagree on the operator or root", p.kind, r+1)
-		}
-	}
-	return nil
-}
-
-func hostBytes(name string, t gpu.Tensor) ([]byte, error) {
-	b, err := t.HostBytes()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return b, nil
-}
-
-func checkOp(op Op) error {
-	if op != Sum && op != Avg && op != Max {
-		return fmt.Errorf("unknown reduction %v", op)
-	}
+	copy(p.dest(), out)
 	return nil
 }
 
 // AllGather concatenates every rank's src into dst.
 func (c *loopComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
-	p := post{kind: "allgather", dt: src.DType, count: src.Numel()}
-	var err error
-	if p.src, err = hostBytes("src", src); err == nil {
-		if p.dst, err = hostBytes("dst", dst); err == nil {
-			err = checkAllGather(c.g.n, dst, src)
-		}
-	}
-	p.invalidArg = err
-	return c.run(ctx, p, func(posts []post) (func(), error) {
-		out := make([]byte, 0, len(p.dst))
-		for _, q := range posts {
-			out = append(out, q.src...)
-		}
-		return func() { copy(p.dst, out) }, nil
-	})
+	return c.run(ctx, allGatherPost(c.g.n, dst, src))
 }
 
 // ReduceScatter reduces src over the ranks and keeps this rank's slice.
 func (c *loopComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op) error {
-	p := post{kind: "reducescatter", op: op, dt: src.DType, count: src.Numel()}
-	err := checkOp(op)
-	if err == nil {
-		if p.src, err = hostBytes("src", src); err == nil {
-			if p.dst, err = hostBytes("dst", dst); err == nil {
-				err = checkReduceScatter(c.g.n, dst, src)
-			}
-		}
-	}
-	p.invalidArg = err
-	return c.run(ctx, p, func(posts []post) (func(), error) {
-		size := len(p.dst)
-		lo := c.rank * size
-		out, err := reduce(posts, lo, lo+size, p.dt, op)
-		if err != nil {
-			return nil, err
-		}
-		return func() { copy(p.dst, out) }, nil
-	})
+	return c.run(ctx, reduceScatterPost(c.g.n, dst, src, op))
 }
 
 // AllReduce reduces buf over the ranks in place.
 func (c *loopComm) AllReduce(ctx context.Context, buf gpu.Tensor, op Op) error {
-	p := post{kind: "allreduce", op: op, dt: buf.DType, count: buf.Numel()}
-	err := checkOp(op)
-	if err == nil {
-		p.src, err = hostBytes("buf", buf)
-	}
-	p.invalidArg = err
-	return c.run(ctx, p, func(posts []post) (func(), error) {
-		out, err := reduce(posts, 0, len(p.src), p.dt, op)
-		if err != nil {
-			return nil, err
-		}
-		return func() { copy(p.src, out) }, nil
-	})
+	return c.run(ctx, allReducePost(buf, op))
 }
 
 // Broadcast copies root's buf to every rank.
 func (c *loopComm) Broadcast(ctx context.Context, buf gpu.Tensor, root int) error {
-	p := post{kind: "broadcast", root: root, dt: buf.DType, count: buf.Numel()}
-	var err error
-	if root < 0 || root >= c.g.n {
-		err = fmt.Errorf("broadcast: root %d outside [0,%d)", root, c.g.n)
-	} else {
-		p.src, err = hostBytes("buf", buf)
-	}
-	p.invalidArg = err
-	return c.run(ctx, p, func(posts []post) (func(), error) {
-		if c.rank == root {
-			return nil, nil
-		}
-		out := append([]byte(nil), posts[root].src...)
-		return func() { copy(p.src, out) }, nil
-	})
+	return c.run(ctx, broadcastPost(c.g.n, buf, root))
 }
 
 // Barrier waits for all ranks.
 func (c *loopComm) Barrier(ctx context.Context) error {
-	return c.run(ctx, post{kind: "barrier"}, func([]post) (func(), error) { return nil, nil })
-}
-
-// reduce combines bytes [lo,hi) of every rank's src.
-func reduce(posts []post, lo, hi int, dt gpu.DType, op Op) ([]byte, error) {
-	es := dt.Size()
-	n := (hi - lo) / es
-	out := make([]byte, hi-lo)
-	if dt == gpu.I32 {
-		acc := make([]int64, n)
-		for r, p := range posts {
-			b := p.src[lo:hi]
-			for i := range acc {
-				v := int64(int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24))
-				switch {
-				case r == 0:
-					acc[i] = v
-				case op == Max:
-					acc[i] = max(acc[i], v)
-				default:
-					acc[i] += v
-				}
-			}
-		}
-		for i, v := range acc {
-			if op == Avg {
-				v /= int64(len(posts))
-			}
-			v = max(math.MinInt32, min(math.MaxInt32, v))
-			u := uint32(int32(v))
-			out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-		}
-		return out, nil
-	}
-	acc := make([]float32, n)
-	tmp := make([]float32, n)
-	for r, p := range posts {
-		if err := gpu.DecodeF32(tmp, p.src[lo:hi], dt); err != nil {
-			return nil, err
-		}
-		for i, v := range tmp {
-			switch {
-			case r == 0:
-				acc[i] = v
-			case op == Max:
-				acc[i] = max(acc[i], v)
-			default:
-				acc[i] += v
-			}
-		}
-	}
-	if op == Avg {
-		for i := range acc {
-			acc[i] /= float32(len(posts))
-		}
-	}
-	if err := gpu.EncodeF32(out, acc, dt); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return c.run(ctx, post{kind: kindBarrier})
 }

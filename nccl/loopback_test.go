@@ -84,92 +84,94 @@ func rankVals(r, n int) []float32 {
 
 func TestCollectives(t *testing.T) {
 	ctx := context.Background()
-	for _, n := range []int{1, 2, 4} {
-		for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.I32} {
-			t.Run(fmt.Sprintf("%d ranks %v", n, dt), func(t *testing.T) {
-				cs := NewLoopback(n)
-				const per = 3
-				round := func(v float32) float32 {
-					if dt == gpu.I32 {
-						return float32(gpu.F32ToI32(v))
+	for _, impl := range impls {
+		for _, n := range []int{1, 2, 4} {
+			for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.I32} {
+				t.Run(fmt.Sprintf("%s %d ranks %v", impl.name, n, dt), func(t *testing.T) {
+					cs := impl.new(t, n)
+					const per = 3
+					round := func(v float32) float32 {
+						if dt == gpu.I32 {
+							return float32(gpu.F32ToI32(v))
+						}
+						return gpu.Round(dt, v)
 					}
-					return gpu.Round(dt, v)
-				}
 
-				// AllGather.
-				dsts := make([]gpu.Tensor, n)
-				noErrs(t, each(cs, func(c Comm) error {
-					dsts[c.Rank()] = tensor(dt, make([]float32, n*per))
-					return c.AllGather(ctx, dsts[c.Rank()], tensor(dt, rankVals(c.Rank(), per)))
-				}))
-				var want []float32
-				for r := range n {
-					for _, v := range rankVals(r, per) {
-						want = append(want, round(v))
+					// AllGather.
+					dsts := make([]gpu.Tensor, n)
+					noErrs(t, each(cs, func(c Comm) error {
+						dsts[c.Rank()] = tensor(dt, make([]float32, n*per))
+						return c.AllGather(ctx, dsts[c.Rank()], tensor(dt, rankVals(c.Rank(), per)))
+					}))
+					var want []float32
+					for r := range n {
+						for _, v := range rankVals(r, per) {
+							want = append(want, round(v))
+						}
 					}
-				}
-				for r := range n {
-					equal(t, "allgather", values(t, dsts[r]), want)
-				}
+					for r := range n {
+						equal(t, "allgather", values(t, dsts[r]), want)
+					}
 
-				// ReduceScatter Sum and Avg, and AllReduce Sum, Avg, Max.
-				for _, op := range []Op{Sum, Avg, Max} {
-					full := make([]float32, n*per)
-					for i := range full {
-						var acc int64
-						var accF float32
-						for r := range n {
-							x := round(rankVals(r, n*per)[i])
-							switch {
-							case r == 0 || op == Max:
-								accF, acc = max(accF, x), max(acc, int64(x))
-								if r == 0 {
-									accF, acc = x, int64(x)
+					// ReduceScatter Sum and Avg, and AllReduce Sum, Avg, Max.
+					for _, op := range []Op{Sum, Avg, Max} {
+						full := make([]float32, n*per)
+						for i := range full {
+							var acc int64
+							var accF float32
+							for r := range n {
+								x := round(rankVals(r, n*per)[i])
+								switch {
+								case r == 0 || op == Max:
+									accF, acc = max(accF, x), max(acc, int64(x))
+									if r == 0 {
+										accF, acc = x, int64(x)
+									}
+								default:
+									accF += x
+									acc += int64(x)
 								}
-							default:
-								accF += x
-								acc += int64(x)
+							}
+							if op == Avg {
+								accF /= float32(n)
+								acc /= int64(n)
+							}
+							full[i] = round(accF)
+							if dt == gpu.I32 {
+								full[i] = float32(acc)
 							}
 						}
-						if op == Avg {
-							accF /= float32(n)
-							acc /= int64(n)
-						}
-						full[i] = round(accF)
-						if dt == gpu.I32 {
-							full[i] = float32(acc)
+						rs := make([]gpu.Tensor, n)
+						ar := make([]gpu.Tensor, n)
+						noErrs(t, each(cs, func(c Comm) error {
+							r := c.Rank()
+							rs[r] = tensor(dt, make([]float32, per))
+							if err := c.ReduceScatter(ctx, rs[r], tensor(dt, rankVals(r, n*per)), op); err != nil {
+								return err
+							}
+							ar[r] = tensor(dt, rankVals(r, n*per))
+							return c.AllReduce(ctx, ar[r], op)
+						}))
+						for r := range n {
+							equal(t, "reducescatter "+op.String(), values(t, rs[r]), full[r*per:(r+1)*per])
+							equal(t, "allreduce "+op.String(), values(t, ar[r]), full)
 						}
 					}
-					rs := make([]gpu.Tensor, n)
-					ar := make([]gpu.Tensor, n)
+
+					// Broadcast from the last rank, then a barrier.
+					bufs := make([]gpu.Tensor, n)
 					noErrs(t, each(cs, func(c Comm) error {
-						r := c.Rank()
-						rs[r] = tensor(dt, make([]float32, per))
-						if err := c.ReduceScatter(ctx, rs[r], tensor(dt, rankVals(r, n*per)), op); err != nil {
+						bufs[c.Rank()] = tensor(dt, rankVals(c.Rank(), per))
+						if err := c.Broadcast(ctx, bufs[c.Rank()], n-1); err != nil {
 							return err
 						}
-						ar[r] = tensor(dt, rankVals(r, n*per))
-						return c.AllReduce(ctx, ar[r], op)
+						return c.Barrier(ctx)
 					}))
 					for r := range n {
-						equal(t, "reducescatter "+op.String(), values(t, rs[r]), full[r*per:(r+1)*per])
-						equal(t, "allreduce "+op.String(), values(t, ar[r]), full)
+						equal(t, "broadcast", values(t, bufs[r]), values(t, tensor(dt, rankVals(n-1, per))))
 					}
-				}
-
-				// Broadcast from the last rank, then a barrier.
-				bufs := make([]gpu.Tensor, n)
-				noErrs(t, each(cs, func(c Comm) error {
-					bufs[c.Rank()] = tensor(dt, rankVals(c.Rank(), per))
-					if err := c.Broadcast(ctx, bufs[c.Rank()], n-1); err != nil {
-						return err
-					}
-					return c.Barrier(ctx)
-				}))
-				for r := range n {
-					equal(t, "broadcast", values(t, bufs[r]), values(t, tensor(dt, rankVals(n-1, per))))
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -177,8 +179,14 @@ func TestCollectives(t *testing.T) {
 // TestInPlace gathers into a buffer whose slice is the source, and
 // reduce-scatters into a slice of the source, as FSDP does.
 func TestInPlace(t *testing.T) {
+	for _, impl := range impls {
+		t.Run(impl.name, func(t *testing.T) { testInPlace(t, impl.new) })
+	}
+}
+
+func testInPlace(t *testing.T, newComms func(*testing.T, int) []Comm) {
 	const n, per = 4, 2
-	cs := NewLoopback(n)
+	cs := newComms(t, n)
 	ctx := context.Background()
 	bufs := make([]gpu.Tensor, n)
 	noErrs(t, each(cs, func(c Comm) error {
@@ -210,17 +218,21 @@ func TestInPlace(t *testing.T) {
 // TestBF16ReducesInF32 checks that bf16 sums accumulate in float32: 256 +
 // 1 + 1 is 258 in float32 but 256 when each partial sum is rounded to bf16.
 func TestBF16ReducesInF32(t *testing.T) {
-	cs := NewLoopback(3)
-	bufs := make([]gpu.Tensor, 3)
-	noErrs(t, each(cs, func(c Comm) error {
-		v := float32(1)
-		if c.Rank() == 0 {
-			v = 256
+	for _, impl := range impls {
+		cs := impl.new(t, 3)
+		bufs := make([]gpu.Tensor, 3)
+		noErrs(t, each(cs, func(c Comm) error {
+			v := float32(1)
+			if c.Rank() == 0 {
+				v = 256
+			}
+			bufs[c.Rank()] = tensor(gpu.BF16, []float32{v})
+			return c.AllReduce(context.Background(), bufs[c.Rank()], Sum)
+		}))
+		for r := range bufs {
+			equal(t, impl.name+" bf16 sum", values(t, bufs[r]), []float32{258})
 		}
-		bufs[c.Rank()] = tensor(gpu.BF16, []float32{v})
-		return c.AllReduce(context.Background(), bufs[c.Rank()], Sum)
-	}))
-	equal(t, "bf16 sum", values(t, bufs[0]), []float32{258})
+	}
 }
 
 func TestArgumentErrors(t *testing.T) {
@@ -260,17 +272,19 @@ func TestArgumentErrors(t *testing.T) {
 			return c.AllReduce(ctx, gpu.Tensor{Mem: devMem{}, DType: gpu.F32, Shape: []int{1}}, Sum)
 		}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cs := NewLoopback(2)
-			for r, err := range each(cs, tc.fn) {
-				if err == nil {
-					t.Errorf("rank %d: no error", r)
+	for _, impl := range impls {
+		for _, tc := range tests {
+			t.Run(impl.name+" "+tc.name, func(t *testing.T) {
+				cs := impl.new(t, 2)
+				for r, err := range each(cs, tc.fn) {
+					if err == nil {
+						t.Errorf("rank %d: no error", r)
+					}
 				}
-			}
-			// The communicator stays usable after argument errors.
-			noErrs(t, each(cs, func(c Comm) error { return c.Barrier(ctx) }))
-		})
+				// The communicator stays usable after argument errors.
+				noErrs(t, each(cs, func(c Comm) error { return c.Barrier(ctx) }))
+			})
+		}
 	}
 	if NewLoopback(0) != nil {
 		t.Error("NewLoopback(0) is not nil")
@@ -313,36 +327,38 @@ func TestCancel(t *testing.T) {
 			return c.Barrier(context.Background())
 		}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cs := NewLoopback(4)
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(20*time.Millisecond, cancel)
-			done := make(chan []error)
-			go func() { done <- each(cs, func(c Comm) error { return tc.fn(c, ctx) }) }()
-			select {
-			case errs := <-done:
-				failed := 0
-				for _, err := range errs {
-					if err != nil {
-						failed++
+	for _, impl := range impls {
+		for _, tc := range tests {
+			t.Run(impl.name+" "+tc.name, func(t *testing.T) {
+				cs := impl.new(t, 4)
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(20*time.Millisecond, cancel)
+				done := make(chan []error)
+				go func() { done <- each(cs, func(c Comm) error { return tc.fn(c, ctx) }) }()
+				select {
+				case errs := <-done:
+					failed := 0
+					for _, err := range errs {
+						if err != nil {
+							failed++
+						}
+					}
+					if failed < 3 {
+						t.Errorf("only %d ranks failed: %v", failed, errs)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("deadlock: collectives did not return after cancellation")
+				}
+				// The communicator stays aborted: later calls fail at once.
+				bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer bcancel()
+				for r, err := range each(cs, func(c Comm) error { return c.Barrier(bctx) }) {
+					if err == nil || errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("rank %d: barrier after abort: %v", r, err)
 					}
 				}
-				if failed < 3 {
-					t.Errorf("only %d ranks failed: %v", failed, errs)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("deadlock: collectives did not return after cancellation")
-			}
-			// The communicator stays aborted: later calls fail at once.
-			bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer bcancel()
-			for r, err := range each(cs, func(c Comm) error { return c.Barrier(bctx) }) {
-				if err == nil || errors.Is(err, context.DeadlineExceeded) {
-					t.Errorf("rank %d: barrier after abort: %v", r, err)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
