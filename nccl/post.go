@@ -192,6 +192,18 @@ func checkOp(op Op) error {
 	return nil
 }
 
+// fold combines the accumulator with the next rank's value (Avg sums; the
+// caller divides).
+func fold[T int64 | float32](acc, v T, first bool, op Op) T {
+	switch {
+	case first:
+		return v
+	case op == Max:
+		return max(acc, v)
+	}
+	return acc + v
+}
+
 // reduce combines bytes [lo,hi) of every rank's src.
 func reduce(posts []post, lo, hi int, dt gpu.DType, op Op) ([]byte, error) {
 	es := dt.Size()
@@ -203,14 +215,7 @@ func reduce(posts []post, lo, hi int, dt gpu.DType, op Op) ([]byte, error) {
 			b := p.src[lo:hi]
 			for i := range acc {
 				v := int64(int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24))
-				switch {
-				case r == 0:
-					acc[i] = v
-				case op == Max:
-					acc[i] = max(acc[i], v)
-				default:
-					acc[i] += v
-				}
+				acc[i] = fold(acc[i], v, r == 0, op)
 			}
 		}
 		for i, v := range acc {
@@ -230,14 +235,7 @@ func reduce(posts []post, lo, hi int, dt gpu.DType, op Op) ([]byte, error) {
 			return nil, err
 		}
 		for i, v := range tmp {
-			switch {
-			case r == 0:
-				acc[i] = v
-			case op == Max:
-				acc[i] = max(acc[i], v)
-			default:
-				acc[i] += v
-			}
+			acc[i] = fold(acc[i], v, r == 0, op)
 		}
 	}
 	if op == Avg {
