@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
@@ -65,7 +66,7 @@ func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
 	}
 	// The host side of Barrier is a loopback rendezvous; closing it is part
 	// of aborting the group.
-	g := &cudaGroup{n: n, host: NewLoopback(n)}
+	g := &cudaGroup{n: n, host: NewLoopback(n), ownsHost: true}
 	for _, set := range []*[]uintptr{&g.main, &g.side} {
 		cs := make([]C.uintptr_t, n)
 		runtime.LockOSThread()
@@ -82,16 +83,85 @@ func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
 	}
 	out := make([]Comm, n)
 	for i, b := range bs {
-		out[i] = &cudaComm{g: g, rank: i, b: b}
+		out[i] = &cudaComm{g: g, rank: i, slot: i, b: b}
 	}
 	return out, nil
+}
+
+// NewCUDARank returns this process's rank of a communicator whose ranks are
+// processes, one GPU each, maybe on several hosts: backend is the rank's
+// CUDA backend and host a host-memory communicator over the same ranks (the
+// TCP one), which carries NCCL's unique ids from rank 0
+// (ncclGetUniqueId) to every rank (ncclCommInitRank) and the host side of
+// Barrier. When host fails (a peer process died or aborted), the NCCL
+// communicators are aborted too, so that no collective waits for ever on a
+// rank that is gone. Closing the result does not close host.
+func NewCUDARank(ctx context.Context, backend gpu.Backend, host Comm) (Comm, error) {
+	b, ok := backend.(*cuda.Backend)
+	if !ok {
+		return nil, fmt.Errorf("nccl: rank %d: backend %s is not a CUDA backend", host.Rank(), backend.Name())
+	}
+	if _, err := Load(); err != nil {
+		return nil, err
+	}
+	n, rank := host.Size(), host.Rank()
+	var ids []byte
+	if rank == 0 {
+		ids = make([]byte, 2*C.RL_NCCL_ID_BYTES)
+		for i := range 2 {
+			if err := ncclErr("ncclGetUniqueId", C.rl_nccl_get_unique_id_((*C.char)(unsafe.Pointer(&ids[i*C.RL_NCCL_ID_BYTES])))); err != nil {
+				return nil, err
+			}
+		}
+	}
+	ids, err := BroadcastBytes(ctx, host, 0, ids)
+	if err != nil {
+		return nil, fmt.Errorf("nccl: rank %d: handing over the unique ids: %w", rank, err)
+	}
+	if len(ids) != 2*C.RL_NCCL_ID_BYTES {
+		return nil, fmt.Errorf("nccl: rank %d: got %d bytes of unique ids from rank 0", rank, len(ids))
+	}
+	g := &cudaGroup{n: n, host: []Comm{host}, main: []uintptr{0}, side: []uintptr{0}}
+	// ncclCommInitRank blocks until every rank has called it; it runs on
+	// the rank's device thread, where the GPU's context is current.
+	err = b.Enqueue(func(uintptr) error {
+		for i, set := range [][]uintptr{g.main, g.side} {
+			var c C.uintptr_t
+			id := (*C.char)(unsafe.Pointer(&ids[i*C.RL_NCCL_ID_BYTES]))
+			if err := ncclErr("ncclCommInitRank", C.rl_nccl_init_rank_(&c, C.int(n), id, C.int(rank))); err != nil {
+				return err
+			}
+			set[0] = uintptr(c)
+		}
+		return nil
+	})
+	if err == nil {
+		err = b.Sync()
+	}
+	if err != nil {
+		g.abort()
+		return nil, fmt.Errorf("nccl: rank %d of %d: %w", rank, n, err)
+	}
+	if d, ok := host.(interface{ Done() <-chan struct{} }); ok {
+		g.closed = make(chan struct{})
+		go func() {
+			select {
+			case <-d.Done():
+				g.abort()
+			case <-g.closed:
+			}
+		}()
+	}
+	return &cudaComm{g: g, rank: rank, slot: 0, b: b}, nil
 }
 
 // cudaGroup is the state the ranks of a CUDA communicator share.
 type cudaGroup struct {
 	n          int
-	main, side []uintptr // ncclComm_t per rank
-	host       []Comm    // loopback ranks for Barrier's host rendezvous
+	main, side []uintptr // ncclComm_t per rank of this process
+	host       []Comm    // per rank of this process, for Barrier's host rendezvous
+	ownsHost   bool      // abort closes host
+	closed     chan struct{}
 	mu         sync.Mutex
 	aborted    bool
 }
@@ -117,7 +187,12 @@ func (g *cudaGroup) abort() {
 			}
 		}
 	}
-	g.host[0].Close() // aborts every loopback rank
+	if g.ownsHost {
+		g.host[0].Close() // aborts every loopback rank
+	}
+	if g.closed != nil {
+		close(g.closed)
+	}
 }
 
 // cudaComm is one rank's handle; on is the stream its collectives go to
@@ -125,6 +200,7 @@ func (g *cudaGroup) abort() {
 type cudaComm struct {
 	g    *cudaGroup
 	rank int
+	slot int // index of the rank in g's slices
 	b    *cuda.Backend
 	on   gpu.Stream
 }
@@ -134,7 +210,9 @@ func (c *cudaComm) Size() int { return c.g.n }
 
 // On returns the rank's handle for collectives on stream s (s nil: the
 // default stream).
-func (c *cudaComm) On(s gpu.Stream) Comm { return &cudaComm{g: c.g, rank: c.rank, b: c.b, on: s} }
+func (c *cudaComm) On(s gpu.Stream) Comm {
+	return &cudaComm{g: c.g, rank: c.rank, slot: c.slot, b: c.b, on: s}
+}
 
 // issue enqueues one NCCL call on the handle's stream with its
 // communicator.
@@ -145,13 +223,13 @@ func (c *cudaComm) issue(ctx context.Context, name string, call func(comm, strea
 	if c.g.isAborted() {
 		return fmt.Errorf("nccl: %s: communicator aborted", name)
 	}
-	b, comm := c.b, c.g.main[c.rank]
+	b, comm := c.b, c.g.main[c.slot]
 	if c.on != nil {
 		cb, ok := c.b.On(c.on).(*cuda.Backend)
 		if !ok {
 			return fmt.Errorf("nccl: %s: stream is not from the rank's CUDA backend", name)
 		}
-		b, comm = cb, c.g.side[c.rank]
+		b, comm = cb, c.g.side[c.slot]
 	}
 	return b.Enqueue(func(stream uintptr) error {
 		return ncclErr(name, call(C.uintptr_t(comm), C.uintptr_t(stream)))
@@ -267,7 +345,7 @@ func (c *cudaComm) Barrier(ctx context.Context) error {
 	if err := c.b.Sync(); err != nil {
 		return err
 	}
-	return c.g.host[c.rank].Barrier(ctx)
+	return c.g.host[c.slot].Barrier(ctx)
 }
 
 // Close aborts the whole communicator (every rank's pending and later

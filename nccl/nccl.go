@@ -15,6 +15,7 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -95,4 +96,36 @@ func checkReduceScatter(n int, dst, src gpu.Tensor) error {
 		return fmt.Errorf("reducescatter: src has %d elements, want %d×%d", src.Numel(), n, dst.Numel())
 	}
 	return nil
+}
+
+// Bytes is host memory for host-memory communicators (the loopback and
+// TCP ones): a tensor over it can travel through their collectives.
+type Bytes []byte
+
+// Size returns the length of b.
+func (b Bytes) Size() int64 { return int64(len(b)) }
+
+// HostBytes returns b.
+func (b Bytes) HostBytes() []byte { return b }
+
+// BroadcastBytes sends data of rank root to every rank of a host-memory
+// communicator and returns it (on root, data itself). The other ranks'
+// data is ignored.
+func BroadcastBytes(ctx context.Context, c Comm, root int, data []byte) ([]byte, error) {
+	n := make(Bytes, 4)
+	if c.Rank() == root {
+		binary.LittleEndian.PutUint32(n, uint32(len(data)))
+	}
+	if err := c.Broadcast(ctx, gpu.Tensor{Mem: n, DType: gpu.I32, Shape: []int{1}}, root); err != nil {
+		return nil, err
+	}
+	size := int(binary.LittleEndian.Uint32(n))
+	buf := make(Bytes, (size+3)/4*4)
+	if c.Rank() == root {
+		copy(buf, data)
+	}
+	if err := c.Broadcast(ctx, gpu.Tensor{Mem: buf, DType: gpu.I32, Shape: []int{len(buf) / 4}}, root); err != nil {
+		return nil, err
+	}
+	return buf[:size], nil
 }

@@ -5,10 +5,10 @@
 #include <link.h>
 #include "rlnccl.h"
 
-enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_N };
+enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_GetUniqueId, N_InitRank, N_N };
 static const char* rl_nccl_names[N_N] = {
 	"ncclGetVersion", "ncclCommInitAll", "ncclCommAbort", "ncclAllGather", "ncclReduceScatter",
-	"ncclAllReduce", "ncclBroadcast", "ncclGetErrorString",
+	"ncclAllReduce", "ncclBroadcast", "ncclGetErrorString", "ncclGetUniqueId", "ncclCommInitRank",
 };
 static void* rl_nccl[N_N];
 
@@ -34,6 +34,14 @@ const char* rl_nccl_symname_(int i) { return rl_nccl_names[i]; }
 int rl_nccl_get_version_(int* v) { return ((int (*)(int*))rl_nccl[N_GetVersion])(v); }
 int rl_nccl_init_all_(uintptr_t* comms, int n, const int* devs) {
 	return ((int (*)(void**, int, const int*))rl_nccl[N_InitAll])((void**)comms, n, devs);
+}
+// rl_nccl_id is ncclUniqueId: NCCL_UNIQUE_ID_BYTES opaque bytes, passed by value.
+typedef struct { char internal[RL_NCCL_ID_BYTES]; } rl_nccl_id;
+int rl_nccl_get_unique_id_(char* id) { return ((int (*)(rl_nccl_id*))rl_nccl[N_GetUniqueId])((rl_nccl_id*)id); }
+int rl_nccl_init_rank_(uintptr_t* comm, int n, const char* id, int rank) {
+	rl_nccl_id v;
+	for (int i = 0; i < RL_NCCL_ID_BYTES; i++) v.internal[i] = id[i];
+	return ((int (*)(void**, int, rl_nccl_id, int))rl_nccl[N_InitRank])((void**)comm, n, v, rank);
 }
 int rl_nccl_abort_(uintptr_t c) { return ((int (*)(void*))rl_nccl[N_Abort])((void*)c); }
 int rl_nccl_all_gather_(uintptr_t send, uintptr_t recv, size_t count, int dt, uintptr_t c, uintptr_t s) {

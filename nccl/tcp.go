@@ -417,6 +417,9 @@ type tcpComm struct {
 	broken chan struct{} // closed on abort
 }
 
+// Done is closed when the communicator is aborted or closed.
+func (c *tcpComm) Done() <-chan struct{} { return c.broken }
+
 func (c *tcpComm) Rank() int { return c.rank }
 func (c *tcpComm) Size() int { return c.size }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -67,10 +66,21 @@ func Plan(j *Job) (*plan.Plan, error) {
 type RunOptions struct {
 	// Backend returns the backend of a rank; nil means the CPU backend.
 	Backend func(rank int) (gpu.Backend, error)
-	// Comms connects the ranks' backends (one per rank, in rank order);
-	// nil means the in-process loopback communicator, which needs
-	// host-addressable memory (the CPU backend).
+	// Ranks are the ranks this process runs, each as a goroutine; nil
+	// means all dp ranks. With fewer, the others run in other processes
+	// (one process per GPU, started by a launcher) and Comms and Control
+	// must join them.
+	Ranks []int
+	// Comms connects the ranks' backends: it gets this process's backends
+	// (one per entry of Ranks, in order) and returns their communicators
+	// over all dp ranks. nil means the in-process loopback communicator,
+	// which needs host-addressable memory (the CPU backend).
 	Comms func(backends []gpu.Backend) ([]nccl.Comm, error)
+	// Control holds, for each entry of Ranks, a host-memory communicator
+	// over all dp ranks for what the ranks agree on outside the stages
+	// (whether to stop). nil means an in-process loopback, when this
+	// process runs every rank. Run does not close them.
+	Control []nccl.Comm
 	// FirstStep is the step to start at (1, or the step after a resumed checkpoint).
 	FirstStep int
 	// Steps overrides train.steps when positive; a negative Steps runs the
@@ -116,14 +126,16 @@ type StepResult struct {
 
 // Result is the outcome of a run.
 type Result struct {
+	// Ranks holds the ranks' state by rank; nil for ranks that run in
+	// another process.
 	Ranks  []*Rank
-	Export []ShardRows // per rank, when RunOptions.Export is set
+	Export []ShardRows // per rank run here, when RunOptions.Export is set
 	// Last is the last step the run finished (FirstStep−1 when it ran
 	// none); it is below the requested steps when RunOptions.Stop stopped
 	// it.
 	Last int
 
-	stop atomic.Bool // rank 0's answer to RunOptions.Stop, read by every rank
+	lead int // the first rank this process runs: it sets Last
 }
 
 // Run executes the job: dp ranks, each with its own backend and arena,
@@ -145,11 +157,26 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 		steps = 0 // setup only
 	}
 	first := max(opts.FirstStep, 1)
+	local := opts.Ranks
+	if local == nil {
+		local = make([]int, dp)
+		for r := range local {
+			local[r] = r
+		}
+	}
+	for _, r := range local {
+		if r < 0 || r >= dp {
+			return nil, fmt.Errorf("rank %d is outside the mesh's dp %d", r, dp)
+		}
+	}
+	if len(local) < dp && (opts.Comms == nil || len(opts.Control) != len(local)) {
+		return nil, fmt.Errorf("this process runs %d of %d ranks and has no communicator joining the others", len(local), dp)
+	}
 	if opts.Backend == nil {
-		threads := max(1, runtime.GOMAXPROCS(0)/dp)
+		threads := max(1, runtime.GOMAXPROCS(0)/len(local))
 		opts.Backend = func(int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil }
 	}
-	backends := make([]gpu.Backend, dp)
+	backends := make([]gpu.Backend, len(local))
 	defer func() {
 		for _, b := range backends {
 			if c, ok := b.(interface{ Close() error }); ok {
@@ -157,45 +184,53 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 			}
 		}
 	}()
-	for r := range backends {
+	for i, r := range local {
 		b, err := opts.Backend(r)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: %w", r, err)
 		}
-		backends[r] = b
+		backends[i] = b
 	}
-	comms := nccl.NewLoopback(dp)
+	var comms []nccl.Comm
 	if opts.Comms != nil {
 		cs, err := opts.Comms(backends)
 		if err != nil {
 			return nil, fmt.Errorf("communicator: %w", err)
 		}
-		if len(cs) != dp {
-			return nil, fmt.Errorf("communicator: %d ranks for dp %d", len(cs), dp)
+		if len(cs) != len(local) {
+			return nil, fmt.Errorf("communicator: %d ranks for the %d this process runs", len(cs), len(local))
 		}
 		comms = cs
+	} else {
+		comms = nccl.NewLoopback(dp)
 	}
 	defer func() {
 		for _, c := range comms {
 			c.Close()
 		}
 	}()
+	control := opts.Control
+	if control == nil {
+		control = nccl.NewLoopback(dp)
+		defer control[0].Close()
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	res := &Result{Ranks: make([]*Rank, dp), Export: make([]ShardRows, dp)}
+	res := &Result{Ranks: make([]*Rank, dp), Export: make([]ShardRows, dp), Last: first - 1, lead: local[0]}
 	var wg sync.WaitGroup
-	errs := make([]error, dp)
-	for r := 0; r < dp; r++ {
+	errs := make([]error, len(local))
+	for i, r := range local {
 		wg.Add(1)
-		go func(r int) {
+		go func() {
 			defer wg.Done()
-			err := runRank(ctx, j, p, backends[r], comms[r], r, first, steps, opts, res)
+			err := runRank(ctx, j, p, backends[i], comms[i], control[i], r, first, steps, opts, res)
 			if err != nil {
-				errs[r] = err
+				errs[i] = err
 				cancel(err)
-				comms[r].Close()
+				abort(comms[i], err)
+				abort(control[i], err)
 			}
-		}(r)
+		}()
 	}
 	wg.Wait()
 	// Report the root cause: the first rank error that is not a consequence
@@ -212,7 +247,17 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	return res, errors.Join(errs...)
 }
 
-func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
+// abort aborts c because of err: with the reason, where the communicator
+// can carry it to other processes, else by closing it.
+func abort(c nccl.Comm, err error) {
+	if a, ok := c.(interface{ Abort(error) }); ok {
+		a.Abort(err)
+		return
+	}
+	c.Close()
+}
+
+func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, control nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
 	g := j.Graph
 	arena, err := NewArena(b, p)
 	if err != nil {
@@ -220,6 +265,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 	}
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena)
+	r.Control = control
 	if opts.DeviceMemory != nil {
 		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
 	}
@@ -244,7 +290,6 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 			return fmt.Errorf("rank %d: resume: %w", id, err)
 		}
 	}
-	res.Last = first - 1
 	for step := first; step <= steps; step++ {
 		r.Step = step
 		if opts.Profile {
@@ -277,7 +322,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 				r.Stats.Values[k] = v
 			}
 		}
-		stop, err := stopAll(ctx, id, comm, opts.Stop, &res.stop)
+		stop, err := stopAll(ctx, id, control, opts.Stop)
 		if err != nil {
 			return fmt.Errorf("rank %d: after step %d: %w", id, step, err)
 		}
@@ -291,7 +336,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 		if err := comm.Barrier(ctx); err != nil {
 			return fmt.Errorf("rank %d: step %d: %w", id, step, err)
 		}
-		if id == 0 {
+		if id == res.lead {
 			res.Last = step
 		}
 		if sr.Stop {
@@ -309,19 +354,21 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm nccl
 }
 
 // stopAll reports, the same on every rank, whether opts.Stop says to stop:
-// rank 0 asks between two barriers and the others read its answer.
-func stopAll(ctx context.Context, id int, comm nccl.Comm, stop func() bool, decided *atomic.Bool) (bool, error) {
+// rank 0 asks, and broadcasts its answer.
+func stopAll(ctx context.Context, id int, control nccl.Comm, stop func() bool) (bool, error) {
 	if stop == nil {
 		return false, nil
 	}
-	if err := comm.Barrier(ctx); err != nil {
-		return false, err
-	}
+	var answer []byte
 	if id == 0 {
-		decided.Store(stop())
+		answer = []byte{0}
+		if stop() {
+			answer[0] = 1
+		}
 	}
-	if err := comm.Barrier(ctx); err != nil {
+	got, err := nccl.BroadcastBytes(ctx, control, 0, answer)
+	if err != nil {
 		return false, err
 	}
-	return decided.Load(), nil
+	return len(got) == 1 && got[0] == 1, nil
 }

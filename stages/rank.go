@@ -12,11 +12,15 @@ import (
 // Rank is one rank's run-time state: its backend, communicator and arena,
 // and the values the stages wrote (the sharded models among them).
 type Rank struct {
-	ID    int
-	Comm  nccl.Comm
-	B     gpu.Backend
-	Arena *Arena
-	Step  int // 1-based training step; 0 during setup
+	ID   int
+	Comm nccl.Comm
+	// Control is a host-memory communicator over the same ranks, for what
+	// ranks agree on outside the stages: in one process a loopback, across
+	// processes TCP.
+	Control nccl.Comm
+	B       gpu.Backend
+	Arena   *Arena
+	Step    int // 1-based training step; 0 during setup
 
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).

@@ -19,26 +19,35 @@ func backendFlag(fs *flag.FlagSet) *string {
 }
 
 // backendChoice is what --backend resolves to: a per-rank constructor (nil:
-// the engine's CPU default), the ranks' communicator (nil: the loopback) and
-// the backend's name.
+// the engine's CPU default), the ranks' communicator (nil: the loopback),
+// the NVML reading of a rank's device memory (nil on the CPU) and the
+// backend's name.
 type backendChoice struct {
-	newBackend func(rank int) (gpu.Backend, error)
-	comms      func(bs []gpu.Backend) ([]nccl.Comm, error)
-	name       string
+	newBackend   func(rank int) (gpu.Backend, error)
+	comms        func(bs []gpu.Backend) ([]nccl.Comm, error)
+	deviceMemory func(rank int) (int64, bool)
+	name         string
 }
 
-// chooseBackend resolves --backend for spec s. On CUDA, rank r runs on GPU r
-// and dp > 1 connects the ranks with NCCL; every rank needs its own GPU of
-// this host.
-func chooseBackend(name string, s *spec.Spec) (backendChoice, error) {
+// chooseBackend resolves --backend for spec s. In one process (proc nil),
+// rank r runs on GPU r and dp > 1 connects the ranks with NCCL; every rank
+// needs its own GPU of this host. With a process per rank, the process
+// runs on the GPU of its local rank (GPU 0 when it sees one), and its
+// communicator joins the others: NCCL bootstrapped through the control
+// communicator, or that communicator itself on the CPU.
+func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, error) {
+	cpuChoice := backendChoice{name: "cpu"}
+	if proc != nil {
+		cpuChoice.comms = func([]gpu.Backend) ([]nccl.Comm, error) { return []nccl.Comm{proc.ctl}, nil }
+	}
 	switch name {
 	case "cpu":
-		return backendChoice{name: "cpu"}, nil
+		return cpuChoice, nil
 	case "auto", "cuda":
 		info, err := cuda.Versions()
 		if err != nil || len(info.Devices) == 0 {
 			if name == "auto" && (err == nil || errors.Is(err, cuda.ErrNoDriver)) {
-				return backendChoice{name: "cpu"}, nil
+				return cpuChoice, nil
 			}
 			if err == nil {
 				err = errors.New("no CUDA devices")
@@ -46,7 +55,31 @@ func chooseBackend(name string, s *spec.Spec) (backendChoice, error) {
 			return backendChoice{}, fmt.Errorf("--backend cuda: %w", err)
 		}
 		n, dp := len(info.Devices), s.Mesh.DP
-		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}
+		if proc != nil {
+			dev := 0
+			if n > 1 {
+				dev = proc.w.LocalRank
+			}
+			if dev >= n {
+				return backendChoice{}, fmt.Errorf("--backend cuda: %slocal rank %d and this process sees %d GPUs", proc.who(), proc.w.LocalRank, n)
+			}
+			if _, err := nccl.Load(); err != nil {
+				return backendChoice{}, fmt.Errorf("--backend cuda: %d processes need NCCL: %w", proc.w.Size, err)
+			}
+			return backendChoice{
+				name:         "cuda",
+				newBackend:   func(int) (gpu.Backend, error) { return cuda.New(dev) },
+				deviceMemory: func(int) (int64, bool) { return deviceMemory(dev) },
+				comms: func(bs []gpu.Backend) ([]nccl.Comm, error) {
+					c, err := nccl.NewCUDARank(context.Background(), bs[0], proc.ctl)
+					if err != nil {
+						return nil, err
+					}
+					return []nccl.Comm{c}, nil
+				},
+			}, nil
+		}
+		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, deviceMemory: deviceMemory}
 		if dp <= 1 {
 			return c, nil
 		}
@@ -134,7 +167,7 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 // this host's gpus GPUs: one node, a GPU for every rank.
 func checkGPUMesh(nodes, dp, gpus int) error {
 	if nodes > 1 {
-		return fmt.Errorf("--backend cuda: this spec has %d nodes; rlpipe runs the ranks of one host (use --backend cpu to run it on the CPU)", nodes)
+		return fmt.Errorf("--backend cuda: this spec has %d nodes; one process runs the ranks of one host: start a process per rank with a launcher (torchrun, srun; see docs/running.md)", nodes)
 	}
 	if dp > gpus {
 		return fmt.Errorf("--backend cuda: this spec has dp %d and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", dp, gpus)

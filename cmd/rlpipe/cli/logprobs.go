@@ -108,7 +108,7 @@ sampling would clip); and the mean entropy over all response tokens.
 		d.Batches = append(d.Batches, idx)
 	}
 	l.job.Data = d
-	choice, err := chooseBackend(*backend, l.spec)
+	choice, err := chooseBackend(*backend, l.spec, nil)
 	if err != nil {
 		return env.report(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rlpipe/rlpipe/jobs"
+	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
@@ -59,10 +60,13 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if err := checkRunFlags(*g, *backend, *steps, *exportDType); err != nil {
 		return env.usageError("%v", err)
 	}
+	proc, err := launched()
+	if err != nil {
+		return env.usageError("%v", err)
+	}
 	var (
 		s   *spec.Spec
 		rec *jobs.Run
-		err error
 	)
 	specPath := fs.Arg(0)
 	if *resume != "" {
@@ -73,6 +77,10 @@ its current step, with a checkpoint; a second signal aborts at once.
 			return env.report(err)
 		}
 		specPath = s.File
+		if proc.rank() != 0 { // rank 0 alone writes the record
+			rec.Close()
+			rec = nil
+		}
 	} else if s, err = spec.Load(specPath); err != nil {
 		return env.report(err)
 	}
@@ -83,7 +91,12 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if err := checkExportModel(l.job, *exportModel); err != nil {
 		return env.usageError("%v", err)
 	}
-	choice, err := chooseBackend(*backend, l.spec)
+	if proc != nil {
+		if err := proc.check(l.spec); err != nil {
+			return env.report(err)
+		}
+	}
+	choice, err := chooseBackend(*backend, l.spec, proc)
 	if err != nil {
 		return env.report(err)
 	}
@@ -100,57 +113,65 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if *steps > 0 {
 		stopAt = min(*steps, total)
 	}
-	first := 1
-	var resumeDir string
-	if rec == nil {
-		specBytes, err := os.ReadFile(specPath)
+	if proc != nil {
+		if err := proc.join(ctx); err != nil {
+			return env.report(err)
+		}
+		defer proc.close()
+	}
+	info := runInfo{First: 1}
+	if proc.rank() == 0 {
+		rec, info, err = startRecord(*root, rec, specPath, l, p, stopAt)
 		if err != nil {
-			return env.report(err)
-		}
-		dir, err := filepath.Abs(filepath.Dir(specPath))
-		if err != nil {
-			return env.report(err)
-		}
-		rec, err = jobs.Create(*root, jobs.Meta{Name: l.spec.Name, SpecPath: specPath, SpecDir: dir, TotalSteps: total, Seed: l.spec.Train.Seed, Version: version})
-		if err != nil {
-			return env.report(err)
-		}
-		if err := writeRecords(rec, specBytes, l, p); err != nil {
-			return env.report(err)
-		}
-	} else {
-		step, dir, ok, err := rec.Resume()
-		if err != nil {
-			return env.report(err)
-		}
-		if ok {
-			first, resumeDir = step+1, dir
-		}
-		if err := rec.SetVersion(version); err != nil {
-			return env.report(err)
+			info.Err = err.Error()
 		}
 	}
-	defer rec.Close()
-	logf, err := rec.LogFile()
-	if err != nil {
+	info, serr := proc.share(ctx, info)
+	switch {
+	case err != nil:
 		return env.report(err)
+	case serr != nil:
+		return env.report(fmt.Errorf("%s%w", proc.who(), serr))
+	case info.Err != "":
+		return env.report(fmt.Errorf("%srank 0 could not start the run: %s", proc.who(), info.Err))
 	}
-	defer logf.Close()
-	log := zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
-	if first > stopAt {
+	if rec != nil {
+		defer rec.Close()
+	}
+	first := info.First
+	log := zerolog.New(logWriter(env)).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", proc.rank()).Logger()
+	if rec != nil {
+		logf, err := rec.LogFile()
+		if err != nil {
+			return env.report(err)
+		}
+		defer logf.Close()
+		log = zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+	}
+	if info.Skip {
+		if rec == nil {
+			return exitOK // rank 0 writes the export
+		}
 		return env.finishExport(rec, l, log, *exportModel, *exportDType)
 	}
-	log.Info().Str("dir", rec.Dir()).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.DP).Int("first_step", first).Int("steps", total).
+	log.Info().Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.DP).Int("processes", max(1, proc.size())).Int("first_step", first).Int("steps", total).
 		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
 
-	prog := jobs.NewProgress(env.stderr, total, isTerminal(env.stderr))
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Export: *exportModel, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
-	if resumeDir != "" {
-		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(resumeDir) }
+	progOut := env.stderr
+	if rec == nil {
+		progOut = io.Discard // rank 0 shows the progress
 	}
-	if choice.name == "cuda" {
-		opts.DeviceMemory = deviceMemory // rank r runs on GPU r
+	prog := jobs.NewProgress(progOut, total, rec != nil && isTerminal(env.stderr))
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
+	if proc == nil {
+		opts.Export = *exportModel // from memory; with several processes, from the last checkpoint
+	} else {
+		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
 	}
+	if info.ResumeDir != "" {
+		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(info.ResumeDir) }
+	}
+	opts.DeviceMemory = choice.deviceMemory
 	every := l.spec.Train.CheckpointEvery
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop
@@ -167,15 +188,15 @@ its current step, with a checkpoint; a second signal aborts at once.
 				jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
 			prog.Update(sr.Step, fields...)
 			log.Debug().Int("step", sr.Step).Float64("loss", m.Loss).Float64("tok/s", m.TokensPerS).Msg("step")
-			if got, ok := sr.Stats.Values["asleep_device_bytes"]; ok && got > sr.Stats.Values["asleep_plan_bytes"] {
-				log.Warn().Int("step", sr.Step).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
-					Msg("while the trainer slept, the process held more device memory than the plan keeps")
-			}
+		}
+		if got, ok := sr.Stats.Values["asleep_device_bytes"]; ok && got > sr.Stats.Values["asleep_plan_bytes"] {
+			log.Warn().Int("step", sr.Step).Int("rank", r.ID).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
+				Msg("while the trainer slept, the process held more device memory than the plan keeps")
 		}
 		if !save {
 			return nil
 		}
-		return checkpoint(ctx, rec, r, sr.Step)
+		return checkpoint(ctx, rec, info.Dir, r, sr.Step)
 	}
 	env.graceful.Store(true)
 	res, err := stages.Run(ctx, l.job, p, opts)
@@ -186,25 +207,41 @@ its current step, with a checkpoint; a second signal aborts at once.
 		if errors.Is(err, context.Canceled) {
 			status = jobs.StatusCanceled
 		}
-		_ = rec.SetStatus(status, err)
-		log.Error().Err(err).Msg("run failed")
-		fmt.Fprintf(env.stderr, "rlpipe: run %s failed: %v\n", rec.ID()[:8], err)
+		if rec != nil {
+			_ = rec.SetStatus(status, err)
+			log.Error().Err(err).Msg("run failed")
+			fmt.Fprintf(env.stderr, "rlpipe: %srun %s failed: %v\n", proc.who(), rec.ID()[:8], err)
+		} else {
+			fmt.Fprintf(env.stderr, "rlpipe: %srun failed: %v\n", proc.who(), err)
+		}
 		if status == jobs.StatusCanceled {
 			return exitCanceled
 		}
 		return exitFailed
 	}
 	if res.Last < stopAt {
+		if rec == nil {
+			return exitCanceled
+		}
 		err := fmt.Errorf("stopped by a signal after step %d, with a checkpoint; resume with rlpipe run --resume %s", res.Last, rec.ID()[:8])
 		_ = rec.SetStatus(jobs.StatusStopped, err)
 		log.Warn().Int("step", res.Last).Msg("run stopped by a signal")
 		fmt.Fprintf(env.stdout, "run %s stopped: steps %d-%d of %d (%v)\n  record:  %s\n", rec.ID()[:8], first, res.Last, total, err, rec.Dir())
 		return exitCanceled
 	}
+	if rec == nil {
+		return exitOK // rank 0 reports the run and writes the export
+	}
 	var exported string
 	if *exportModel != "" {
 		exported = filepath.Join(rec.Dir(), "export", *exportModel)
-		if err := stages.ExportHF(l.job.Models[*exportModel], l.spec.Mesh.DP, res.Export, exported, *exportDType); err != nil {
+		var err error
+		if proc == nil {
+			err = stages.ExportHF(l.job.Models[*exportModel], l.spec.Mesh.DP, res.Export, exported, *exportDType)
+		} else {
+			err = stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, *exportDType)
+		}
+		if err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
 			return env.report(err)
 		}
@@ -226,6 +263,43 @@ its current step, with a checkpoint; a second signal aborts at once.
 		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint)\n", exported)
 	}
 	return exitOK
+}
+
+// startRecord creates the run's record (rec nil), or takes up the resumed
+// one, and says where the run starts.
+func startRecord(root string, rec *jobs.Run, specPath string, l *loaded, p *plan.Plan, stopAt int) (*jobs.Run, runInfo, error) {
+	info := runInfo{First: 1}
+	if rec == nil {
+		specBytes, err := os.ReadFile(specPath)
+		if err != nil {
+			return nil, info, err
+		}
+		dir, err := filepath.Abs(filepath.Dir(specPath))
+		if err != nil {
+			return nil, info, err
+		}
+		rec, err = jobs.Create(root, jobs.Meta{Name: l.spec.Name, SpecPath: specPath, SpecDir: dir, TotalSteps: l.spec.Train.Steps, Seed: l.spec.Train.Seed, Version: version})
+		if err != nil {
+			return nil, info, err
+		}
+		if err := writeRecords(rec, specBytes, l, p); err != nil {
+			return rec, info, err
+		}
+	} else {
+		step, dir, ok, err := rec.Resume()
+		if err != nil {
+			return rec, info, err
+		}
+		if ok {
+			info.First, info.ResumeDir = step+1, dir
+		}
+		if err := rec.SetVersion(version); err != nil {
+			return rec, info, err
+		}
+	}
+	info.Dir = rec.Dir()
+	info.Skip = info.First > stopAt
+	return rec, info, nil
 }
 
 // checkRunFlags reports a flag value run cannot take (exit code 2).
@@ -325,26 +399,31 @@ func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name,
 	return exitOK
 }
 
+// checkpointPath is the directory of the checkpoint of step in run
+// directory dir.
+func checkpointPath(dir string, step int) string {
+	return filepath.Join(dir, jobs.CheckpointsDir, fmt.Sprintf("step-%d", step))
+}
+
 // checkpoint saves every rank's shards at step and commits the checkpoint
-// once all ranks have written.
-func checkpoint(ctx context.Context, rec *jobs.Run, r *stages.Rank, step int) error {
-	var dir string
-	var err error
+// once all ranks have written. Rank 0 holds the record (rec); the others
+// know only its directory.
+func checkpoint(ctx context.Context, rec *jobs.Run, runDir string, r *stages.Rank, step int) error {
+	dir := checkpointPath(runDir, step)
 	if r.ID == 0 {
-		if dir, err = rec.CheckpointDir(step); err != nil {
+		d, err := rec.CheckpointDir(step)
+		if err != nil {
 			return err
 		}
+		dir = d
 	}
-	if err := r.Comm.Barrier(ctx); err != nil {
+	if err := r.Control.Barrier(ctx); err != nil {
 		return err
-	}
-	if r.ID != 0 {
-		dir = filepath.Join(rec.Dir(), jobs.CheckpointsDir, fmt.Sprintf("step-%d", step))
 	}
 	if err := r.SaveShards(dir); err != nil {
 		return err
 	}
-	if err := r.Comm.Barrier(ctx); err != nil {
+	if err := r.Control.Barrier(ctx); err != nil {
 		return err
 	}
 	if r.ID == 0 {

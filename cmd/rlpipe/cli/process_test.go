@@ -1,0 +1,285 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rlpipe/rlpipe/jobs"
+)
+
+// childArgs, when set in the environment, makes the test binary run the
+// command line it holds (arguments separated by newlines) instead of the
+// tests: the multi-process tests start their ranks that way, as a
+// launcher starts rlpipe.
+const childArgs = "RLPIPE_TEST_CLI_ARGS"
+
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(childArgs); ok {
+		os.Exit(Main(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// meshSpec writes a copy of examples/tiny-grpo.yaml with dp ranks of one
+// host and steps training steps, and returns its path.
+func meshSpec(t *testing.T, dp, steps int) string {
+	t.Helper()
+	src, err := os.ReadFile(tinySpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := filepath.Abs(filepath.Dir(tinySpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer(
+		"gpus_per_node: 1", fmt.Sprintf("gpus_per_node: %d", dp),
+		"path: models/", "path: "+ex+"/models/",
+		"rollouts: data/", "rollouts: "+ex+"/data/",
+		"steps: 12", fmt.Sprintf("steps: %d", steps),
+	).Replace(string(src))
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("tiny-dp%d.yaml", dp))
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// rank is one started process of a job.
+type rank struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+}
+
+// startRanks starts n processes of the test binary running rlpipe args, with
+// the environment torchrun gives its workers.
+func startRanks(t *testing.T, n int, extraEnv []string, args ...string) []*rank {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ranks := make([]*rank, n)
+	for r := range ranks {
+		p := &rank{cmd: exec.Command(os.Args[0])}
+		p.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\n"),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GOMAXPROCS=1")
+		p.cmd.Env = append(p.cmd.Env, extraEnv...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ranks[r] = p
+	}
+	t.Cleanup(func() {
+		for _, p := range ranks {
+			p.cmd.Process.Kill()
+		}
+	})
+	return ranks
+}
+
+// wait waits for every process and returns their exit codes.
+func wait(t *testing.T, ranks []*rank, limit time.Duration) []int {
+	t.Helper()
+	codes := make([]int, len(ranks))
+	deadline := time.Now().Add(limit)
+	for r, p := range ranks {
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		select {
+		case err := <-done:
+			codes[r] = exitCode(err)
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("rank %d still running after %v (a hang)\nstderr: %s", r, limit, p.stderr.String())
+		}
+	}
+	return codes
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func (p *rank) String() string { return p.stdout.String() + p.stderr.String() }
+
+// closeTo says whether two metrics agree to 1e-4, relative to their size.
+func closeTo(a, b float64) bool { return math.Abs(a-b) <= 1e-4*math.Max(1, math.Abs(a)) }
+
+// sameMetrics compares two runs' metrics.jsonl on every value but time.
+func sameMetrics(t *testing.T, a, b []jobs.Metrics) {
+	t.Helper()
+	if len(a) != len(b) || len(a) == 0 {
+		t.Fatalf("metrics lines: %d and %d", len(a), len(b))
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		pairs := map[string][2]float64{"loss": {x.Loss, y.Loss}, "pg_loss": {x.PGLoss, y.PGLoss}, "kl": {x.KL, y.KL}, "entropy": {x.Entropy, y.Entropy},
+			"clipfrac": {x.ClipFrac, y.ClipFrac}, "grad_norm": {x.GradNorm, y.GradNorm}, "lr": {x.LR, y.LR}, "tokens": {float64(x.Tokens), float64(y.Tokens)}}
+		for k, v := range x.Extra {
+			pairs[k] = [2]float64{v, y.Extra[k]}
+		}
+		if len(x.Extra) != len(y.Extra) {
+			t.Errorf("step %d: extra metrics %v and %v", x.Step, x.Extra, y.Extra)
+		}
+		for k, v := range pairs {
+			if !closeTo(v[0], v[1]) {
+				t.Errorf("step %d: %s is %v in one process and %v across processes", x.Step, k, v[0], v[1])
+			}
+		}
+	}
+}
+
+// TestProcessPerRank runs the tiny recipe at dp 2 and 4 as one process and
+// as a process per rank (torchrun's environment, the CPU backend, the TCP
+// communicator), and checks that every metric agrees to 1e-4, that the
+// exports are equal, and that a run of 2 processes resumes as 2 processes.
+func TestProcessPerRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, dp := range []int{2, 4} {
+		t.Run(fmt.Sprintf("dp %d", dp), func(t *testing.T) {
+			spec := meshSpec(t, dp, 4)
+			one, many := t.TempDir(), t.TempDir()
+			if code, out, errs := runCLI(t, "run", "--backend", "cpu", "--runs", one, spec); code != exitOK {
+				t.Fatalf("one process: exit %d\n%s%s", code, out, errs)
+			}
+			ranks := startRanks(t, dp, nil, "run", "--backend", "cpu", "--runs", many, spec)
+			for r, code := range wait(t, ranks, 2*time.Minute) {
+				if code != exitOK {
+					t.Fatalf("rank %d: exit %d\n%v", r, code, ranks[r])
+				}
+			}
+			if !strings.Contains(ranks[0].stdout.String(), "succeeded: steps 1-4 of 4") || ranks[1].stdout.Len() != 0 {
+				t.Errorf("rank 0 reports the run, the others say nothing:\nrank 0: %s\nrank 1: %s", ranks[0].stdout.String(), ranks[1].stdout.String())
+			}
+			a, b := onlyRun(t, one), onlyRun(t, many)
+			am, err := a.Metrics()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bm, err := b.Metrics()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameMetrics(t, am, bm)
+			for r := range dp {
+				if _, err := os.Stat(filepath.Join(checkpointPath(b.Dir(), 4), fmt.Sprintf("rank-%d", r))); err != nil {
+					t.Errorf("rank %d wrote no checkpoint shard: %v", r, err)
+				}
+			}
+			ea := readAll(t, filepath.Join(a.Dir(), "export", "actor", "model.safetensors"))
+			eb := readAll(t, filepath.Join(b.Dir(), "export", "actor", "model.safetensors"))
+			if !bytes.Equal(ea, eb) {
+				t.Error("the exports of one process and of a process per rank differ")
+			}
+		})
+	}
+	t.Run("resume", func(t *testing.T) {
+		spec := meshSpec(t, 2, 4)
+		one, many := t.TempDir(), t.TempDir()
+		if code, out, errs := runCLI(t, "run", "--backend", "cpu", "--runs", one, spec); code != exitOK {
+			t.Fatalf("one process: exit %d\n%s%s", code, out, errs)
+		}
+		ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", many, "--steps", "2", spec)
+		for r, code := range wait(t, ranks, 2*time.Minute) {
+			if code != exitOK {
+				t.Fatalf("first half, rank %d: exit %d\n%v", r, code, ranks[r])
+			}
+		}
+		id := onlyRun(t, many).ID()[:8]
+		ranks = startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", many, "--resume", id)
+		for r, code := range wait(t, ranks, 2*time.Minute) {
+			if code != exitOK {
+				t.Fatalf("resume, rank %d: exit %d\n%v", r, code, ranks[r])
+			}
+		}
+		if !strings.Contains(ranks[0].stdout.String(), "succeeded: steps 3-4 of 4") {
+			t.Errorf("resume: %s", ranks[0])
+		}
+		am, _ := onlyRun(t, one).Metrics()
+		bm, _ := onlyRun(t, many).Metrics()
+		sameMetrics(t, am, bm)
+	})
+}
+
+// TestProcessFailures checks that a job of processes fails fast, and
+// says which rank, when one never arrives, when the launcher's world does
+// not match the recipe, and when one is killed.
+func TestProcessFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Run("a rank never arrives", func(t *testing.T) {
+		spec := meshSpec(t, 2, 3)
+		ranks := startRanks(t, 2, []string{"RLPIPE_JOIN_TIMEOUT=1s"}, "run", "--backend", "cpu", "--runs", t.TempDir(), spec)
+		ranks[1].cmd.Process.Kill() // rank 1 never joins
+		codes := wait(t, ranks, time.Minute)
+		if codes[0] != exitFailed || !strings.Contains(ranks[0].stderr.String(), "rank 1 of 2 did not join within 1s") {
+			t.Errorf("rank 0: exit %d\n%v", codes[0], ranks[0])
+		}
+	})
+	t.Run("the launcher's world is not the recipe's", func(t *testing.T) {
+		spec := meshSpec(t, 4, 3)
+		ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", t.TempDir(), spec)
+		for r, code := range wait(t, ranks, time.Minute) {
+			if code != exitInvalid || !strings.Contains(ranks[r].stderr.String(), "dp is 4, but env started 2 processes") {
+				t.Errorf("rank %d: exit %d\n%v", r, code, ranks[r])
+			}
+		}
+	})
+	t.Run("kill -9 of a rank", func(t *testing.T) {
+		spec := meshSpec(t, 2, 500)
+		root := t.TempDir()
+		ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", root, spec)
+		// Wait for the first step, then kill rank 1 as the OOM killer would.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			metas, _ := jobs.List(root)
+			if len(metas) == 1 {
+				if r, err := jobs.Open(root, metas[0].ID); err == nil {
+					if m, err := r.Metrics(); err == nil && len(m) > 0 {
+						break
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no step within a minute\n%v", ranks[0])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := ranks[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		codes := wait(t, ranks, 30*time.Second)
+		if codes[0] != exitFailed || !strings.Contains(ranks[0].stderr.String(), "lost rank 1 on ") {
+			t.Errorf("rank 0: exit %d after rank 1 was killed\n%v", codes[0], ranks[0])
+		}
+		t.Logf("rank 0 failed %v after the kill: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(ranks[0].stderr.String()))
+		m := onlyRun(t, root).Meta()
+		if m.Status != jobs.StatusFailed || !strings.Contains(m.Error, "lost rank 1") {
+			t.Errorf("the record says %s (%q), want failed, naming rank 1", m.Status, m.Error)
+		}
+	})
+}
