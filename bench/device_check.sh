@@ -23,13 +23,7 @@ OUT=${OUT:-/tmp/check-out}
 D=$OUT/check
 mkdir -p "$D"
 B=.devbin
-say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$D/summary.txt"; }
-run() { # run NAME LIMIT CMD...
-	local name=$1 limit=$2
-	shift 2
-	timeout -k 5 "$limit" "$@" >"$D/$name.log" 2>&1
-	say "$name: rc=$? $(grep -E -- '^(ok|FAIL|PASS|--- FAIL)' "$D/$name.log" | tail -n 3 | tr '\n' ' ')"
-}
+. bench/device_lib.sh
 # gotest PKG NAME LIMIT ARGS...: a test binary runs in its package's
 # directory, where its testdata is.
 gotest() {

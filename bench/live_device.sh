@@ -26,7 +26,7 @@ D=$OUT/live
 W=/tmp/rlpipe-live
 mkdir -p "$D"
 rm -rf "$W" && mkdir -p "$W"
-say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$D/summary.txt"; }
+. bench/device_lib.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$D/env.txt" 2>&1
 say "$(head -n 1 "$D/env.txt")"
 

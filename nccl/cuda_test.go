@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
@@ -27,7 +28,14 @@ func cudaRanks(t *testing.T) ([]*cuda.Backend, []Comm) {
 
 // twoBackends returns CUDA backends on GPUs 0 and 1, closed when the test
 // ends, or skips saying why (no driver, one GPU, no NCCL).
-func twoBackends(t *testing.T) []*cuda.Backend {
+func twoBackends(t *testing.T) []*cuda.Backend { return cudaBackends(t, 2) }
+
+// oneBackend returns a CUDA backend on GPU 0, or skips.
+func oneBackend(t *testing.T) *cuda.Backend { return cudaBackends(t, 1)[0] }
+
+// cudaBackends returns CUDA backends on GPUs 0 to n-1, closed when the test
+// ends, or skips saying why (no driver, too few GPUs, no NCCL).
+func cudaBackends(t *testing.T, n int) []*cuda.Backend {
 	t.Helper()
 	info, err := cuda.Versions()
 	if err != nil {
@@ -36,13 +44,13 @@ func twoBackends(t *testing.T) []*cuda.Backend {
 		}
 		t.Fatal(err)
 	}
-	if len(info.Devices) < 2 {
-		t.Skipf("cuda: %d GPU(s), the NCCL test needs 2", len(info.Devices))
+	if len(info.Devices) < n {
+		t.Skipf("cuda: %d GPU(s), the NCCL test needs %d", len(info.Devices), n)
 	}
 	if _, err := Load(); err != nil {
 		t.Skipf("nccl not available, test skipped: %v", err)
 	}
-	bs := make([]*cuda.Backend, 2)
+	bs := make([]*cuda.Backend, n)
 	for i := range bs {
 		b, err := cuda.New(i)
 		if err != nil {
@@ -313,5 +321,91 @@ func TestCUDAMemory(t *testing.T) {
 	t.Logf("NCCL on GPU 0, two communicators: %d MiB (reserve %d MiB)", (after-before)>>20, reserve>>20)
 	if after-before > reserve {
 		t.Errorf("NCCL takes %d MiB on GPU 0, above the plan's reserve of %d MiB", (after-before)>>20, reserve>>20)
+	}
+}
+
+// TestCUDARankCollectives bootstraps NCCL per rank (ncclGetUniqueId on rank
+// 0, the ids over a TCP host communicator, ncclCommInitRank on each rank's
+// device thread), as the processes of a launched job do, here with the two
+// ranks in one process, and runs every collective.
+func TestCUDARankCollectives(t *testing.T) {
+	bs := twoBackends(t)
+	hosts := joinAll(t, 2)
+	cs := make([]Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { cs[r], errs[r] = NewCUDARank(context.Background(), bs[r], hosts[r]) })
+	}
+	wg.Wait()
+	noErrs(t, errs)
+	const n = 1000
+	val := func(rank, i int) float32 { return float32((rank+1)*1000+i%997) / 8 }
+	results := make([]map[string][]float32, 2)
+	for r := range 2 {
+		wg.Go(func() { results[r], errs[r] = runCollectives(context.Background(), bs[r], cs[r], r, n, val) })
+	}
+	wg.Wait()
+	noErrs(t, errs)
+	for r := range 2 {
+		for i := range n {
+			j := r*n + i
+			if got, want := results[r]["reducescatter sum"][i], val(0, j)+val(1, j); got != want {
+				t.Fatalf("rank %d reducescatter sum[%d] = %v, want %v", r, i, got, want)
+			}
+			if got := results[r]["broadcast"][i]; got != val(1, i) {
+				t.Fatalf("rank %d broadcast[%d] = %v, want %v", r, i, got, val(1, i))
+			}
+		}
+	}
+}
+
+// TestCUDARankHostAbort checks, on one GPU, the per-rank bootstrap and that
+// a failed host communicator (a peer process died) aborts the NCCL one, so
+// that its collectives fail instead of waiting for ever.
+func TestCUDARankHostAbort(t *testing.T) {
+	b := oneBackend(t)
+	host, err := JoinTCP(context.Background(), TCPConfig{Rank: 0, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCUDARank(context.Background(), b, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := b.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(mem)
+	x, _ := gpu.NewTensor(mem, 0, gpu.F32, 16)
+	want := make([]float32, 16)
+	for i := range want {
+		want[i] = float32(i) + 0.25
+	}
+	if err := b.Upload(x, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AllReduce(context.Background(), x, Sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 16)
+	if err := b.Download(got, x); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "all-reduce over one rank", got, want)
+	host.(*tcpComm).Abort(errors.New("a peer died"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.(*cudaComm).g.isAborted() {
+		if time.Now().After(deadline) {
+			t.Fatal("the NCCL communicator was not aborted with its host communicator")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.AllReduce(context.Background(), x, Sum); err == nil {
+		t.Error("all-reduce after the host communicator failed: no error")
 	}
 }

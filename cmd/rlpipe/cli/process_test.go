@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rlpipe/rlpipe/jobs"
+	"github.com/rlpipe/rlpipe/spec"
+	"go.yaml.in/yaml/v3"
 )
 
 // childArgs, when set in the environment, makes the test binary run the
@@ -282,4 +284,54 @@ func TestProcessFailures(t *testing.T) {
 			t.Errorf("the record says %s (%q), want failed, naming rank 1", m.Status, m.Error)
 		}
 	})
+}
+
+// TestLaunchFiles parses the Kubernetes launch files and checks that the
+// ranks they start are the recipe's: the replicas of the PyTorchJob, and
+// the JobSet's parallelism and WORLD_SIZE, equal mesh.dp of the spec they
+// run.
+func TestLaunchFiles(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "examples", "launch")
+	load := func(name string) map[string]any {
+		var doc map[string]any
+		if err := yaml.Unmarshal(readAll(t, filepath.Join(dir, name)), &doc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return doc
+	}
+	dig := func(v any, path ...any) any {
+		for _, p := range path {
+			switch k := p.(type) {
+			case string:
+				v = v.(map[string]any)[k]
+			case int:
+				v = v.([]any)[k]
+			}
+		}
+		return v
+	}
+	dp := func(cmd any) int {
+		args := cmd.([]any)
+		s, err := spec.Load(filepath.Join("..", "..", "..", "examples", filepath.Base(args[len(args)-1].(string))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Mesh.DP
+	}
+	pj := dig(load("pytorchjob.yaml"), "spec", "pytorchReplicaSpecs")
+	replicas := dig(pj, "Master", "replicas").(int) + dig(pj, "Worker", "replicas").(int)
+	if want := dp(dig(pj, "Master", "template", "spec", "containers", 0, "command")); replicas != want {
+		t.Errorf("pytorchjob.yaml starts %d pods, the recipe has dp %d", replicas, want)
+	}
+	job := dig(load("jobset.yaml"), "spec", "replicatedJobs", 0, "template", "spec")
+	c := dig(job, "template", "spec", "containers", 0)
+	world := -1
+	for _, e := range dig(c, "env").([]any) {
+		if e.(map[string]any)["name"] == "WORLD_SIZE" {
+			world, _ = strconv.Atoi(e.(map[string]any)["value"].(string))
+		}
+	}
+	if want := dp(dig(c, "command")); dig(job, "parallelism").(int) != want || world != want {
+		t.Errorf("jobset.yaml: parallelism %v, WORLD_SIZE %d; the recipe has dp %d", dig(job, "parallelism"), world, want)
+	}
 }
