@@ -1,13 +1,16 @@
+//go:build cgo
+
 // The CUDA backend builds with gcc alone (it loads the CUDA libraries at
-// run time), so it is always registered; without a driver cuda.New returns
-// an error wrapping cuda.ErrNoDriver.
+// run time), so with cgo it is always registered; without a driver cuda.New
+// returns an error wrapping cuda.ErrNoDriver. Without cgo only the CPU
+// backend is registered.
 
 package bench
 
 import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
-	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/nccl/libnccl"
 )
 
 func init() {
@@ -17,5 +20,5 @@ func init() {
 			return nil, err // not a typed nil inside the interface
 		}
 		return b, nil
-	}, nccl.NewCUDA)
+	}, libnccl.NewComms)
 }

@@ -1,16 +1,19 @@
 // Package nccl defines the collective communication interface that the
-// sharded (FSDP2-style) training code uses, with two implementations: an
-// in-process loopback in which N ranks are goroutines of one process working
-// on host memory (NewLoopback), and NCCL across the GPUs of one host, one
-// rank per GPU (NewCUDA; libnccl is loaded at run time, cgo).
+// sharded (FSDP2-style) training code uses, and its pure-Go
+// implementations: an in-process loopback in which N ranks are goroutines of
+// one process working on host memory (NewLoopback), and a TCP communicator
+// whose ranks are processes, on one host or several (JoinTCP). NCCL itself
+// is bound below, in package nccl/libnccl (cgo); this package builds
+// without cgo.
 //
 // Every rank of a communicator must make the same collectives in the same
 // order with matching arguments. Element counts, not shapes, must match.
-// Loopback collectives are blocking calls; their reductions accumulate in
-// float32 for floating-point tensors (also for BF16 and F16) and in int64 for
-// I32, in rank order, so results are identical on every rank. NCCL
-// collectives are enqueued on the rank's CUDA stream (see Comm.On) and
-// reduce in NCCL's order.
+// The host-memory communicators' collectives are blocking calls; their
+// reductions accumulate in float32 for floating-point tensors (also for
+// BF16 and F16) and in int64 for I32, in rank order, so results are
+// identical on every rank and between the two. NCCL collectives are
+// enqueued on the rank's CUDA stream (see Comm.On) and reduce in NCCL's
+// order.
 package nccl
 
 import (
@@ -74,9 +77,9 @@ type Comm interface {
 	Close() error
 }
 
-// checkAllGather checks an all-gather over n ranks: dst holds n times src's
+// CheckAllGather checks an all-gather over n ranks: dst holds n times src's
 // elements, of src's dtype.
-func checkAllGather(n int, dst, src gpu.Tensor) error {
+func CheckAllGather(n int, dst, src gpu.Tensor) error {
 	switch {
 	case dst.DType != src.DType:
 		return fmt.Errorf("allgather: dst is %v, src is %v", dst.DType, src.DType)
@@ -86,9 +89,9 @@ func checkAllGather(n int, dst, src gpu.Tensor) error {
 	return nil
 }
 
-// checkReduceScatter checks a reduce-scatter over n ranks: src holds n
+// CheckReduceScatter checks a reduce-scatter over n ranks: src holds n
 // times dst's elements, of dst's dtype.
-func checkReduceScatter(n int, dst, src gpu.Tensor) error {
+func CheckReduceScatter(n int, dst, src gpu.Tensor) error {
 	switch {
 	case dst.DType != src.DType:
 		return fmt.Errorf("reducescatter: dst is %v, src is %v", dst.DType, src.DType)

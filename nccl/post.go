@@ -48,7 +48,7 @@ func allGatherPost(n int, dst, src gpu.Tensor) post {
 	var err error
 	if p.src, err = hostBytes("src", src); err == nil {
 		if p.dst, err = hostBytes("dst", dst); err == nil {
-			err = checkAllGather(n, dst, src)
+			err = CheckAllGather(n, dst, src)
 		}
 	}
 	p.invalidArg = err
@@ -61,7 +61,7 @@ func reduceScatterPost(n int, dst, src gpu.Tensor, op Op) post {
 	if err == nil {
 		if p.src, err = hostBytes("src", src); err == nil {
 			if p.dst, err = hostBytes("dst", dst); err == nil {
-				err = checkReduceScatter(n, dst, src)
+				err = CheckReduceScatter(n, dst, src)
 			}
 		}
 	}

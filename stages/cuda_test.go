@@ -1,3 +1,5 @@
+//go:build cgo
+
 package stages
 
 import (
@@ -12,6 +14,7 @@ import (
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/nccl/libnccl"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages/engines/enginetest"
@@ -88,7 +91,7 @@ func TestRunTinyCUDADP2(t *testing.T) {
 	if len(info.Devices) < 2 {
 		t.Skipf("cuda: %d GPU(s), the dp 2 test needs 2", len(info.Devices))
 	}
-	if _, err := nccl.Load(); err != nil {
+	if _, err := libnccl.Load(); err != nil {
 		t.Skipf("nccl not available, dp 2 GPU test skipped: %v", err)
 	}
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
@@ -131,7 +134,7 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 	var nvmlPeak int64
 	var comms func([]gpu.Backend) ([]nccl.Comm, error)
 	if dp > 1 {
-		comms = nccl.NewCUDA
+		comms = libnccl.NewComms
 	}
 	gpuRun := runSpecWith(t, path, short, RunOptions{
 		Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },

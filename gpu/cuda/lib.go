@@ -1,3 +1,5 @@
+//go:build cgo
+
 package cuda
 
 /*
@@ -10,12 +12,11 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
-	"unsafe"
+
+	"github.com/rlpipe/rlpipe/gpu/cuda/dl"
 )
 
 // ErrNoDriver means the CUDA driver (libcuda.so.1) could not be loaded or
@@ -65,72 +66,9 @@ var (
 )
 
 // LibraryDirs returns the directories searched for NVIDIA's libraries, in
-// search order (see searchDirs); "" stands for the dynamic loader's default
-// search. Package nccl looks for libnccl in the same places.
-func LibraryDirs() []string { return searchDirs() }
-
-// searchDirs returns the directories searched for the CUDA libraries, in
-// order: $RLPIPE_CUDA_LIB_DIR, $LD_LIBRARY_PATH, "" (the dynamic loader's
-// default search), the usual toolkit and driver directories, and the lib
-// folders of NVIDIA's Python wheels (site-packages/nvidia/*/lib).
-func searchDirs() []string {
-	var dirs []string
-	add := func(d string) {
-		for _, x := range dirs {
-			if x == d {
-				return
-			}
-		}
-		dirs = append(dirs, d)
-	}
-	if d := os.Getenv("RLPIPE_CUDA_LIB_DIR"); d != "" {
-		for _, x := range filepath.SplitList(d) {
-			if x != "" {
-				add(x)
-			}
-		}
-	}
-	for _, x := range filepath.SplitList(os.Getenv("LD_LIBRARY_PATH")) {
-		if x != "" {
-			add(x)
-		}
-	}
-	add("")
-	for _, d := range []string{
-		"/usr/local/cuda/lib64",
-		"/usr/local/cuda/targets/x86_64-linux/lib",
-		"/usr/lib/x86_64-linux-gnu",
-		"/usr/local/nvidia/lib64",
-		"/usr/lib64",
-	} {
-		add(d)
-	}
-	var roots []string
-	if v := os.Getenv("VIRTUAL_ENV"); v != "" {
-		roots = append(roots, filepath.Join(v, "lib", "python3*", "site-packages"))
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		roots = append(roots, filepath.Join(h, ".local", "lib", "python3*", "site-packages"))
-	}
-	roots = append(roots,
-		"/opt/*/.venv/lib/python3*/site-packages",
-		"/opt/*/lib/python3*/site-packages",
-		"/usr/local/lib/python3*/dist-packages",
-		"/usr/local/lib/python3*/site-packages",
-		"/usr/lib/python3/dist-packages",
-		"/usr/lib/python3*/site-packages",
-	)
-	for _, r := range roots {
-		for _, pat := range []string{filepath.Join(r, "nvidia", "*", "lib"), filepath.Join(r, "nvidia", "*", "*", "lib")} {
-			m, _ := filepath.Glob(pat)
-			sort.Strings(m)
-			for _, d := range m {
-				add(d)
-			}
-		}
-	}
-	return dirs
-}
+// search order (dl.SearchDirs); "" stands for the dynamic loader's default
+// search. The NCCL binding looks for libnccl in the same places.
+func LibraryDirs() []string { return dl.SearchDirs() }
 
 // load dlopens l (once per process) and resolves its symbol table.
 func load(l library) error {
@@ -147,79 +85,29 @@ func libPath(l library) string {
 }
 
 func doLoad(l library) loaded {
-	dirs := searchDirs()
-	var lastErr string
-	for _, d := range dirs {
-		for _, so := range l.sonames() {
-			p := so
-			if d != "" {
-				p = filepath.Join(d, so)
-				if _, err := os.Stat(p); err != nil {
-					continue
+	_, p, err := dl.Find(l.String(), l.sonames(), dl.SearchDirs(), func(h dl.Handle, dir string) error {
+		if l == libNVRTC && dir != "" {
+			// NVRTC dlopens its builtins library by soname; loading the
+			// one beside it first makes that lookup find it.
+			m, _ := filepath.Glob(filepath.Join(dir, "libnvrtc-builtins.so*"))
+			sort.Strings(m)
+			for _, b := range m {
+				if _, err := dl.Open(b, true); err == nil {
+					break
 				}
 			}
-			h, msg := dlopen(p, false)
-			if h == nil {
-				lastErr = msg
-				continue
-			}
-			if l == libNVRTC && d != "" {
-				// NVRTC dlopens its builtins library by soname; loading the
-				// one beside it first makes that lookup find it.
-				m, _ := filepath.Glob(filepath.Join(d, "libnvrtc-builtins.so*"))
-				sort.Strings(m)
-				for _, b := range m {
-					if bh, _ := dlopen(b, true); bh != nil {
-						break
-					}
-				}
-			}
-			if i := int(C.rl_resolve(C.int(l), h)); i >= 0 {
-				name := C.GoString(C.rl_symname(C.int(l), C.int(i)))
-				lastErr = fmt.Sprintf("%s lacks symbol %s", p, name)
-				continue
-			}
-			if real := C.rl_dlpath(h); real != nil && C.GoString(real) != "" {
-				p = C.GoString(real)
-			}
-			return loaded{path: p}
 		}
-	}
-	shown := make([]string, len(dirs))
-	for i, d := range dirs {
-		if d == "" {
-			d = "(dynamic loader default)"
+		if i := int(C.rl_resolve(C.int(l), h.Pointer())); i >= 0 {
+			return fmt.Errorf("lacks symbol %s", C.GoString(C.rl_symname(C.int(l), C.int(i))))
 		}
-		shown[i] = d
-	}
-	err := fmt.Errorf("cuda: cannot load %s (tried %s) in %s: %s",
-		l, strings.Join(l.sonames(), ", "), strings.Join(shown, ", "), orNone(lastErr))
-	if l == libDriver {
-		err = fmt.Errorf("%w: %w", ErrNoDriver, err)
-	}
-	return loaded{err: err}
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no candidate file found"
-	}
-	return s
-}
-
-func dlopen(path string, global bool) (unsafe.Pointer, string) {
-	cs := C.CString(path)
-	defer C.free(unsafe.Pointer(cs))
-	g := C.int(0)
-	if global {
-		g = 1
-	}
-	h := C.rl_dlopen(cs, g)
-	if h == nil {
-		if e := C.rl_dlerror(); e != nil {
-			return nil, C.GoString(e)
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("cuda: %w", err)
+		if l == libDriver {
+			err = fmt.Errorf("%w: %w", ErrNoDriver, err)
 		}
-		return nil, "dlopen failed"
+		return loaded{err: err}
 	}
-	return h, ""
+	return loaded{path: p}
 }

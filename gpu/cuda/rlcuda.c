@@ -1,9 +1,8 @@
 // rlcuda.c holds the dlsym tables and the trampolines of package cuda. No
 // CUDA header or library is needed to build it: the libraries are opened
-// with dlopen at run time and every call goes through a resolved pointer.
+// at run time (package dl) and every call goes through a resolved pointer.
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include "rlcuda.h"
@@ -54,18 +53,6 @@ static const char* rl_lt_names[LT_N] = {
 	"cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmul", "cublasLtGetStatusString",
 };
 static void* rl_lt[LT_N];
-
-void* rl_dlopen(const char* path, int global) {
-	return dlopen(path, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
-}
-const char* rl_dlerror(void) { return dlerror(); }
-
-// rl_dlpath returns the file a handle was loaded from, or NULL.
-const char* rl_dlpath(void* h) {
-	struct link_map* lm = NULL;
-	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return NULL;
-	return lm->l_name;
-}
 
 // rl_resolve fills table lib (0 driver, 1 NVRTC, 2 cuBLASLt) from handle h.
 // It returns -1 on success or the index of the first missing symbol.

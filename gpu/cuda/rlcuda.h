@@ -45,9 +45,6 @@ typedef struct {
 	rlLtAlgo algo;
 } rlLtCall;
 
-void* rl_dlopen(const char* path, int global);
-const char* rl_dlerror(void);
-const char* rl_dlpath(void* h);
 int rl_resolve(int lib, void* h);
 const char* rl_symname(int lib, int i);
 CUresult cuInit_(unsigned f);

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
-	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/spec"
@@ -44,9 +43,9 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 	case "cpu":
 		return cpuChoice, nil
 	case "auto", "cuda":
-		info, err := cuda.Versions()
-		if err != nil || len(info.Devices) == 0 {
-			if name == "auto" && (err == nil || errors.Is(err, cuda.ErrNoDriver)) {
+		n, err := cudaDeviceCount()
+		if err != nil || n == 0 {
+			if name == "auto" && (err == nil || errors.Is(err, errNoDriver)) {
 				return cpuChoice, nil
 			}
 			if err == nil {
@@ -54,7 +53,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			}
 			return backendChoice{}, fmt.Errorf("--backend cuda: %w", err)
 		}
-		n, dp := len(info.Devices), s.Mesh.DP
+		dp := s.Mesh.DP
 		if proc != nil {
 			dev := 0
 			if n > 1 {
@@ -63,15 +62,15 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			if dev >= n {
 				return backendChoice{}, fmt.Errorf("--backend cuda: %slocal rank %d and this process sees %d GPUs", proc.who(), proc.w.LocalRank, n)
 			}
-			if _, err := nccl.Load(); err != nil {
+			if _, err := loadNCCL(); err != nil {
 				return backendChoice{}, fmt.Errorf("--backend cuda: %d processes need NCCL: %w", proc.w.Size, err)
 			}
 			return backendChoice{
 				name:         "cuda",
-				newBackend:   func(int) (gpu.Backend, error) { return cuda.New(dev) },
+				newBackend:   func(int) (gpu.Backend, error) { return newCUDABackend(dev) },
 				deviceMemory: func(int) (int64, bool) { return deviceMemory(dev) },
 				comms: func(bs []gpu.Backend) ([]nccl.Comm, error) {
-					c, err := nccl.NewCUDARank(context.Background(), bs[0], proc.ctl)
+					c, err := ncclRank(context.Background(), bs[0], proc.ctl)
 					if err != nil {
 						return nil, err
 					}
@@ -79,17 +78,17 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 				},
 			}, nil
 		}
-		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, deviceMemory: deviceMemory}
+		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return newCUDABackend(rank) }, deviceMemory: deviceMemory}
 		if dp <= 1 {
 			return c, nil
 		}
 		if err := checkGPUMesh(s.Mesh.Nodes, dp, n); err != nil {
 			return backendChoice{}, err
 		}
-		if _, err := nccl.Load(); err != nil {
+		if _, err := loadNCCL(); err != nil {
 			return backendChoice{}, fmt.Errorf("--backend cuda: dp %d needs NCCL: %w", dp, err)
 		}
-		c.comms = nccl.NewCUDA
+		c.comms = ncclComms
 		return c, nil
 	default:
 		return backendChoice{}, fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
@@ -122,45 +121,18 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	}
 	fmt.Fprintf(env.stdout, "rlpipe %s\n", version)
 	if devs, err := nvml.Devices(); err != nil {
-		fmt.Fprintf(env.stdout, "nvml: %v\n", err)
+		fmt.Fprintln(env.stdout, err) // "nvml: ..."
 	} else {
 		for _, d := range devs {
 			fmt.Fprintf(env.stdout, "nvml: GPU %d %s, %.1f GiB, %s\n", d.Index, d.Name, float64(d.MemoryBytes)/(1<<30), d.UUID)
 		}
 	}
-	if l, err := nccl.Load(); err != nil {
+	if l, err := loadNCCL(); err != nil {
 		fmt.Fprintln(env.stdout, err) // "nccl: cannot load libnccl ..."
 	} else {
-		fmt.Fprintf(env.stdout, "nccl: %s (%s)\n", l.Version, l.Path)
+		fmt.Fprintf(env.stdout, "nccl: %s\n", l)
 	}
-	info, err := cuda.Versions()
-	if err != nil {
-		if errors.Is(err, cuda.ErrNoDriver) {
-			fmt.Fprintf(env.stdout, "%v\nbackends: cpu (the CUDA backend needs an NVIDIA driver)\n", err) // "cuda: no driver: ..."
-			return exitOK
-		}
-		fmt.Fprintf(env.stderr, "rlpipe doctor: %v\n", err)
-		return exitFailed
-	}
-	fmt.Fprintln(env.stdout, info.String())
-	if len(info.Devices) == 0 {
-		fmt.Fprintln(env.stdout, "backends: cpu (no CUDA devices)")
-		return exitOK
-	}
-	st, err := cuda.CompileAll(0, *force)
-	for _, k := range st {
-		how := "compiled"
-		if k.Cached {
-			how = "cached"
-		}
-		fmt.Fprintf(env.stdout, "kernels %-12s %-8s %7d bytes  %d entry points\n", k.Module, how, k.Bytes, len(k.Kernels))
-	}
-	if err != nil {
-		fmt.Fprintf(env.stderr, "rlpipe doctor: %v\n", err)
-		return exitFailed
-	}
-	fmt.Fprintln(env.stdout, "backends: cpu, cuda")
-	return exitOK
+	return doctorCUDA(env, *force)
 }
 
 // checkGPUMesh says whether a mesh of nodes hosts and dp ranks can run on

@@ -1,8 +1,6 @@
-// rlnccl.c holds package nccl's dlsym table for libnccl and the trampolines
+// rlnccl.c holds package libnccl's dlsym table for libnccl and the trampolines
 // that call through it.
-#define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include "rlnccl.h"
 
 enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_GetUniqueId, N_InitRank, N_N };
@@ -11,14 +9,6 @@ static const char* rl_nccl_names[N_N] = {
 	"ncclAllReduce", "ncclBroadcast", "ncclGetErrorString", "ncclGetUniqueId", "ncclCommInitRank",
 };
 static void* rl_nccl[N_N];
-
-void* rl_nccl_open_(const char* path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
-const char* rl_nccl_dlerror_(void) { return dlerror(); }
-const char* rl_nccl_path_(void* h) {
-	struct link_map* lm = NULL;
-	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return NULL;
-	return lm->l_name;
-}
 
 // rl_nccl_resolve_ fills the table from handle h; it returns -1 on success or
 // the index of the first missing symbol.

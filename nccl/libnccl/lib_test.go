@@ -1,4 +1,6 @@
-package nccl
+//go:build cgo
+
+package libnccl
 
 import (
 	"strings"

@@ -1,21 +1,19 @@
-package nccl
+//go:build cgo
+
+package libnccl
 
 /*
 #cgo LDFLAGS: -ldl
-#include <stdlib.h>
 #include "rlnccl.h"
 */
 import "C"
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu/cuda"
+	"github.com/rlpipe/rlpipe/gpu/cuda/dl"
 )
 
 // Library describes the NCCL shared library found on this machine.
@@ -46,50 +44,20 @@ func Load() (Library, error) {
 }
 
 func load(dirs []string) (Library, error) {
-	var last string
-	for _, d := range dirs {
-		for _, so := range sonames {
-			p := so
-			if d != "" {
-				p = filepath.Join(d, so)
-				if _, err := os.Stat(p); err != nil {
-					continue
-				}
-			}
-			cp := C.CString(p)
-			h := C.rl_nccl_open_(cp)
-			C.free(unsafe.Pointer(cp))
-			if h == nil {
-				if e := C.rl_nccl_dlerror_(); e != nil {
-					last = C.GoString(e)
-				}
-				continue
-			}
-			if i := int(C.rl_nccl_resolve_(h)); i >= 0 {
-				last = p + " lacks symbol " + C.GoString(C.rl_nccl_symname_(C.int(i)))
-				continue
-			}
-			var v C.int
-			if r := C.rl_nccl_get_version_(&v); r != 0 {
-				return Library{}, fmt.Errorf("nccl: ncclGetVersion in %s returned %d", p, int(r))
-			}
-			if real := C.rl_nccl_path_(h); real != nil && C.GoString(real) != "" {
-				p = C.GoString(real)
-			}
-			return Library{Path: p, Version: versionString(int(v))}, nil
+	_, p, err := dl.Find("libnccl", sonames, dirs, func(h dl.Handle, _ string) error {
+		if i := int(C.rl_nccl_resolve_(h.Pointer())); i >= 0 {
+			return fmt.Errorf("lacks symbol %s", C.GoString(C.rl_nccl_symname_(C.int(i))))
 		}
+		return nil
+	})
+	if err != nil {
+		return Library{}, fmt.Errorf("nccl: %w", err)
 	}
-	shown := make([]string, len(dirs))
-	for i, d := range dirs {
-		if d == "" {
-			d = "(dynamic loader default)"
-		}
-		shown[i] = d
+	var v C.int
+	if r := C.rl_nccl_get_version_(&v); r != 0 {
+		return Library{}, fmt.Errorf("nccl: ncclGetVersion in %s returned %d", p, int(r))
 	}
-	if last == "" {
-		last = "no candidate file found"
-	}
-	return Library{}, fmt.Errorf("nccl: cannot load libnccl (tried %s) in %s: %s", strings.Join(sonames, ", "), strings.Join(shown, ", "), last)
+	return Library{Path: p, Version: versionString(int(v))}, nil
 }
 
 // versionString decodes NCCL_VERSION_CODE: major*10000 + minor*100 + patch

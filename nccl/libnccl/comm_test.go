@@ -1,10 +1,14 @@
-package nccl
+//go:build cgo
+
+package libnccl
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,14 +16,15 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
+	"github.com/rlpipe/rlpipe/nccl"
 )
 
 // cudaRanks returns two CUDA backends (GPUs 0 and 1) and their NCCL
 // communicator, or skips saying why.
-func cudaRanks(t *testing.T) ([]*cuda.Backend, []Comm) {
+func cudaRanks(t *testing.T) ([]*cuda.Backend, []nccl.Comm) {
 	t.Helper()
 	bs := twoBackends(t)
-	cs, err := NewCUDA([]gpu.Backend{bs[0], bs[1]})
+	cs, err := NewComms([]gpu.Backend{bs[0], bs[1]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +124,7 @@ func TestCUDACollectives(t *testing.T) {
 }
 
 // runCollectives is one rank's part of TestCUDACollectives.
-func runCollectives(ctx context.Context, b *cuda.Backend, c Comm, rank, n int, val func(rank, i int) float32) (map[string][]float32, error) {
+func runCollectives(ctx context.Context, b *cuda.Backend, c nccl.Comm, rank, n int, val func(rank, i int) float32) (map[string][]float32, error) {
 	mem, err := b.Alloc(1 << 20)
 	if err != nil {
 		return nil, err
@@ -190,7 +195,7 @@ func runCollectives(ctx context.Context, b *cuda.Backend, c Comm, rank, n int, v
 	if err := get("allgather side stream", dst); err != nil {
 		return nil, err
 	}
-	for _, op := range []Op{Sum, Avg} {
+	for _, op := range []nccl.Op{nccl.Sum, nccl.Avg} {
 		in, o := ten(gpu.F32, 2*n), ten(gpu.F32, n)
 		if err := b.Upload(in, full); err != nil {
 			return nil, err
@@ -206,7 +211,7 @@ func runCollectives(ctx context.Context, b *cuda.Backend, c Comm, rank, n int, v
 	if err := b.Upload(buf, mine); err != nil {
 		return nil, err
 	}
-	if err := c.AllReduce(ctx, buf, Max); err != nil {
+	if err := c.AllReduce(ctx, buf, nccl.Max); err != nil {
 		return nil, err
 	}
 	if err := get("allreduce max", buf); err != nil {
@@ -244,7 +249,7 @@ func TestCUDACloseAborts(t *testing.T) {
 	}
 	defer bs[1].Free(mem)
 	x, _ := gpu.NewTensor(mem, 0, gpu.F32, 16)
-	if err := cs[1].AllReduce(context.Background(), x, Sum); err == nil {
+	if err := cs[1].AllReduce(context.Background(), x, nccl.Sum); err == nil {
 		t.Error("all-reduce after the communicator was closed: no error")
 	}
 	if err := cs[1].Barrier(context.Background()); err == nil {
@@ -271,7 +276,7 @@ func TestCUDAMemory(t *testing.T) {
 	if err != nil {
 		t.Skipf("nvml: no per-process figure: %v", err)
 	}
-	cs, err := NewCUDA([]gpu.Backend{bs[0], bs[1]})
+	cs, err := NewComms([]gpu.Backend{bs[0], bs[1]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,12 +295,12 @@ func TestCUDAMemory(t *testing.T) {
 			for _, n := range []int{256, 64 << 10, per} {
 				full, _ := gpu.NewTensor(mems[r], 0, gpu.F32, 2*n)
 				part, _ := gpu.NewTensor(mems[r], int64(2*per*4), gpu.F32, n)
-				for _, cc := range []Comm{c, c.On(s)} {
+				for _, cc := range []nccl.Comm{c, c.On(s)} {
 					if err := cc.AllGather(ctx, full, part); err != nil {
 						errs[r] = err
 						return
 					}
-					if err := cc.ReduceScatter(ctx, part, full, Avg); err != nil {
+					if err := cc.ReduceScatter(ctx, part, full, nccl.Avg); err != nil {
 						errs[r] = err
 						return
 					}
@@ -331,11 +336,11 @@ func TestCUDAMemory(t *testing.T) {
 func TestCUDARankCollectives(t *testing.T) {
 	bs := twoBackends(t)
 	hosts := joinAll(t, 2)
-	cs := make([]Comm, 2)
+	cs := make([]nccl.Comm, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		wg.Go(func() { cs[r], errs[r] = NewCUDARank(context.Background(), bs[r], hosts[r]) })
+		wg.Go(func() { cs[r], errs[r] = NewRank(context.Background(), bs[r], hosts[r]) })
 	}
 	wg.Wait()
 	noErrs(t, errs)
@@ -365,11 +370,11 @@ func TestCUDARankCollectives(t *testing.T) {
 // that its collectives fail instead of waiting for ever.
 func TestCUDARankHostAbort(t *testing.T) {
 	b := oneBackend(t)
-	host, err := JoinTCP(context.Background(), TCPConfig{Rank: 0, Size: 1})
+	host, err := nccl.JoinTCP(context.Background(), nccl.TCPConfig{Rank: 0, Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewCUDARank(context.Background(), b, host)
+	c, err := NewRank(context.Background(), b, host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +391,7 @@ func TestCUDARankHostAbort(t *testing.T) {
 	if err := b.Upload(x, want); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AllReduce(context.Background(), x, Sum); err != nil {
+	if err := c.AllReduce(context.Background(), x, nccl.Sum); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Barrier(context.Background()); err != nil {
@@ -396,8 +401,10 @@ func TestCUDARankHostAbort(t *testing.T) {
 	if err := b.Download(got, x); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "all-reduce over one rank", got, want)
-	host.(*tcpComm).Abort(errors.New("a peer died"))
+	if !slices.Equal(got, want) {
+		t.Fatalf("all-reduce over one rank: %v, want %v", got, want)
+	}
+	host.(interface{ Abort(error) }).Abort(errors.New("a peer died"))
 	deadline := time.Now().Add(5 * time.Second)
 	for !c.(*cudaComm).g.isAborted() {
 		if time.Now().After(deadline) {
@@ -405,7 +412,41 @@ func TestCUDARankHostAbort(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if err := c.AllReduce(context.Background(), x, Sum); err == nil {
+	if err := c.AllReduce(context.Background(), x, nccl.Sum); err == nil {
 		t.Error("all-reduce after the host communicator failed: no error")
+	}
+}
+
+// joinAll joins n ranks of a TCP host communicator on localhost.
+func joinAll(t *testing.T, n int) []nccl.Comm {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cs, errs := make([]nccl.Comm, n), make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			cs[r], errs[r] = nccl.JoinTCP(context.Background(), nccl.TCPConfig{Rank: r, Size: n, Addr: addr, Timeout: 10 * time.Second})
+		})
+	}
+	wg.Wait()
+	noErrs(t, errs)
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	return cs
+}
+
+// noErrs fails the test with every rank's error, if any.
+func noErrs(t *testing.T, errs []error) {
+	t.Helper()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }

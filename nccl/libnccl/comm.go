@@ -1,4 +1,6 @@
-package nccl
+//go:build cgo
+
+package libnccl
 
 /*
 #include "rlnccl.h"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
+	"github.com/rlpipe/rlpipe/nccl"
 )
 
 // NCCL's enum values (nccl.h).
@@ -29,7 +32,7 @@ const (
 	ncclAvg = 4
 )
 
-// NewCUDA returns a communicator whose ranks are the backends bs, which must
+// NewComms returns a communicator whose ranks are the backends bs, which must
 // be CUDA backends (*cuda.Backend), one per GPU, all in this process (ncclCommInitAll over their devices, which
 // must differ). Collectives are enqueued on the rank's stream: the
 // backend's own, or the one chosen with On; like the backend's ops they
@@ -40,7 +43,7 @@ const (
 // collectives issued on each must come in the same order on every rank.
 // Close aborts every rank's communicators, so that no rank hangs on a peer
 // that failed. Its signature fits stages.RunOptions.Comms.
-func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
+func NewComms(backends []gpu.Backend) ([]nccl.Comm, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("nccl: no backends")
 	}
@@ -66,7 +69,7 @@ func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
 	}
 	// The host side of Barrier is a loopback rendezvous; closing it is part
 	// of aborting the group.
-	g := &cudaGroup{n: n, host: NewLoopback(n), ownsHost: true}
+	g := &cudaGroup{n: n, host: nccl.NewLoopback(n), ownsHost: true}
 	for _, set := range []*[]uintptr{&g.main, &g.side} {
 		cs := make([]C.uintptr_t, n)
 		runtime.LockOSThread()
@@ -81,14 +84,14 @@ func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
 			(*set)[i] = uintptr(cs[i])
 		}
 	}
-	out := make([]Comm, n)
+	out := make([]nccl.Comm, n)
 	for i, b := range bs {
 		out[i] = &cudaComm{g: g, rank: i, slot: i, b: b}
 	}
 	return out, nil
 }
 
-// NewCUDARank returns this process's rank of a communicator whose ranks are
+// NewRank returns this process's rank of a communicator whose ranks are
 // processes, one GPU each, maybe on several hosts: backend is the rank's
 // CUDA backend and host a host-memory communicator over the same ranks (the
 // TCP one), which carries NCCL's unique ids from rank 0
@@ -96,7 +99,7 @@ func NewCUDA(backends []gpu.Backend) ([]Comm, error) {
 // Barrier. When host fails (a peer process died or aborted), the NCCL
 // communicators are aborted too, so that no collective waits for ever on a
 // rank that is gone. Closing the result does not close host.
-func NewCUDARank(ctx context.Context, backend gpu.Backend, host Comm) (Comm, error) {
+func NewRank(ctx context.Context, backend gpu.Backend, host nccl.Comm) (nccl.Comm, error) {
 	b, ok := backend.(*cuda.Backend)
 	if !ok {
 		return nil, fmt.Errorf("nccl: rank %d: backend %s is not a CUDA backend", host.Rank(), backend.Name())
@@ -114,14 +117,14 @@ func NewCUDARank(ctx context.Context, backend gpu.Backend, host Comm) (Comm, err
 			}
 		}
 	}
-	ids, err := BroadcastBytes(ctx, host, 0, ids)
+	ids, err := nccl.BroadcastBytes(ctx, host, 0, ids)
 	if err != nil {
 		return nil, fmt.Errorf("nccl: rank %d: handing over the unique ids: %w", rank, err)
 	}
 	if len(ids) != 2*C.RL_NCCL_ID_BYTES {
 		return nil, fmt.Errorf("nccl: rank %d: got %d bytes of unique ids from rank 0", rank, len(ids))
 	}
-	g := &cudaGroup{n: n, host: []Comm{host}, main: []uintptr{0}, side: []uintptr{0}}
+	g := &cudaGroup{n: n, host: []nccl.Comm{host}, main: []uintptr{0}, side: []uintptr{0}}
 	// ncclCommInitRank blocks until every rank has called it; it runs on
 	// the rank's device thread, where the GPU's context is current.
 	err = b.Enqueue(func(uintptr) error {
@@ -158,9 +161,9 @@ func NewCUDARank(ctx context.Context, backend gpu.Backend, host Comm) (Comm, err
 // cudaGroup is the state the ranks of a CUDA communicator share.
 type cudaGroup struct {
 	n          int
-	main, side []uintptr // ncclComm_t per rank of this process
-	host       []Comm    // per rank of this process, for Barrier's host rendezvous
-	ownsHost   bool      // abort closes host
+	main, side []uintptr   // ncclComm_t per rank of this process
+	host       []nccl.Comm // per rank of this process, for Barrier's host rendezvous
+	ownsHost   bool        // abort closes host
 	closed     chan struct{}
 	mu         sync.Mutex
 	aborted    bool
@@ -210,7 +213,7 @@ func (c *cudaComm) Size() int { return c.g.n }
 
 // On returns the rank's handle for collectives on stream s (s nil: the
 // default stream).
-func (c *cudaComm) On(s gpu.Stream) Comm {
+func (c *cudaComm) On(s gpu.Stream) nccl.Comm {
 	return &cudaComm{g: c.g, rank: c.rank, slot: c.slot, b: c.b, on: s}
 }
 
@@ -250,13 +253,13 @@ func ncclType(dt gpu.DType) (C.int, error) {
 	return 0, fmt.Errorf("nccl: dtype %v is not supported", dt)
 }
 
-func ncclOp(op Op) (C.int, error) {
+func ncclOp(op nccl.Op) (C.int, error) {
 	switch op {
-	case Sum:
+	case nccl.Sum:
 		return ncclSum, nil
-	case Avg:
+	case nccl.Avg:
 		return ncclAvg, nil
-	case Max:
+	case nccl.Max:
 		return ncclMax, nil
 	}
 	return 0, fmt.Errorf("nccl: unknown op %v", op)
@@ -284,7 +287,7 @@ func (c *cudaComm) ptrs(name string, ts ...gpu.Tensor) ([]C.uintptr_t, C.int, er
 }
 
 func (c *cudaComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
-	if err := checkAllGather(c.g.n, dst, src); err != nil {
+	if err := nccl.CheckAllGather(c.g.n, dst, src); err != nil {
 		return fmt.Errorf("nccl: %w", err)
 	}
 	ps, dt, err := c.ptrs("all-gather", src, dst)
@@ -296,8 +299,8 @@ func (c *cudaComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
 	})
 }
 
-func (c *cudaComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op) error {
-	if err := checkReduceScatter(c.g.n, dst, src); err != nil {
+func (c *cudaComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op nccl.Op) error {
+	if err := nccl.CheckReduceScatter(c.g.n, dst, src); err != nil {
 		return fmt.Errorf("nccl: %w", err)
 	}
 	o, err := ncclOp(op)
@@ -313,7 +316,7 @@ func (c *cudaComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op Op
 	})
 }
 
-func (c *cudaComm) AllReduce(ctx context.Context, buf gpu.Tensor, op Op) error {
+func (c *cudaComm) AllReduce(ctx context.Context, buf gpu.Tensor, op nccl.Op) error {
 	o, err := ncclOp(op)
 	if err != nil {
 		return err

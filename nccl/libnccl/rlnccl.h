@@ -1,12 +1,9 @@
-// rlnccl.h declares the dlopen-based bindings of package nccl to libnccl
+// rlnccl.h declares the dlopen-based bindings of package libnccl to libnccl
 // (rlnccl.c). No NCCL header or library is needed to build: communicators
 // and streams travel as uintptr_t, enums as int.
 #include <stddef.h>
 #include <stdint.h>
 
-void* rl_nccl_open_(const char* path);
-const char* rl_nccl_dlerror_(void);
-const char* rl_nccl_path_(void* h);
 int rl_nccl_resolve_(void* h);
 const char* rl_nccl_symname_(int i);
 int rl_nccl_get_version_(int* v);
