@@ -7,7 +7,7 @@
 # under torchrun. Build first:
 #
 #   L='-ldflags=-s -w'
-#   go test -c "$L" -o .devbin/nccl.test ./nccl
+#   go test -c "$L" -o .devbin/libnccl.test ./nccl/libnccl
 #   go build "$L" -o .devbin/rlpipe ./cmd/rlpipe
 #
 # Logs go to $OUT/process, tarred into $OUT/process.tgz.
@@ -22,7 +22,7 @@ B=$(realpath .devbin)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$D/env.txt" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__)' >>"$D/env.txt" 2>&1
 say "$(tail -n +2 "$D/env.txt" | tr '\n' ' ')"
-(cd nccl && run nccl-tests 180 "$B/nccl.test" -test.v -test.run 'CUDA|TCP')
+(cd nccl/libnccl && run nccl-tests 180 "$B/libnccl.test" -test.v)
 TR="python3 -m torch.distributed.run"
 run torchrun-env 60 $TR --no-python --nproc-per-node 2 sh -c 'env | grep -E "^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_[A-Z_]*)=" | sort | sed "s/^/[$RANK] /"'
 ex=$(realpath examples)
