@@ -56,25 +56,41 @@ func (r *Rank) shardTensors() []struct {
 	return out
 }
 
-// SaveShards writes the rank's shards into checkpoint directory dir.
+// SaveShards writes the rank's shards into checkpoint directory dir,
+// streamed: one shard tensor at a time goes through host memory.
 func (r *Rank) SaveShards(dir string) error {
-	var tensors []model.Tensor
-	for _, s := range r.shardTensors() {
-		data := make([]float32, s.t.Numel())
-		if err := r.download(data, s.t); err != nil {
-			return fmt.Errorf("saving %s: %w", s.name, err)
-		}
+	list := r.shardTensors()
+	specs := make([]model.TensorSpec, len(list))
+	largest := 0
+	for i, s := range list {
 		dt := model.F32
 		if s.t.DType == gpu.BF16 {
 			dt = model.BF16
 		}
-		tensors = append(tensors, model.Tensor{Name: s.name, DType: dt, Shape: []int64{int64(len(data))}, Data: data})
+		specs[i] = model.TensorSpec{Name: s.name, DType: dt, Shape: []int64{int64(s.t.Numel())}}
+		largest = max(largest, s.t.Numel())
 	}
 	path := filepath.Join(rankDir(dir, r.ID), model.SingleFileName)
 	if err := mkdirAll(filepath.Dir(path)); err != nil {
 		return err
 	}
-	return model.WriteSafetensors(path, tensors)
+	w, err := model.NewSafetensorsWriter(path, specs)
+	if err != nil {
+		return err
+	}
+	buf := make([]float32, largest)
+	for _, s := range list {
+		data := buf[:s.t.Numel()]
+		if err := r.download(data, s.t); err != nil {
+			w.Abort()
+			return fmt.Errorf("saving %s: %w", s.name, err)
+		}
+		if err := w.Write(s.name, data); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 // download reads t as float32, from the host copy while the trainer
@@ -161,7 +177,24 @@ func ExportDType(dtype string) (string, error) {
 // as an HF checkpoint (config.json + model.safetensors) in dtype (the
 // config's dtype when empty) into dir.
 func ExportHF(m *Model, dp int, ranks []ShardRows, dir, dtype string) error {
-	cfg := m.Config
+	return writeExport(m.Config, dp, dir, dtype, func(s model.Slot, full []float32) error {
+		var n int64
+		for r := 0; r < dp && n < s.Elems(); r++ {
+			rows := ranks[r][s.Name]
+			if rows == nil {
+				return fmt.Errorf("rank %d has no rows of %s", r, s.Name)
+			}
+			n += int64(copy(full[n:], rows))
+		}
+		return nil
+	})
+}
+
+// writeExport writes config cfg and its parameters as an HF checkpoint in
+// dtype into dir, streamed: fill sets one full tensor (of a slot of the
+// layout over dp ranks) at a time, in the file's order, so host memory
+// holds the largest tensor, not the model.
+func writeExport(cfg *model.Config, dp int, dir, dtype string, fill func(s model.Slot, full []float32) error) error {
 	if dtype == "" {
 		dtype = cfg.DType
 	}
@@ -169,27 +202,50 @@ func ExportHF(m *Model, dp int, ranks []ShardRows, dir, dtype string) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	var tensors []model.Tensor
+	var slots []model.Slot
+	var specs []model.TensorSpec
+	var largest int64
 	for _, u := range cfg.Units() {
 		for _, s := range cfg.Layout(u, dp) {
-			if s.Tied {
-				continue
+			if !s.Tied {
+				slots = append(slots, s)
+				specs = append(specs, model.TensorSpec{Name: s.Name, DType: dt, Shape: s.Shape})
+				largest = max(largest, s.Elems())
 			}
-			full := make([]float32, 0, s.Elems())
-			for r := 0; r < dp && int64(len(full)) < s.Elems(); r++ {
-				rows := ranks[r][s.Name]
-				if rows == nil {
-					return fmt.Errorf("export: rank %d has no rows of %s", r, s.Name)
-				}
-				need := min(int64(len(rows)), s.Elems()-int64(len(full)))
-				full = append(full, rows[:need]...)
-			}
-			tensors = append(tensors, model.Tensor{Name: s.Name, DType: dt, Shape: s.Shape, Data: full})
 		}
 	}
 	out := *cfg
 	out.DType = map[string]string{model.F32: "float32", model.BF16: "bfloat16", model.F16: "float16"}[dt]
-	return model.WriteCheckpoint(dir, &out, tensors)
+	js, err := out.MarshalHF()
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := mkdirAll(dir); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, model.ConfigFileName), js, 0o644); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	w, err := model.NewSafetensorsWriter(filepath.Join(dir, model.SingleFileName), specs)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	buf := make([]float32, largest)
+	for _, s := range slots {
+		full := buf[:s.Elems()]
+		if err := fill(s, full); err != nil {
+			w.Abort()
+			return fmt.Errorf("export: %w", err)
+		}
+		if err := w.Write(s.Name, full); err != nil {
+			w.Abort()
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
 }
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
@@ -198,44 +254,56 @@ func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 // committed checkpoint directory ckpt (written by SaveShards on every rank)
 // into out, in dtype (the config's when empty). It reads the shard files on
 // the host and needs no backend, so any checkpoint of a run can be exported
-// after the fact.
+// after the fact; it streams, holding one full tensor in memory at a time.
 func ExportCheckpoint(j *Job, name, ckpt, out, dtype string) error {
 	m := j.Models[name]
 	if m == nil {
 		return fmt.Errorf("export: no model %q", name)
 	}
 	dp := j.Spec.Mesh.DP
-	ranks := make([]ShardRows, dp)
+	cks := make([]*model.Checkpoint, dp)
+	defer func() {
+		for _, ck := range cks {
+			if ck != nil {
+				ck.Close()
+			}
+		}
+	}()
+	where := map[string]*Unit{} // the unit holding each parameter
+	for _, u := range Units(m, dp) {
+		for _, s := range u.Slots {
+			if !s.Tied { // a tied slot names the weight another unit holds
+				where[s.Name] = u
+			}
+		}
+	}
 	for r := range dp {
 		ck, err := model.OpenCheckpoint(rankDir(ckpt, r))
 		if err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
-		rows := ShardRows{}
+		cks[r] = ck
 		for _, u := range Units(m, dp) {
 			tn := fmt.Sprintf("%s.params.%s", name, u.Name)
 			info, _, ok := ck.Tensor(tn)
 			if !ok {
-				ck.Close()
 				return fmt.Errorf("export: checkpoint %s has no tensor %s (was model %q sharded in that run?)", rankDir(ckpt, r), tn, name)
 			}
 			if info.NumElements() != u.ShardElems {
-				ck.Close()
 				return fmt.Errorf("export: checkpoint tensor %s has %d elements, the shard %d (another mesh?)", tn, info.NumElements(), u.ShardElems)
 			}
-			data := make([]float32, u.ShardElems)
-			if err := ck.ReadRows(tn, 0, u.ShardElems, data); err != nil {
-				ck.Close()
-				return fmt.Errorf("export: %w", err)
-			}
-			for _, s := range u.Slots {
-				if !s.Tied {
-					rows[s.Name] = data[s.ShardOffset : s.ShardOffset+s.ShardElems()]
-				}
-			}
 		}
-		ck.Close()
-		ranks[r] = rows
 	}
-	return ExportHF(m, dp, ranks, out, dtype)
+	return writeExport(m.Config, dp, out, dtype, func(s model.Slot, full []float32) error {
+		tn := fmt.Sprintf("%s.params.%s", name, where[s.Name].Name)
+		var n int64
+		for r := 0; r < dp && n < s.Elems(); r++ {
+			k := min(s.ShardElems(), s.Elems()-n)
+			if err := cks[r].ReadRows(tn, s.ShardOffset, s.ShardOffset+k, full[n:n+k]); err != nil {
+				return err
+			}
+			n += k
+		}
+		return nil
+	})
 }

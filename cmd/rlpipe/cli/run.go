@@ -163,9 +163,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 	}
 	prog := jobs.NewProgress(progOut, total, rec != nil && isTerminal(env.stderr))
 	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
-	if proc == nil {
-		opts.Export = *exportModel // from memory; with several processes, from the last checkpoint
-	} else {
+	if proc != nil {
 		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
 	}
 	if info.ResumeDir != "" {
@@ -234,14 +232,10 @@ its current step, with a checkpoint; a second signal aborts at once.
 	}
 	var exported string
 	if *exportModel != "" {
+		// From the last step's checkpoint, streamed: every rank wrote its
+		// shard there, and the export holds one tensor in memory at a time.
 		exported = filepath.Join(rec.Dir(), "export", *exportModel)
-		var err error
-		if proc == nil {
-			err = stages.ExportHF(l.job.Models[*exportModel], l.spec.Mesh.DP, res.Export, exported, *exportDType)
-		} else {
-			err = stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, *exportDType)
-		}
-		if err != nil {
+		if err := stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, *exportDType); err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
 			return env.report(err)
 		}
