@@ -59,7 +59,12 @@ func Plan(j *Job) (*plan.Plan, error) {
 		}
 		b.EndStage()
 	}
-	return b.Finish()
+	p, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
+	p.HostBuffers = hostBuffers(j)
+	return p, nil
 }
 
 // RunOptions configure Run.

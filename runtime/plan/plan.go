@@ -297,11 +297,14 @@ type Plan struct {
 	ResidentArena int64 `json:"resident_arena_bytes,omitempty"`
 	// Sleeps are the points where the trainer gives the device back, and
 	// what each copies to the pinned host area.
-	Sleeps    []SleepPoint  `json:"sleeps,omitempty"`
-	HostArena int64         `json:"host_pinned_bytes"`
-	Budget    []StageBudget `json:"budget"`
-	PeakStage string        `json:"peak_stage"`
-	PeakBytes int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
+	Sleeps    []SleepPoint `json:"sleeps,omitempty"`
+	HostArena int64        `json:"host_pinned_bytes"`
+	// HostBuffers are the host (not pinned) buffers a rank's process
+	// needs outside the arena (see HostUse).
+	HostBuffers []HostUse     `json:"host_buffers,omitempty"`
+	Budget      []StageBudget `json:"budget"`
+	PeakStage   string        `json:"peak_stage"`
+	PeakBytes   int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
 }
 
 // StageBudget is the device budget of one stage at its peak op.

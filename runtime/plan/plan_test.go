@@ -151,3 +151,23 @@ func TestPersistentAndBudget(t *testing.T) {
 	}
 	checkNoOverlap(t, p)
 }
+
+func TestHostPerNode(t *testing.T) {
+	p := &Plan{HostArena: 10, HostBuffers: []HostUse{{Name: "load", Bytes: 3}, {Name: "checkpoint", Bytes: 4}, {Name: "export", Bytes: 7, Rank0: true}}}
+	tests := []struct {
+		ranks int
+		want  int64
+	}{
+		{1, 17},        // rank 0 alone: pinned + export
+		{8, 7*14 + 17}, // seven ranks with their checkpoint buffer, rank 0 with the export
+		{0, 17},        // unknown: one rank
+	}
+	for _, tc := range tests {
+		if got := p.HostPerNode(tc.ranks); got != tc.want {
+			t.Errorf("HostPerNode(%d) = %d, want %d", tc.ranks, got, tc.want)
+		}
+	}
+	if !p.FitsHost(8, 115) || p.FitsHost(8, 114) {
+		t.Error("FitsHost disagrees with HostPerNode")
+	}
+}

@@ -19,6 +19,12 @@ type Header struct {
 	// Updates is the number of optimizer updates a training step makes
 	// (ppo_epochs × mini-batches); the plan holds one, reused by all.
 	Updates int `json:"updates_per_step"`
+	// RanksPerHost is the ranks a host runs (mesh.gpus_per_node).
+	RanksPerHost int `json:"ranks_per_host"`
+	// HostBytes is a host's RAM, when known (0: not checked), and
+	// HostSource where the figure came from.
+	HostBytes  int64  `json:"host_bytes,omitempty"`
+	HostSource string `json:"host_source,omitempty"`
 }
 
 // Fits reports whether the device total fits in the GPU's memory.
@@ -100,6 +106,20 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 	total := p.DeviceTotal()
 	fmt.Fprintf(w, "device total    %8s %s  of %s GiB\n", u.format(total), u.name, GiB(h.GPUBytes))
 	fmt.Fprintf(w, "host pinned     %8s %s  per rank\n", u.format(p.HostArena), u.name)
+	if len(p.HostBuffers) > 0 {
+		var parts []string
+		for _, hb := range p.HostBuffers {
+			parts = append(parts, fmt.Sprintf("%s %s (%s)", hb.Name, u.format(hb.Bytes), hb.Note))
+		}
+		fmt.Fprintf(w, "host buffers    %8s %s  per rank (rank 0: %s), the largest of: %s\n", u.format(p.HostBuffersPeak(false)), u.name, u.format(p.HostBuffersPeak(true)), strings.Join(parts, "; "))
+	}
+	perHost := p.HostPerNode(h.RanksPerHost)
+	switch {
+	case h.HostBytes > 0:
+		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers), of %s GiB RAM (%s)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1), GiB(h.HostBytes), h.HostSource)
+	default:
+		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers); RAM not checked (pass --host-memory)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1))
+	}
 	if len(p.Sleeps) > 0 {
 		var kept, released []string
 		for _, r := range p.Reserves {
@@ -117,10 +137,14 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 			fmt.Fprintf(w, "asleep host     %8s %s  pinned copy of %d device buffers at stage %s (in host pinned)\n", u.format(s.Bytes), u.name, len(s.Saved), s.Stage)
 		}
 	}
-	if p.Fits(h.GPUBytes) {
-		fmt.Fprintf(w, "FITS: %s GiB free per GPU\n", GiB(h.GPUBytes-total))
-	} else {
+	hostOK := h.HostBytes <= 0 || p.FitsHost(h.RanksPerHost, h.HostBytes)
+	switch {
+	case !p.Fits(h.GPUBytes):
 		fmt.Fprintf(w, "DOES NOT FIT: %s GiB over per GPU\n", GiB(total-h.GPUBytes))
+	case !hostOK:
+		fmt.Fprintf(w, "DOES NOT FIT: %s GiB over the host's RAM\n", GiB(perHost-h.HostBytes))
+	default:
+		fmt.Fprintf(w, "FITS: %s GiB free per GPU\n", GiB(h.GPUBytes-total))
 	}
 	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"strings"
 
+	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
@@ -44,6 +46,7 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	}
 	g := gpuFlag(fs)
 	asJSON := fs.Bool("json", false, "print the whole plan (ops, buffers with offsets and lifetimes, budget) as JSON")
+	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against")
 	if code, ok := parseFlags(fs, env, args); !ok {
 		return code
 	}
@@ -54,6 +57,14 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	if err := checkGPUFlag(*g); err != nil {
 		return env.usageError("%v", err)
 	}
+	var ram int64
+	if *hostMem != "" {
+		_, n, err := gpu.ParseGPU(*hostMem)
+		if err != nil || strings.Contains(*hostMem, "-") {
+			return env.usageError("--host-memory: %q is not a byte count (like 2TiB or 512GiB)", *hostMem)
+		}
+		ram = n
+	}
 	l, err := load(fs.Arg(0), *g, stages.CheckPlan)
 	if err != nil {
 		return env.report(err)
@@ -63,13 +74,17 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 		return env.report(err)
 	}
 	h := header(l)
+	if ram > 0 {
+		h.HostBytes, h.HostSource = ram, "--host-memory"
+	}
+	fits := p.Fits(h.GPUBytes) && (ram == 0 || p.FitsHost(h.RanksPerHost, ram))
 	if *asJSON {
 		out := struct {
 			Header plan.Header `json:"job"`
 			Fits   bool        `json:"fits"`
 			Total  int64       `json:"device_total_bytes"`
 			*plan.Plan
-		}{h, p.Fits(h.GPUBytes), p.DeviceTotal(), p}
+		}{h, fits, p.DeviceTotal(), p}
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
@@ -78,7 +93,7 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	} else if err := p.Render(env.stdout, h); err != nil {
 		return env.report(err)
 	}
-	if !p.Fits(h.GPUBytes) {
+	if !fits {
 		return exitNoFit
 	}
 	return exitOK
@@ -97,7 +112,7 @@ func header(l *loaded) plan.Header {
 		tokens = l.spec.Data.MaxTokensPerGPU
 	}
 	return plan.Header{Job: l.spec.Name, GPUName: l.job.GPU.Name, GPUBytes: l.job.GPU.Bytes, GPUSource: l.job.GPU.Source,
-		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens, Updates: l.spec.UpdatesPerStep()}
+		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens, Updates: l.spec.UpdatesPerStep(), RanksPerHost: l.spec.Mesh.GPUsPerNode}
 }
 
 func cmdGraph(_ context.Context, env *cli, args []string) int {

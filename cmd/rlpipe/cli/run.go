@@ -109,6 +109,12 @@ its current step, with a checkpoint; a second signal aborts at once.
 			plan.GiB(p.DeviceTotal()), l.job.GPU.Name, plan.GiB(l.job.GPU.Bytes), specPath)
 		return exitNoFit
 	}
+	if ram, err := hostMemory(); err == nil && choice.name == "cuda" && !p.FitsHost(l.spec.Mesh.GPUsPerNode, ram) {
+		// On the CPU backend the arena is host memory, checked above.
+		fmt.Fprintf(env.stderr, "rlpipe: the plan needs %s GiB of host memory for the %d rank(s) of a node and this host has %s GiB; see `rlpipe plan --host-memory %d %s`\n",
+			plan.GiB(p.HostPerNode(l.spec.Mesh.GPUsPerNode)), l.spec.Mesh.GPUsPerNode, plan.GiB(ram), ram, specPath)
+		return exitNoFit
+	}
 	total, stopAt := l.spec.Train.Steps, l.spec.Train.Steps
 	if *steps > 0 {
 		stopAt = min(*steps, total)
