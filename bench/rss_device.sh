@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Peak resident memory of one rlpipe run process against the plan's host
+# figure, before and after a change: a random-init Qwen2.5-1.5B (bf16), two
+# GRPO steps of 128 samples of 512 tokens on one GPU, the checkpoint of the
+# last step and the HF export included. The peak RSS is read from
+# getrusage(RUSAGE_CHILDREN) after each run. Build first:
+#
+#   L='-ldflags=-s -w'
+#   go build "$L" -o .devbin/rlpipe ./cmd/rlpipe
+#   (cd OLD_CHECKOUT && go build "$L" -o .devbin/rlpipe-old ./cmd/rlpipe)   # optional
+#
+# Logs go to $OUT/rss, tarred into $OUT/rss.tgz.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/rss-out}
+D=$OUT/rss
+W=/tmp/rlpipe-rss
+mkdir -p "$D"
+D=$(realpath "$D")
+rm -rf "$W" && mkdir -p "$W"
+. bench/device_lib.sh
+say "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
+python3 - "$W" >"$D/setup.log" 2>&1 <<'PY'
+import json, random, sys
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+w = sys.argv[1]
+cfg = AutoConfig.from_pretrained("examples/models/qwen2.5-1.5b")
+torch.manual_seed(0)
+AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16).save_pretrained(f"{w}/model", safe_serialization=True)
+rng = random.Random(0)
+with open(f"{w}/rollouts.jsonl", "w") as f:
+    for g in range(32):
+        prompt = [rng.randrange(1000, 20000) for _ in range(128)]
+        for _ in range(8):
+            f.write(json.dumps({"prompt_tokens": prompt, "response_tokens": [rng.randrange(1000, 20000) for _ in range(384)],
+                                "reward": rng.random(), "group": g}) + "\n")
+print("ok")
+PY
+say "setup: rc=$? $(tail -n 1 "$D/setup.log")"
+cat >"$W/rss.yaml" <<YAML
+version: 1
+name: rss-1.5b
+models:
+  actor: {path: $W/model}
+  ref: {copy_of: actor}
+mesh: {gpus_per_node: 1}
+data:
+  rollouts: $W/rollouts.jsonl
+  rollout_batch_size: 16
+  samples_per_prompt: 8
+  global_batch_size: 128
+  max_tokens_per_gpu: 16384
+  max_seq_len: 512
+train:
+  steps: 2
+  lr: 1e-6
+  grad_clip: 1.0
+policies:
+  precision: '"bf16"'
+  recompute: 'layer.kind == "decoder"'
+stages:
+  setup:
+    - {id: load, uses: load_hf, with: {model: actor}}
+    - {id: shard_actor, uses: apply_fsdp2, with: {model: actor}}
+    - {id: shard_ref, uses: apply_fsdp2, with: {model: ref}}
+  step:
+    - {id: pack, uses: pack}
+    - {id: ref_logp, uses: ref_logprob, with: {chunk_tokens: 2048}}
+    - {id: old_logp, uses: actor_logprob, with: {chunk_tokens: 2048}}
+    - {id: train, uses: train, with: {chunk_tokens: 2048, eps_clip: 0.2, kl: low_var_kl, kl_coef: 0.01}}
+YAML
+cp "$W/rss.yaml" "$D/"
+.devbin/rlpipe plan "$W/rss.yaml" >"$D/plan.txt" 2>&1
+say "plan: $(grep -E '^host (pinned|buffers|per node)' "$D/plan.txt" | cut -c1-60 | tr '\n' ';')"
+for bin in rlpipe rlpipe-old; do
+	[[ -x .devbin/$bin ]] || continue
+	python3 - ".devbin/$bin" "$W/runs-$bin" "$W/rss.yaml" >"$D/$bin.log" 2>&1 <<'PY'
+import resource, subprocess, sys, time
+t = time.time()
+r = subprocess.run([sys.argv[1], "run", "--backend", "cuda", "--runs", sys.argv[2], sys.argv[3]])
+print(f"rc={r.returncode} wall_s={time.time()-t:.1f} max_rss_gib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/2**20:.2f}")
+PY
+	say "$bin: $(tail -n 1 "$D/$bin.log")"
+done
+tar -C "$OUT" -czf "$OUT/rss.tgz" rss && rm -rf "$D"
