@@ -132,3 +132,36 @@ func BroadcastBytes(ctx context.Context, c Comm, root int, data []byte) ([]byte,
 	}
 	return buf[:size], nil
 }
+
+// HostRing passes host tensors round the ranks of a host-memory
+// communicator (the loopback or TCP one): Shift sends each tensor to the
+// next rank and receives the previous rank's. It does so with an
+// all-gather, every rank receiving every block and keeping its
+// predecessor's, so it moves Size times the data of a ring of sends; it is
+// the reference and the CPU path (model.Ring).
+type HostRing struct{ C Comm }
+
+// Shift sends send[i] to rank r+1 and receives rank r−1's into recv[i].
+func (h HostRing) Shift(ctx context.Context, send, recv []gpu.Tensor) error {
+	if len(send) != len(recv) {
+		return fmt.Errorf("shift: %d tensors sent, %d received", len(send), len(recv))
+	}
+	n, prev := h.C.Size(), (h.C.Rank()+h.C.Size()-1)%h.C.Size()
+	for i := range send {
+		if send[i].DType != recv[i].DType || send[i].Numel() != recv[i].Numel() {
+			return fmt.Errorf("shift: tensor %d: sent %v, received %v", i, send[i], recv[i])
+		}
+		all := make(Bytes, int64(n)*send[i].Bytes())
+		dst := gpu.Tensor{Mem: all, DType: send[i].DType, Shape: []int{n * send[i].Numel()}}
+		if err := h.C.AllGather(ctx, dst, send[i]); err != nil {
+			return fmt.Errorf("shift: %w", err)
+		}
+		out, err := recv[i].HostBytes()
+		if err != nil {
+			return fmt.Errorf("shift: %w", err)
+		}
+		size := int(send[i].Bytes())
+		copy(out, all[prev*size:(prev+1)*size])
+	}
+	return nil
+}

@@ -208,17 +208,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 	if err := gpu.CheckAttentionBackward(op, dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.hkv, a.d); err != nil {
 		return err
 	}
-	views := make([]fview, 5)
-	for i, x := range []struct {
-		n string
-		t gpu.Tensor
-	}{{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"out", out}} {
-		if views[i], err = floatView(op, x.n, x.t); err != nil {
-			return err
-		}
-	}
-	dqv, dkv, dvv, dov, ov := views[0], views[1], views[2], views[3], views[4]
-	lv, err := f32View(op, "lse", lse)
+	dqv, dkv, dvv, dov, ov, lv, err := backwardViews(op, dq, dk, dv, dout, out, lse)
 	if err != nil {
 		return err
 	}
@@ -303,4 +293,19 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		}
 	})
 	return nil
+}
+
+// backwardViews returns the views an attention backward reads and writes.
+func backwardViews(op string, dq, dk, dv, dout, out, lse gpu.Tensor) (dqv, dkv, dvv, dov, ov fview, lv []float32, err error) {
+	views := make([]fview, 5)
+	for i, x := range []struct {
+		n string
+		t gpu.Tensor
+	}{{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dout", dout}, {"out", out}} {
+		if views[i], err = floatView(op, x.n, x.t); err != nil {
+			return
+		}
+	}
+	lv, err = f32View(op, "lse", lse)
+	return views[0], views[1], views[2], views[3], views[4], lv, err
 }

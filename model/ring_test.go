@@ -1,0 +1,193 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/nccl"
+)
+
+// ringTensor allocates a tensor on the CPU backend b holding vals (zeros
+// when nil).
+func ringTensor(t *testing.T, b *cpu.Backend, dt gpu.DType, vals []float32, shape ...int) gpu.Tensor {
+	t.Helper()
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	mem, err := b.Alloc(int64(n * dt.Size()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := gpu.NewTensor(mem, 0, dt, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vals != nil {
+		if err := b.Upload(x, vals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return x
+}
+
+func download(t *testing.T, b *cpu.Backend, x gpu.Tensor) []float32 {
+	t.Helper()
+	out := make([]float32, x.Numel())
+	if err := b.Download(out, x); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestZigzagLayout checks the chunks a rank holds and the spans of the
+// blocks it sees.
+func TestZigzagLayout(t *testing.T) {
+	z, err := NewZigzagLayout(1, 2, []int{8, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sequence 0: 8 rows, chunks of 2; rank 1 holds chunks 1 and 2
+	// (positions 2,3 and 4,5). Sequence 1: 5 rows padded to 8, the same.
+	wantPos := []int{2, 3, 4, 5, 2, 3, 4, 5}
+	for i, want := range wantPos {
+		if s, pos := z.Global(i); pos != want || s != i/4 {
+			t.Errorf("row %d: sequence %d position %d, want %d %d", i, s, pos, i/4, want)
+		}
+	}
+	if got := fmt.Sprint(z.Spans(0), z.Spans(1)); got != "[0 4 0 2 4 4 4 2] [2 2 0 4 6 2 4 4]" {
+		t.Errorf("spans from ranks 0 and 1: %s", got)
+	}
+	if _, err := NewZigzagLayout(2, 2, nil); err == nil {
+		t.Error("rank 2 of 2 accepted")
+	}
+}
+
+// TestRingAttention splits packed sequences over cp ranks in zigzag order,
+// runs ring attention forward and backward on each rank (goroutines, the
+// CPU backend, a loopback ring) and checks every rank's out, lse, dq, dk
+// and dv against attention of the whole sequences, to 1e-5 in fp32.
+func TestRingAttention(t *testing.T) {
+	const hq, hkv, d = 4, 2, 8
+	scale := float32(1 / math.Sqrt(d))
+	lengths := []int{13, 32, 6}
+	for _, cp := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("cp %d", cp), func(t *testing.T) {
+			// The reference: whole sequences, each padded as the layout
+			// pads it (padding rows come last, so they change nothing
+			// before them).
+			var padded []int
+			cu := []int32{0}
+			for _, n := range lengths {
+				p := (n + 2*cp - 1) / (2 * cp) * 2 * cp
+				padded = append(padded, p)
+				cu = append(cu, cu[len(cu)-1]+int32(p))
+			}
+			tg := int(cu[len(cu)-1])
+			rng := rand.New(rand.NewPCG(1, uint64(cp)))
+			rnd := func(n int) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+				return v
+			}
+			qv, kv, vv, gv := rnd(tg*hq*d), rnd(tg*hkv*d), rnd(tg*hkv*d), rnd(tg*hq*d)
+			b := cpu.New()
+			q, k, v := ringTensor(t, b, gpu.F32, qv, tg, hq, d), ringTensor(t, b, gpu.F32, kv, tg, hkv, d), ringTensor(t, b, gpu.F32, vv, tg, hkv, d)
+			dout := ringTensor(t, b, gpu.F32, gv, tg, hq, d)
+			cuT := ringTensor(t, b, gpu.I32, nil, len(cu))
+			if err := b.UploadI32(cuT, cu); err != nil {
+				t.Fatal(err)
+			}
+			out, lse := ringTensor(t, b, gpu.F32, nil, tg, hq, d), ringTensor(t, b, gpu.F32, nil, hq, tg)
+			dq, dk, dv := ringTensor(t, b, gpu.F32, nil, tg, hq, d), ringTensor(t, b, gpu.F32, nil, tg, hkv, d), ringTensor(t, b, gpu.F32, nil, tg, hkv, d)
+			if err := b.Attention(out, lse, q, k, v, cuT, scale); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuT, scale); err != nil {
+				t.Fatal(err)
+			}
+			ref := map[string][]float32{"out": download(t, b, out), "lse": download(t, b, lse), "dq": download(t, b, dq), "dk": download(t, b, dk), "dv": download(t, b, dv)}
+
+			comms := nccl.NewLoopback(cp)
+			errs := make([]error, cp)
+			var wg sync.WaitGroup
+			for r := range cp {
+				wg.Go(func() { errs[r] = ringRank(t, r, cp, padded, cu, hq, hkv, d, scale, qv, kv, vv, gv, ref, comms[r]) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// ringRank is one rank of TestRingAttention: it takes its zigzag rows of
+// the global inputs, runs ring attention and compares with the reference.
+func ringRank(t *testing.T, r, cp int, padded []int, cu []int32, hq, hkv, d int, scale float32, qv, kv, vv, gv []float32, ref map[string][]float32, comm nccl.Comm) error {
+	z, err := NewZigzagLayout(r, cp, padded)
+	if err != nil {
+		return err
+	}
+	b := cpu.NewWithThreads(1)
+	tl, tg := z.Rows(), int(cu[len(cu)-1])
+	rowOf := make([]int, tl) // global row of each local row
+	for i := range rowOf {
+		s, pos := z.Global(i)
+		rowOf[i] = int(cu[s]) + pos
+	}
+	pick := func(src []float32, heads int) []float32 {
+		out := make([]float32, 0, tl*heads*d)
+		for _, g := range rowOf {
+			out = append(out, src[g*heads*d:(g+1)*heads*d]...)
+		}
+		return out
+	}
+	q, k, v := ringTensor(t, b, gpu.F32, pick(qv, hq), tl, hq, d), ringTensor(t, b, gpu.F32, pick(kv, hkv), tl, hkv, d), ringTensor(t, b, gpu.F32, pick(vv, hkv), tl, hkv, d)
+	dout := ringTensor(t, b, gpu.F32, pick(gv, hq), tl, hq, d)
+	cuT := ringTensor(t, b, gpu.I32, nil, len(z.Start))
+	if err := b.UploadI32(cuT, z.CuSeqlens()); err != nil {
+		return err
+	}
+	kvT := func() gpu.Tensor { return ringTensor(t, b, gpu.F32, nil, tl, hkv, d) }
+	sc := &RingScratch{K: kvT(), V: kvT(), K2: kvT(), V2: kvT(), DK: kvT(), DV: kvT(), DK2: kvT(), DV2: kvT(), BK: kvT(), BV: kvT(),
+		Out: ringTensor(t, b, gpu.F32, nil, tl, hq, d), LSE: ringTensor(t, b, gpu.F32, nil, hq, tl), DQ: ringTensor(t, b, gpu.F32, nil, tl, hq, d),
+		Spans: ringTensor(t, b, gpu.I32, nil, len(z.Chunk), 4)}
+	out, lse := ringTensor(t, b, gpu.F32, nil, tl, hq, d), ringTensor(t, b, gpu.F32, nil, hq, tl)
+	dq, dk, dv := ringTensor(t, b, gpu.F32, nil, tl, hq, d), kvT(), kvT()
+	ring := nccl.HostRing{C: comm}
+	ctx := context.Background()
+	if err := RingAttentionForward(ctx, b, ring, z, out, lse, q, k, v, cuT, sc, scale); err != nil {
+		return fmt.Errorf("rank %d: %w", r, err)
+	}
+	if err := RingAttentionBackward(ctx, b, ring, z, dq, dk, dv, dout, out, lse, q, k, v, cuT, sc, scale); err != nil {
+		return fmt.Errorf("rank %d: %w", r, err)
+	}
+	got := map[string][]float32{"out": download(t, b, out), "dq": download(t, b, dq), "dk": download(t, b, dk), "dv": download(t, b, dv)}
+	for name, heads := range map[string]int{"out": hq, "dq": hq, "dk": hkv, "dv": hkv} {
+		want := pick(ref[name], heads)
+		for i := range want {
+			if diff := math.Abs(float64(got[name][i] - want[i])); diff > 1e-5*max(1, math.Abs(float64(want[i]))) {
+				return fmt.Errorf("rank %d of %d: %s[%d] (row %d) = %v, whole-sequence attention gives %v", r, cp, name, i, rowOf[i/(heads*d)], got[name][i], want[i])
+			}
+		}
+	}
+	gl := download(t, b, lse)
+	for h := range hq {
+		for i, g := range rowOf {
+			if want := ref["lse"][h*tg+g]; math.Abs(float64(gl[h*tl+i]-want)) > 1e-5*max(1, math.Abs(float64(want))) {
+				return fmt.Errorf("rank %d of %d: lse[%d,%d] = %v, want %v", r, cp, h, i, gl[h*tl+i], want)
+			}
+		}
+	}
+	return nil
+}
