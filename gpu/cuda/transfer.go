@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
@@ -83,6 +84,20 @@ func (b *Backend) readBytes(op string, t gpu.Tensor, dst []byte) error {
 	return nil
 }
 
+// xferChunk bounds, in elements, the host staging of a transfer that
+// converts dtypes: a large tensor moves in pieces through one buffer of at
+// most 2^22 elements instead of a host copy of its whole size. float32
+// moves with no staging at all.
+const xferChunk = 1 << 22
+
+// f32Bytes views a float32 slice as its bytes.
+func f32Bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
 // Upload converts src to dst's dtype and writes it.
 func (b *Backend) Upload(dst gpu.Tensor, src []float32) error {
 	if len(src) != dst.Numel() {
@@ -91,11 +106,26 @@ func (b *Backend) Upload(dst gpu.Tensor, src []float32) error {
 	if !dst.DType.Valid() {
 		return fmt.Errorf("upload: dst has invalid dtype %v", dst.DType)
 	}
-	buf := make([]byte, len(src)*dst.DType.Size())
-	if err := gpu.EncodeF32(buf, src, dst.DType); err != nil {
-		return fmt.Errorf("upload: %w", err)
+	if dst.DType == gpu.F32 {
+		return b.writeBytes("upload", dst, f32Bytes(src))
 	}
-	return b.writeBytes("upload", dst, buf)
+	size := dst.DType.Size()
+	buf := make([]byte, min(len(src), xferChunk)*size)
+	for lo := 0; lo < len(src); lo += xferChunk {
+		hi := min(lo+xferChunk, len(src))
+		part, err := dst.Flat(lo, hi)
+		if err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+		staged := buf[:(hi-lo)*size]
+		if err := gpu.EncodeF32(staged, src[lo:hi], dst.DType); err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+		if err := b.writeBytes("upload", part, staged); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UploadI32 writes src into an I32 tensor.
@@ -127,11 +157,26 @@ func (b *Backend) Download(dst []float32, src gpu.Tensor) error {
 	if !src.DType.Valid() {
 		return fmt.Errorf("download: src has invalid dtype %v", src.DType)
 	}
-	buf := make([]byte, src.Bytes())
-	if err := b.readBytes("download", src, buf); err != nil {
-		return err
+	if src.DType == gpu.F32 {
+		return b.readBytes("download", src, f32Bytes(dst))
 	}
-	return gpu.DecodeF32(dst, buf, src.DType)
+	size := src.DType.Size()
+	buf := make([]byte, min(len(dst), xferChunk)*size)
+	for lo := 0; lo < len(dst); lo += xferChunk {
+		hi := min(lo+xferChunk, len(dst))
+		part, err := src.Flat(lo, hi)
+		if err != nil {
+			return fmt.Errorf("download: %w", err)
+		}
+		staged := buf[:(hi-lo)*size]
+		if err := b.readBytes("download", part, staged); err != nil {
+			return err
+		}
+		if err := gpu.DecodeF32(dst[lo:hi], staged, src.DType); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DownloadI32 reads an I32 tensor.
