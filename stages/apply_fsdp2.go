@@ -121,7 +121,7 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 	if ck == nil {
 		return fmt.Errorf("model %q has no weights to load", src.Name())
 	}
-	buf := make([]float32, staging.Numel())
+	buf := p.r.scratch(staging.Numel())
 	for _, u := range st.Units {
 		for _, s := range u.Slots {
 			if s.Tied {

@@ -78,7 +78,7 @@ func (r *Rank) SaveShards(dir string) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]float32, largest)
+	buf := r.scratch(largest)
 	for _, s := range list {
 		data := buf[:s.t.Numel()]
 		if err := r.download(data, s.t); err != nil {

@@ -53,6 +53,20 @@ type Rank struct {
 	released map[string]bool
 	// deviceMemory measures the process's device memory (RunOptions).
 	deviceMemory func() (int64, bool)
+	// host is the rank's host buffer for loading and checkpoints (scratch).
+	host []float32
+}
+
+// scratch returns the rank's host buffer of n float32s, grown when needed:
+// loading every model and every checkpoint share one, so that the process
+// holds the plan's host buffer rather than one per use waiting for the
+// garbage collector.
+func (r *Rank) scratch(n int) []float32 {
+	if cap(r.host) < n {
+		r.host = nil // the old one can go before the new one is allocated
+		r.host = make([]float32, n)
+	}
+	return r.host[:n]
 }
 
 // unitName matches the unit in an op name.

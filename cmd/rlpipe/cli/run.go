@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -239,10 +240,15 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if rec == nil {
 		return exitOK // rank 0 reports the run and writes the export
 	}
+	hw, _ := res.Ranks[0].Arena.HighWater()
 	var exported string
 	if *exportModel != "" {
 		// From the last step's checkpoint, streamed: every rank wrote its
 		// shard there, and the export holds one tensor in memory at a time.
+		// The ranks' host buffers are garbage now; their pages go back
+		// before the export takes its own.
+		res = nil
+		debug.FreeOSMemory()
 		exported = filepath.Join(rec.Dir(), "export", *exportModel)
 		if err := stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, *exportDType); err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
@@ -259,7 +265,6 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if err := rec.SetStatus(final, nil); err != nil {
 		return env.report(err)
 	}
-	hw, _ := res.Ranks[0].Arena.HighWater()
 	fmt.Fprintf(env.stdout, "run %s %s: steps %d-%d of %d, arena high-water %d bytes (planned peak %d)\n", rec.ID()[:8], final, first, stopAt, total, hw, p.PeakBytes)
 	fmt.Fprintf(env.stdout, "  record:  %s\n", rec.Dir())
 	if exported != "" {
