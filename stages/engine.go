@@ -81,6 +81,10 @@ type RunOptions struct {
 	// over all dp ranks. nil means the in-process loopback communicator,
 	// which needs host-addressable memory (the CPU backend).
 	Comms func(backends []gpu.Backend) ([]nccl.Comm, error)
+	// Threads is the CPU threads a rank's CPU work uses (the CPU backend,
+	// the host optimizer step); 0 means GOMAXPROCS over the ranks this
+	// process runs. A process per rank sets it to its share of the host.
+	Threads int
 	// Control holds, for each entry of Ranks, a host-memory communicator
 	// over all dp ranks for what the ranks agree on outside the stages
 	// (whether to stop). nil means an in-process loopback, when this
@@ -177,9 +181,11 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	if len(local) < dp && (opts.Comms == nil || len(opts.Control) != len(local)) {
 		return nil, fmt.Errorf("this process runs %d of %d ranks and has no communicator joining the others", len(local), dp)
 	}
+	if opts.Threads <= 0 {
+		opts.Threads = max(1, runtime.GOMAXPROCS(0)/len(local))
+	}
 	if opts.Backend == nil {
-		threads := max(1, runtime.GOMAXPROCS(0)/len(local))
-		opts.Backend = func(int) (gpu.Backend, error) { return cpu.NewWithThreads(threads), nil }
+		opts.Backend = func(int) (gpu.Backend, error) { return cpu.NewWithThreads(opts.Threads), nil }
 	}
 	backends := make([]gpu.Backend, len(local))
 	defer func() {
@@ -274,7 +280,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	if opts.DeviceMemory != nil {
 		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
 	}
-	r.Host = cpu.NewWithThreads(max(1, runtime.GOMAXPROCS(0)/j.Spec.Mesh.DP))
+	r.Host = cpu.NewWithThreads(opts.Threads)
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -175,6 +176,8 @@ its current step, with a checkpoint; a second signal aborts at once.
 	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
 	if proc != nil {
 		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
+		// The host's cores are shared by the processes on it.
+		opts.Threads = max(1, runtime.GOMAXPROCS(0)/max(1, proc.w.LocalSize))
 	}
 	if info.ResumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(info.ResumeDir) }
