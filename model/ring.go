@@ -74,19 +74,19 @@ func (z ZigzagLayout) CuSeqlens() []int32 {
 	return out
 }
 
-// Spans returns, as [S,4] rows for the backend's span attention, what the
-// rank's queries see of the keys and values that rank from holds (both in
-// this layout's row order): from an earlier rank, every local query sees
-// its early chunk and nothing of its late one; from a later rank, only the
-// local late chunk sees anything, and it sees both of that rank's chunks.
-func (z ZigzagLayout) Spans(from int) []int32 {
-	var out []int32
+// Spans returns what the rank's queries see of the keys and values that
+// rank from holds (both in this layout's row order), for the backend's
+// span attention: from an earlier rank, every local query sees its early
+// chunk and nothing of its late one; from a later rank, only the local
+// late chunk sees anything, and it sees both of that rank's chunks.
+func (z ZigzagLayout) Spans(from int) []gpu.Span {
+	out := make([]gpu.Span, len(z.Chunk))
 	for s, c := range z.Chunk {
-		st := int32(z.Start[s])
+		st := z.Start[s]
 		if from < z.Rank {
-			out = append(out, st, int32(2*c), st, int32(c))
+			out[s] = gpu.Span{Q: st, QLen: 2 * c, K: st, KLen: c}
 		} else {
-			out = append(out, st+int32(c), int32(c), st, int32(2*c))
+			out[s] = gpu.Span{Q: st + c, QLen: c, K: st, KLen: 2 * c}
 		}
 	}
 	return out
@@ -97,8 +97,8 @@ func (z ZigzagLayout) Spans(from int) []int32 {
 // merge of blocks.
 type RingBackend interface {
 	gpu.Backend
-	AttentionSpans(out, lse, q, k, v, spans gpu.Tensor, scale float32) error
-	AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v, spans gpu.Tensor, scale float32) error
+	AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error
+	AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error
 	MergeAttention(out, lse, bout, blse gpu.Tensor) error
 }
 
@@ -121,7 +121,6 @@ type RingScratch struct {
 	DK, DV       gpu.Tensor // [Tl,Hkv,D]: the travelling sums (backward)
 	DK2, DV2     gpu.Tensor // [Tl,Hkv,D]: the arriving sums (backward)
 	BK, BV       gpu.Tensor // [Tl,Hkv,D]: a block's contributions (backward)
-	Spans        gpu.Tensor // I32 [S,4]
 }
 
 // RingAttentionForward computes the attention of the rank's rows (layout
@@ -142,10 +141,7 @@ func RingAttentionForward(ctx context.Context, b RingBackend, ring Ring, z Zigza
 			return fmt.Errorf("ring attention step %d: %w", step, err)
 		}
 		from := (z.Rank - step + z.Size) % z.Size
-		if err := b.UploadI32(sc.Spans, z.Spans(from)); err != nil {
-			return err
-		}
-		if err := b.AttentionSpans(sc.Out, sc.LSE, q, next[0], next[1], sc.Spans, scale); err != nil {
+		if err := b.AttentionSpans(sc.Out, sc.LSE, q, next[0], next[1], z.Spans(from), scale); err != nil {
 			return err
 		}
 		if err := b.MergeAttention(out, lse, sc.Out, sc.LSE); err != nil {
@@ -183,10 +179,7 @@ func RingAttentionBackward(ctx context.Context, b RingBackend, ring Ring, z Zigz
 			return fmt.Errorf("ring attention backward step %d: %w", step, err)
 		}
 		from := (z.Rank - step + z.Size) % z.Size
-		if err := b.UploadI32(sc.Spans, z.Spans(from)); err != nil {
-			return err
-		}
-		if err := b.AttentionSpansBackward(sc.DQ, sc.BK, sc.BV, dout, out, lse, q, next[0], next[1], sc.Spans, scale); err != nil {
+		if err := b.AttentionSpansBackward(sc.DQ, sc.BK, sc.BV, dout, out, lse, q, next[0], next[1], z.Spans(from), scale); err != nil {
 			return err
 		}
 		for _, add := range [][2]gpu.Tensor{{dq, sc.DQ}, {next[2], sc.BK}, {next[3], sc.BV}} {

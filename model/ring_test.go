@@ -62,7 +62,7 @@ func TestZigzagLayout(t *testing.T) {
 			t.Errorf("row %d: sequence %d position %d, want %d %d", i, s, pos, i/4, want)
 		}
 	}
-	if got := fmt.Sprint(z.Spans(0), z.Spans(1)); got != "[0 4 0 2 4 4 4 2] [2 2 0 4 6 2 4 4]" {
+	if got := fmt.Sprint(z.Spans(0), z.Spans(1)); got != "[{0 4 0 2} {4 4 4 2}] [{2 2 0 4} {6 2 4 4}]" {
 		t.Errorf("spans from ranks 0 and 1: %s", got)
 	}
 	if _, err := NewZigzagLayout(2, 2, nil); err == nil {
@@ -160,8 +160,7 @@ func ringRank(t *testing.T, r, cp int, padded []int, cu []int32, hq, hkv, d int,
 	}
 	kvT := func() gpu.Tensor { return ringTensor(t, b, gpu.F32, nil, tl, hkv, d) }
 	sc := &RingScratch{K: kvT(), V: kvT(), K2: kvT(), V2: kvT(), DK: kvT(), DV: kvT(), DK2: kvT(), DV2: kvT(), BK: kvT(), BV: kvT(),
-		Out: ringTensor(t, b, gpu.F32, nil, tl, hq, d), LSE: ringTensor(t, b, gpu.F32, nil, hq, tl), DQ: ringTensor(t, b, gpu.F32, nil, tl, hq, d),
-		Spans: ringTensor(t, b, gpu.I32, nil, len(z.Chunk), 4)}
+		Out: ringTensor(t, b, gpu.F32, nil, tl, hq, d), LSE: ringTensor(t, b, gpu.F32, nil, hq, tl), DQ: ringTensor(t, b, gpu.F32, nil, tl, hq, d)}
 	out, lse := ringTensor(t, b, gpu.F32, nil, tl, hq, d), ringTensor(t, b, gpu.F32, nil, hq, tl)
 	dq, dk, dv := ringTensor(t, b, gpu.F32, nil, tl, hq, d), kvT(), kvT()
 	ring := nccl.HostRing{C: comm}

@@ -14,63 +14,20 @@ import (
 // one such block, and merge blocks with the log-sum-exp rule; the causal
 // block of a rank's own rows is Attention.
 
-// spanSet is the checked spans of a block: query rows [qs, qs+ql) attend
-// key rows [ks, ks+kl).
-type spanSet struct {
-	qs, ql, ks, kl []int
-}
-
 // spanDims are the checked dimensions and views of a spans call.
 type spanDims struct {
 	tq, tk, hq, hkv, d, group int
 	q, k, v                   fview
-	sp                        spanSet
+	sp                        []gpu.Span
 }
 
-func spansCheck(op string, q, k, v, spans gpu.Tensor, scale float32) (spanDims, error) {
-	var a spanDims
-	if q.DType != k.DType || q.DType != v.DType {
-		return a, fmt.Errorf("%s: q, k and v dtypes differ: %v, %v, %v", op, q.DType, k.DType, v.DType)
-	}
-	if len(q.Shape) != 3 || len(k.Shape) != 3 || !gpu.SameShape(k.Shape, v.Shape) {
-		return a, fmt.Errorf("%s: want q [Tq,Hq,D] and k, v [Tk,Hkv,D], got %v, %v, %v", op, q.Shape, k.Shape, v.Shape)
-	}
-	a.tq, a.hq, a.d = q.Shape[0], q.Shape[1], q.Shape[2]
-	a.tk, a.hkv = k.Shape[0], k.Shape[1]
-	if k.Shape[2] != a.d || a.hkv == 0 || a.hq%a.hkv != 0 {
-		return a, fmt.Errorf("%s: heads or head dims do not match: q %v, k %v", op, q.Shape, k.Shape)
-	}
-	if scale <= 0 || math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0) {
-		return a, fmt.Errorf("%s: scale %v", op, scale)
-	}
-	a.group = a.hq / a.hkv
-	raw, err := i32View(op, "spans", spans)
-	if err != nil {
+func spansCheck(op string, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) (spanDims, error) {
+	a := spanDims{sp: spans}
+	var err error
+	if a.tq, a.tk, a.hq, a.hkv, a.d, err = gpu.SpanAttentionDims(op, q, k, v, spans, scale); err != nil {
 		return a, err
 	}
-	if len(spans.Shape) != 2 || spans.Shape[1] != 4 {
-		return a, fmt.Errorf("%s: spans must be [S,4] (q start, q length, k start, k length), got %v", op, spans.Shape)
-	}
-	qUsed, kUsed := make([]bool, a.tq), make([]bool, a.tk)
-	for s := range spans.Shape[0] {
-		qs, ql, ks, kl := int(raw[4*s]), int(raw[4*s+1]), int(raw[4*s+2]), int(raw[4*s+3])
-		if qs < 0 || ql < 0 || qs+ql > a.tq || ks < 0 || kl < 0 || ks+kl > a.tk {
-			return a, fmt.Errorf("%s: span %d (q %d+%d, k %d+%d) is outside %d query and %d key rows", op, s, qs, ql, ks, kl, a.tq, a.tk)
-		}
-		for i := qs; i < qs+ql; i++ {
-			if qUsed[i] {
-				return a, fmt.Errorf("%s: spans overlap at query row %d", op, i)
-			}
-			qUsed[i] = true
-		}
-		for j := ks; j < ks+kl; j++ {
-			if kUsed[j] {
-				return a, fmt.Errorf("%s: spans overlap at key row %d", op, j)
-			}
-			kUsed[j] = true
-		}
-		a.sp.qs, a.sp.ql, a.sp.ks, a.sp.kl = append(a.sp.qs, qs), append(a.sp.ql, ql), append(a.sp.ks, ks), append(a.sp.kl, kl)
-	}
+	a.group = a.hq / a.hkv
 	if a.q, err = floatView(op, "q", q); err != nil {
 		return a, err
 	}
@@ -81,31 +38,22 @@ func spansCheck(op string, q, k, v, spans gpu.Tensor, scale float32) (spanDims, 
 	return a, err
 }
 
-// checkShape reports a tensor whose shape is not want.
-func checkShape(op, name string, t gpu.Tensor, want ...int) error {
-	if !gpu.SameShape(t.Shape, want) {
-		return fmt.Errorf("%s: %s is %v, want %v", op, name, t.Shape, want)
-	}
-	return nil
-}
-
 // AttentionSpans is non-causal grouped-query attention between row spans:
-// for every span s of spans (I32 [S,4]: query start, query length, key
-// start, key length) the query rows [qs, qs+ql) of q [Tq,Hq,D] attend every
-// key row [ks, ks+kl) of k and v [Tk,Hkv,D]. It writes out [Tq,Hq,D] and
+// for every span the query rows [Q, Q+QLen) of q [Tq,Hq,D] attend every
+// key row [K, K+KLen) of k and v [Tk,Hkv,D]. It writes out [Tq,Hq,D] and
 // lse F32 [Hq,Tq] for the spans' query rows, and 0 and −Inf for the other
 // rows, which MergeAttention then leaves as they were. Spans must not
 // share query or key rows.
-func (b *Backend) AttentionSpans(out, lse, q, k, v, spans gpu.Tensor, scale float32) error {
+func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error {
 	const op = "attention spans"
 	a, err := spansCheck(op, q, k, v, spans, scale)
 	if err != nil {
 		return err
 	}
-	if err := checkShape(op, "out", out, a.tq, a.hq, a.d); err != nil {
+	if err := gpu.CheckShape(op, "out", out, a.tq, a.hq, a.d); err != nil {
 		return err
 	}
-	if err := checkShape(op, "lse", lse, a.hq, a.tq); err != nil {
+	if err := gpu.CheckShape(op, "lse", lse, a.hq, a.tq); err != nil {
 		return err
 	}
 	ov, err := floatView(op, "out", out)
@@ -126,7 +74,7 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v, spans gpu.Tensor, scale floa
 	d := a.d
 	type task struct{ s, h int }
 	var ts []task
-	for s := range a.sp.qs {
+	for s := range a.sp {
 		for h := range a.hq {
 			ts = append(ts, task{s, h})
 		}
@@ -134,13 +82,13 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v, spans gpu.Tensor, scale floa
 	tasks(b, len(ts), func() *attnScratch { return newAttnScratch(d) }, func(sc *attnScratch, ti int) {
 		s, h := ts[ti].s, ts[ti].h
 		hk := h / a.group
-		ks, kl := a.sp.ks[s], a.sp.kl[s]
+		ks, kl := a.sp[s].K, a.sp[s].KLen
 		if kl == 0 {
 			return
 		}
 		scores := make([]float32, kl)
 		qr, kr, acc := sc.row, make([]float32, d), make([]float32, d)
-		for i := a.sp.qs[s]; i < a.sp.qs[s]+a.sp.ql[s]; i++ {
+		for i := a.sp[s].Q; i < a.sp[s].Q+a.sp[s].QLen; i++ {
 			a.q.load(qr, (i*a.hq+h)*d)
 			mx := float32(math.Inf(-1))
 			for j := range kl {
@@ -173,7 +121,7 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v, spans gpu.Tensor, scale floa
 // kv head), zero elsewhere. Summing the blocks' dq, and each key row's dk
 // and dv over the blocks that saw it, gives the gradients of the whole
 // attention.
-func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v, spans gpu.Tensor, scale float32) error {
+func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error {
 	const op = "attention spans backward"
 	a, err := spansCheck(op, q, k, v, spans, scale)
 	if err != nil {
@@ -185,7 +133,7 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v, sp
 		s []int
 	}{{"dq", dq, []int{a.tq, a.hq, a.d}}, {"dout", dout, []int{a.tq, a.hq, a.d}}, {"out", out, []int{a.tq, a.hq, a.d}},
 		{"dk", dk, []int{a.tk, a.hkv, a.d}}, {"dv", dv, []int{a.tk, a.hkv, a.d}}, {"lse", lse, []int{a.hq, a.tq}}} {
-		if err := checkShape(op, c.n, c.t, c.s...); err != nil {
+		if err := gpu.CheckShape(op, c.n, c.t, c.s...); err != nil {
 			return err
 		}
 	}
@@ -210,18 +158,18 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v, sp
 	// head and the span's query rows of the group's query heads.
 	type task struct{ s, hk int }
 	var ts []task
-	for s := range a.sp.qs {
+	for s := range a.sp {
 		for hk := range a.hkv {
 			ts = append(ts, task{s, hk})
 		}
 	}
 	tasks(b, len(ts), func() *attnScratch { return newAttnScratch(d) }, func(sc *attnScratch, ti int) {
 		s, hk := ts[ti].s, ts[ti].hk
-		ks, kl := a.sp.ks[s], a.sp.kl[s]
+		ks, kl := a.sp[s].K, a.sp[s].KLen
 		dka, dva := make([]float32, kl*d), make([]float32, kl*d)
 		qr, gr, orow, kr, vr, dqa := make([]float32, d), make([]float32, d), make([]float32, d), make([]float32, d), make([]float32, d), make([]float32, d)
 		for h := hk * a.group; h < (hk+1)*a.group; h++ {
-			for i := a.sp.qs[s]; i < a.sp.qs[s]+a.sp.ql[s]; i++ {
+			for i := a.sp[s].Q; i < a.sp[s].Q+a.sp[s].QLen; i++ {
 				off := (i*a.hq + h) * d
 				a.q.load(qr, off)
 				dov.load(gr, off)
@@ -259,10 +207,10 @@ func (b *Backend) MergeAttention(out, lse, bout, blse gpu.Tensor) error {
 		return fmt.Errorf("%s: out %v and bout %v must be equal [T,H,D]", op, out.Shape, bout.Shape)
 	}
 	t, hn, d := out.Shape[0], out.Shape[1], out.Shape[2]
-	if err := checkShape(op, "lse", lse, hn, t); err != nil {
+	if err := gpu.CheckShape(op, "lse", lse, hn, t); err != nil {
 		return err
 	}
-	if err := checkShape(op, "blse", blse, hn, t); err != nil {
+	if err := gpu.CheckShape(op, "blse", blse, hn, t); err != nil {
 		return err
 	}
 	ov, err := floatView(op, "out", out)

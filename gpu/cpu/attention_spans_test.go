@@ -30,29 +30,22 @@ func TestAttentionSpansErrors(t *testing.T) {
 	out, lse := ten(gpu.F32, 6, 2, 4), ten(gpu.F32, 2, 6)
 	tests := []struct {
 		name  string
-		spans []int32
+		spans []gpu.Span
 		want  string
 	}{
-		{"query rows out of range", []int32{4, 3, 0, 4}, "outside 6 query and 4 key rows"},
-		{"key rows out of range", []int32{0, 2, 3, 2}, "outside"},
-		{"query rows shared", []int32{0, 3, 0, 2, 2, 2, 2, 2}, "overlap at query row 2"},
-		{"key rows shared", []int32{0, 3, 0, 2, 3, 3, 1, 2}, "overlap at key row 1"},
+		{"query rows out of range", []gpu.Span{{Q: 4, QLen: 3, K: 0, KLen: 4}}, "outside 6 query and 4 key rows"},
+		{"key rows out of range", []gpu.Span{{Q: 0, QLen: 2, K: 3, KLen: 2}}, "outside"},
+		{"query rows shared", []gpu.Span{{Q: 0, QLen: 3, K: 0, KLen: 2}, {Q: 2, QLen: 2, K: 2, KLen: 2}}, "overlap at query row 2"},
+		{"key rows shared", []gpu.Span{{Q: 0, QLen: 3, K: 0, KLen: 2}, {Q: 3, QLen: 3, K: 1, KLen: 2}}, "overlap at key row 1"},
 	}
 	for _, tc := range tests {
-		sp := ten(gpu.I32, len(tc.spans)/4, 4)
-		if err := b.UploadI32(sp, tc.spans); err != nil {
-			t.Fatal(err)
-		}
-		err := b.AttentionSpans(out, lse, q, k, v, sp, 0.5)
+		err := b.AttentionSpans(out, lse, q, k, v, tc.spans, 0.5)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	sp := ten(gpu.I32, 1, 4)
-	if err := b.UploadI32(sp, []int32{0, 6, 0, 4}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AttentionSpans(ten(gpu.F32, 6, 2, 8), lse, q, k, v, sp, 0.5); err == nil || !strings.Contains(err.Error(), "out is [6 2 8]") {
+	sp := []gpu.Span{{Q: 0, QLen: 6, K: 0, KLen: 4}}
+	if err := b.AttentionSpans(ten(gpu.F32, 6, 2, 8), lse, q, k, v, sp, 0.5); err == nil || !strings.Contains(err.Error(), "out has shape [6 2 8]") {
 		t.Errorf("wrong out shape: %v", err)
 	}
 	if err := b.AttentionSpans(out, lse, q, ten(gpu.F32, 4, 3, 4), ten(gpu.F32, 4, 3, 4), sp, 0.5); err == nil {
