@@ -59,6 +59,31 @@ type Batch struct {
 	// LayerBackward. The executor uses it to follow the memory plan's op
 	// sequence; an error stops the layer.
 	Hook func(op string) error
+	// Attend, when set, takes the place of causal attention over
+	// CuSeqlens, and AttendBackward of its backward: context parallelism's
+	// ring attention, whose rows are one rank's part of longer sequences
+	// (Positions then hold their positions in the sequence). q [T,Hq,D],
+	// k and v [T,Hkv,D], out [T,Hq,D], lse F32 [Hq,T], as for
+	// gpu.Backend.Attention.
+	Attend         func(out, lse, q, k, v gpu.Tensor, scale float32) error
+	AttendBackward func(dq, dk, dv, dout, out, lse, q, k, v gpu.Tensor, scale float32) error
+}
+
+// attention runs the batch's attention: Attend when set, else causal
+// attention over CuSeqlens.
+func (batch Batch) attention(b gpu.Backend, out, lse, q, k, v gpu.Tensor, scale float32) error {
+	if batch.Attend != nil {
+		return batch.Attend(out, lse, q, k, v, scale)
+	}
+	return b.Attention(out, lse, q, k, v, batch.CuSeqlens, scale)
+}
+
+// attentionBackward is the backward of attention.
+func (batch Batch) attentionBackward(b gpu.Backend, dq, dk, dv, dout, out, lse, q, k, v gpu.Tensor, scale float32) error {
+	if batch.AttendBackward != nil {
+		return batch.AttendBackward(dq, dk, dv, dout, out, lse, q, k, v, scale)
+	}
+	return b.AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, batch.CuSeqlens, scale)
 }
 
 // enter reports op to the batch's hook.
@@ -309,7 +334,7 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	if err := batch.enter("attention"); err != nil {
 		return err
 	}
-	if err := b.Attention(lv.attn, lv.lse, lv.q, lv.k, lv.v, batch.CuSeqlens, c.AttentionScale()); err != nil {
+	if err := batch.attention(b, lv.attn, lv.lse, lv.q, lv.k, lv.v, c.AttentionScale()); err != nil {
 		return err
 	}
 	if err := batch.enter("o_proj"); err != nil {
@@ -590,7 +615,7 @@ func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, g
 	if err := batch.enter("attention backward"); err != nil {
 		return err
 	}
-	if err := b.AttentionBackward(dq, dk, dv, dattn, lv.attn, lv.lse, lv.q, lv.k, lv.v, batch.CuSeqlens, c.AttentionScale()); err != nil {
+	if err := batch.attentionBackward(b, dq, dk, dv, dattn, lv.attn, lv.lse, lv.q, lv.k, lv.v, c.AttentionScale()); err != nil {
 		return err
 	}
 	if err := batch.enter("qkv backward"); err != nil {

@@ -284,12 +284,8 @@ func newRun(t *testing.T, a *testArena, m *testModel, p packed, dt, gdt gpu.DTyp
 		r.acts = append(r.acts, newActs(a, c, tt, dt))
 	}
 	r.rc = newActs(a, c, tt, dt)
-	h, in, qd, kd := c.HiddenSize, c.IntermediateSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	r.gb = LayerGradBufs{
-		Dy: a.tensor(dt, tt, h), Dact: a.tensor(dt, tt, in), Dgate: a.tensor(dt, tt, in), Dup: a.tensor(dt, tt, in),
-		Dxn2: a.tensor(dt, tt, h), DyO: a.tensor(dt, tt, h), Dattn: a.tensor(dt, tt, qd), Dq: a.tensor(dt, tt, qd),
-		Dk: a.tensor(dt, tt, kd), Dv: a.tensor(dt, tt, kd), Dxn: a.tensor(dt, tt, h),
-	}
+	h := c.HiddenSize
+	r.gb = newGradBufs(a, c, tt, dt)
 	r.rows = a.tensor(gpu.F32, n, h)
 	r.xn = a.tensor(dt, n, h)
 	r.rstd = a.tensor(gpu.F32, n)
@@ -331,6 +327,16 @@ func (r *run) gather() {
 				r.t.Fatal(err)
 			}
 		}
+	}
+}
+
+// newGradBufs allocates a layer's backward scratch for tt rows.
+func newGradBufs(a *testArena, c *Config, tt int, dt gpu.DType) LayerGradBufs {
+	h, in, qd, kd := c.HiddenSize, c.IntermediateSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	return LayerGradBufs{
+		Dy: a.tensor(dt, tt, h), Dact: a.tensor(dt, tt, in), Dgate: a.tensor(dt, tt, in), Dup: a.tensor(dt, tt, in),
+		Dxn2: a.tensor(dt, tt, h), DyO: a.tensor(dt, tt, h), Dattn: a.tensor(dt, tt, qd), Dq: a.tensor(dt, tt, qd),
+		Dk: a.tensor(dt, tt, kd), Dv: a.tensor(dt, tt, kd), Dxn: a.tensor(dt, tt, h),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -189,4 +190,186 @@ func ringRank(t *testing.T, r, cp int, padded []int, cu []int32, hq, hkv, d int,
 		}
 	}
 	return nil
+}
+
+// TestLayerRingAttention runs a whole decoder layer (Qwen3: q/k norms,
+// RoPE, GQA) forward and backward with its sequences split over cp ranks
+// in zigzag order, attention by ring attention (Batch.Attend) and the
+// rest of the layer on each rank's rows with their global positions, and
+// checks each rank's outputs and input gradients against the layer on the
+// whole sequences, and the ranks' weight gradients summed against the
+// whole's, to 1e-4 in fp32.
+func TestLayerRingAttention(t *testing.T) {
+	dir := filepath.Join("testdata", "hf", "qwen3")
+	lengths := []int{7, 12}
+	for _, cp := range []int{2, 4} {
+		t.Run(fmt.Sprintf("cp %d", cp), func(t *testing.T) {
+			// The whole sequences, padded as the layout pads them.
+			cu, pos := []int32{0}, []int32{}
+			var padded []int
+			for _, n := range lengths {
+				p := (n + 2*cp - 1) / (2 * cp) * 2 * cp
+				padded = append(padded, p)
+				cu = append(cu, cu[len(cu)-1]+int32(p))
+				for i := range p {
+					pos = append(pos, int32(i))
+				}
+			}
+			tg := int(cu[len(cu)-1])
+			b := cpu.New()
+			a := newTestArena(t, b, 64<<20)
+			m := loadTestModel(t, a, dir)
+			c := m.c
+			h := c.HiddenSize
+			rng := rand.New(rand.NewPCG(7, uint64(cp)))
+			inVals, dresVals := make([]float32, tg*h), make([]float32, tg*h)
+			for i := range inVals {
+				inVals[i], dresVals[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*0.1)
+			}
+			whole := layerPass(t, a, m, inVals, dresVals, Batch{Positions: a.i32(pos), CuSeqlens: a.i32(cu), T: tg})
+
+			comms := nccl.NewLoopback(cp)
+			type rankRun struct {
+				a       *testArena
+				m       *testModel
+				rowOf   []int
+				in, dr  []float32
+				z       ZigzagLayout
+				cuT     gpu.Tensor
+				posT    gpu.Tensor
+				sc      *RingScratch
+				results layerResult
+				err     error
+			}
+			runs := make([]*rankRun, cp)
+			for r := range cp {
+				z, err := NewZigzagLayout(r, cp, padded)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb := cpu.NewWithThreads(1)
+				ra := newTestArena(t, rb, 64<<20)
+				rr := &rankRun{a: ra, m: loadTestModel(t, ra, dir), z: z}
+				tl := z.Rows()
+				lpos := make([]int32, tl)
+				for i := range tl {
+					s, p := z.Global(i)
+					lpos[i] = int32(p)
+					g := int(cu[s]) + p
+					rr.rowOf = append(rr.rowOf, g)
+					rr.in = append(rr.in, inVals[g*h:(g+1)*h]...)
+					rr.dr = append(rr.dr, dresVals[g*h:(g+1)*h]...)
+				}
+				rr.posT, rr.cuT = ra.i32(lpos), ra.i32(z.CuSeqlens())
+				kv := func() gpu.Tensor { return ra.tensor(gpu.F32, tl, c.NumKVHeads, c.HeadDim) }
+				rr.sc = &RingScratch{K: kv(), V: kv(), K2: kv(), V2: kv(), DK: kv(), DV: kv(), DK2: kv(), DV2: kv(), BK: kv(), BV: kv(),
+					Out: ra.tensor(gpu.F32, tl, c.NumHeads, c.HeadDim), LSE: ra.tensor(gpu.F32, c.NumHeads, tl), DQ: ra.tensor(gpu.F32, tl, c.NumHeads, c.HeadDim)}
+				runs[r] = rr
+			}
+			var wg sync.WaitGroup
+			for r, rr := range runs {
+				wg.Go(func() {
+					rb := rr.a.b.(RingBackend)
+					ring := nccl.HostRing{C: comms[r]}
+					ctx := context.Background()
+					batch := Batch{Positions: rr.posT, CuSeqlens: rr.cuT, T: rr.z.Rows(),
+						Attend: func(out, lse, q, k, v gpu.Tensor, scale float32) error {
+							return RingAttentionForward(ctx, rb, ring, rr.z, out, lse, q, k, v, rr.cuT, rr.sc, scale)
+						},
+						AttendBackward: func(dq, dk, dv, dout, out, lse, q, k, v gpu.Tensor, scale float32) error {
+							return RingAttentionBackward(ctx, rb, ring, rr.z, dq, dk, dv, dout, out, lse, q, k, v, rr.cuT, rr.sc, scale)
+						}}
+					rr.results, rr.err = layerPassErr(rr.a, rr.m, rr.in, rr.dr, batch)
+				})
+			}
+			wg.Wait()
+			dw := make([]float32, len(whole.dw))
+			for r, rr := range runs {
+				if rr.err != nil {
+					t.Fatalf("rank %d: %v", r, rr.err)
+				}
+				for i, g := range rr.rowOf {
+					for name, pair := range map[string][2][]float32{"out": {rr.results.out, whole.out}, "din": {rr.results.din, whole.din}} {
+						got, want := pair[0][i*h:(i+1)*h], pair[1][g*h:(g+1)*h]
+						for e := range got {
+							if math.Abs(float64(got[e]-want[e])) > 1e-4*max(1, math.Abs(float64(want[e]))) {
+								t.Fatalf("rank %d row %d (global %d): %s[%d] = %v, whole-sequence layer gives %v", r, i, g, name, e, got[e], want[e])
+							}
+						}
+					}
+				}
+				for i, v := range rr.results.dw {
+					dw[i] += v
+				}
+			}
+			var num, den float64
+			for i := range dw {
+				num += float64(dw[i]-whole.dw[i]) * float64(dw[i]-whole.dw[i])
+				den += float64(whole.dw[i]) * float64(whole.dw[i])
+			}
+			if rel := math.Sqrt(num / den); rel > 1e-4 {
+				t.Errorf("weight gradients summed over the ranks differ from the whole's: relative error %.3g", rel)
+			}
+		})
+	}
+}
+
+// layerResult is what one layer pass gives: the output rows, the gradient
+// of the layer's input, and the layer's weight gradients.
+type layerResult struct{ out, din, dw []float32 }
+
+// layerPass runs layer 0 of m forward and backward on in with the
+// residual gradient dres, in fp32.
+func layerPass(t *testing.T, a *testArena, m *testModel, in, dres []float32, batch Batch) layerResult {
+	t.Helper()
+	r, err := layerPassErr(a, m, in, dres, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// layerPassErr is layerPass for a goroutine: tensors are allocated from a
+// before the pass and errors are returned.
+func layerPassErr(a *testArena, m *testModel, inVals, dresVals []float32, batch Batch) (layerResult, error) {
+	b, c := a.b, m.c
+	tt, h := batch.T, c.HiddenSize
+	w, err := c.LayerWeightsFrom(m.units[1], m.slots[1], m.master[1])
+	if err != nil {
+		return layerResult{}, err
+	}
+	dwBuf := a.tensor(gpu.F32, int(LayoutElems(m.slots[1])))
+	if err := b.Zero(dwBuf); err != nil {
+		return layerResult{}, err
+	}
+	dw, err := c.LayerWeightsFrom(m.units[1], m.slots[1], dwBuf)
+	if err != nil {
+		return layerResult{}, err
+	}
+	acts := newActs(a, c, tt, gpu.F32)
+	gb := newGradBufs(a, c, tt, gpu.F32)
+	in, out, dres := a.tensor(gpu.F32, tt, h), a.tensor(gpu.F32, tt, h), a.tensor(gpu.F32, tt, h)
+	if err := b.Upload(in, inVals); err != nil {
+		return layerResult{}, err
+	}
+	if err := b.Upload(dres, dresVals); err != nil {
+		return layerResult{}, err
+	}
+	if err := c.LayerForward(b, w, &acts, in, out, batch); err != nil {
+		return layerResult{}, err
+	}
+	if err := c.LayerBackward(b, w, dw, &acts, &gb, in, dres, batch); err != nil {
+		return layerResult{}, err
+	}
+	var r layerResult
+	for _, x := range []struct {
+		dst *[]float32
+		t   gpu.Tensor
+	}{{&r.out, out}, {&r.din, dres}, {&r.dw, dwBuf}} {
+		*x.dst = make([]float32, x.t.Numel())
+		if err := b.Download(*x.dst, x.t); err != nil {
+			return layerResult{}, err
+		}
+	}
+	return r, nil
 }
