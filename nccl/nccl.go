@@ -133,20 +133,45 @@ func BroadcastBytes(ctx context.Context, c Comm, root int, data []byte) ([]byte,
 	return buf[:size], nil
 }
 
-// HostRing passes host tensors round the ranks of a host-memory
+// HostRing passes host tensors round a ring of ranks of a host-memory
 // communicator (the loopback or TCP one): Shift sends each tensor to the
-// next rank and receives the previous rank's. It does so with an
-// all-gather, every rank receiving every block and keeping its
-// predecessor's, so it moves Size times the data of a ring of sends; it is
-// the reference and the CPU path (model.Ring).
-type HostRing struct{ C Comm }
+// next rank of the ring and receives the previous one's. Members lists the
+// ring's ranks in ring order (nil: every rank, 0 to Size−1); several
+// rings may share the communicator (context parallelism's cp groups within
+// a dp × cp mesh), in which case every rank of the communicator shifts at
+// once. It does so with an all-gather, every rank receiving every block
+// and keeping its predecessor's, so it moves Size times the data of a ring
+// of sends; it is the reference and the CPU path (model.Ring).
+type HostRing struct {
+	C       Comm
+	Members []int
+}
 
-// Shift sends send[i] to rank r+1 and receives rank r−1's into recv[i].
+// prev returns the rank this rank receives from.
+func (h HostRing) prev() (int, error) {
+	me := h.C.Rank()
+	if h.Members == nil {
+		return (me + h.C.Size() - 1) % h.C.Size(), nil
+	}
+	for i, r := range h.Members {
+		if r == me {
+			return h.Members[(i+len(h.Members)-1)%len(h.Members)], nil
+		}
+	}
+	return 0, fmt.Errorf("shift: rank %d is not in its ring %v", me, h.Members)
+}
+
+// Shift sends send[i] to the next rank of the ring and receives the
+// previous rank's into recv[i].
 func (h HostRing) Shift(ctx context.Context, send, recv []gpu.Tensor) error {
 	if len(send) != len(recv) {
 		return fmt.Errorf("shift: %d tensors sent, %d received", len(send), len(recv))
 	}
-	n, prev := h.C.Size(), (h.C.Rank()+h.C.Size()-1)%h.C.Size()
+	prev, err := h.prev()
+	if err != nil {
+		return err
+	}
+	n := h.C.Size()
 	for i := range send {
 		if send[i].DType != recv[i].DType || send[i].Numel() != recv[i].Numel() {
 			return fmt.Errorf("shift: tensor %d: sent %v, received %v", i, send[i], recv[i])

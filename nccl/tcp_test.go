@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -214,6 +216,31 @@ func TestTCPCloseAfterLastCollective(t *testing.T) {
 				return err
 			}
 			return c.Close()
+		}))
+	}
+}
+
+// TestHostRing shifts blocks round two rings of two ranks sharing one
+// communicator of four (cp groups {0,1} and {2,3}), on both host
+// communicators.
+func TestHostRing(t *testing.T) {
+	for _, impl := range impls {
+		cs := impl.new(t, 4)
+		got := make([]gpu.Tensor, 4)
+		noErrs(t, each(cs, func(c Comm) error {
+			r := c.Rank()
+			ring := HostRing{C: c, Members: []int{r / 2 * 2, r/2*2 + 1}}
+			got[r] = tensor(gpu.F32, make([]float32, 2))
+			return ring.Shift(context.Background(), []gpu.Tensor{tensor(gpu.F32, []float32{float32(r), float32(10 * r)})}, []gpu.Tensor{got[r]})
+		}))
+		for r, want := range []float32{1, 0, 3, 2} {
+			equal(t, fmt.Sprintf("%s rank %d", impl.name, r), values(t, got[r]), []float32{want, 10 * want})
+		}
+		noErrs(t, each(cs, func(c Comm) error {
+			if err := (HostRing{C: c, Members: []int{9}}).Shift(context.Background(), nil, nil); err == nil {
+				return errors.New("a rank outside its ring was accepted")
+			}
+			return nil
 		}))
 	}
 }
