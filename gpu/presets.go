@@ -49,19 +49,39 @@ func ParseGPU(s string) (name string, bytes int64, err error) {
 	if b, ok := Presets[strings.ToLower(t)]; ok {
 		return strings.ToLower(t), b, nil
 	}
+	if b, ok, err := parseSize(t, "gpu memory"); ok || err != nil {
+		return "custom", b, err
+	}
+	return "", 0, fmt.Errorf("unknown gpu %q: want a preset (%s), a byte count or a size such as 80GiB",
+		s, strings.Join(PresetNames(), ", "))
+}
+
+// ParseBytes resolves a memory size: a byte count or a size with a unit,
+// as ParseGPU takes them (no presets). what names it in errors.
+func ParseBytes(s, what string) (int64, error) {
+	b, ok, err := parseSize(strings.TrimSpace(s), what)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s %q: want a byte count or a size such as 2TiB", what, s)
+	}
+	return b, err
+}
+
+// parseSize reads a byte count or a size with a unit; ok is false when t is
+// neither (and err nil), so that the caller can try other forms.
+func parseSize(t, what string) (bytes int64, ok bool, err error) {
 	if t == "" {
-		return "", 0, fmt.Errorf("empty gpu memory spec")
+		return 0, false, fmt.Errorf("empty %s", what)
 	}
 	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
 		if n <= 0 {
-			return "", 0, fmt.Errorf("gpu memory %q must be positive", s)
+			return 0, false, fmt.Errorf("%s %q must be positive", what, t)
 		}
-		return "custom", n, nil
+		return n, true, nil
 	}
 	low := strings.ToLower(t)
 	for _, u := range units {
-		num, ok := strings.CutSuffix(low, u.suffix)
-		if !ok {
+		num, found := strings.CutSuffix(low, u.suffix)
+		if !found {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
@@ -70,10 +90,9 @@ func ParseGPU(s string) (name string, bytes int64, err error) {
 		}
 		b := v * u.mult
 		if b < 1 || b > math.MaxInt64/2 {
-			return "", 0, fmt.Errorf("gpu memory %q is out of range", s)
+			return 0, false, fmt.Errorf("%s %q is out of range", what, t)
 		}
-		return "custom", int64(math.Round(b)), nil
+		return int64(math.Round(b)), true, nil
 	}
-	return "", 0, fmt.Errorf("unknown gpu %q: want a preset (%s), a byte count or a size such as 80GiB",
-		s, strings.Join(PresetNames(), ", "))
+	return 0, false, nil
 }

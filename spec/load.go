@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rlpipe/rlpipe/gpu"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -22,7 +23,7 @@ const Version = 1
 var (
 	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
 	modelKeys    = []string{"role", "path", "copy_of"}
-	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu"}
+	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu", "host_memory"}
 	dataKeys     = []string{"rollouts", "prompts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
 	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
@@ -385,6 +386,15 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 			}
 		default:
 			d.errorf(n, "mesh.gpu: want a memory preset name or a byte count, got %s", describe(n))
+		}
+	}
+	if n := f.get("host_memory"); n != nil {
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!str" && n.ShortTag() != "!!float") {
+			d.errorf(n, "mesh.host_memory: want a byte count or a size such as 2TiB, got %s", describe(n))
+		} else if v, err := gpu.ParseBytes(n.Value, "mesh.host_memory"); err != nil {
+			d.errorf(n, "%v", err)
+		} else {
+			m.HostMemory = v
 		}
 	}
 }

@@ -149,6 +149,8 @@ func TestParseValid(t *testing.T) {
 		check func(*Spec) bool
 	}{
 		{"gpu byte count", "mesh: {gpu: 0x10}\n", func(s *Spec) bool { return s.Mesh.GPU == "16" }},
+		{"host memory size", "mesh: {host_memory: 2TiB}\n", func(s *Spec) bool { return s.Mesh.HostMemory == 2<<40 }},
+		{"host memory bytes", "mesh: {host_memory: 1000000}\n", func(s *Spec) bool { return s.Mesh.HostMemory == 1000000 }},
 		{"int where float", "train: {steps: 1, lr: 1, min_lr: 0}\n", nil},
 		{"absolute path", "models:\n  actor: {path: /abs/m}\n", func(s *Spec) bool { return s.Models[0].Path == "/abs/m" }},
 		{"explicit role", "models:\n  pi: {role: actor, path: m}\n  base: {role: ref, copy_of: pi}\n",
@@ -250,6 +252,8 @@ func TestParseErrors(t *testing.T) {
 		{"batch not multiple of dp", "+mesh:\n  dp: 3\n  gpus_per_node: 3\n", []want{{"=8:22", "global_batch_size (8) must be a multiple of mesh.dp (3)"}}},
 		{"mesh zero", "+mesh:\n  nodes: 0\n", []want{{"13:10", "mesh.nodes: must be at least 1, got 0"}}},
 		{"mesh gpu", "+mesh:\n  gpu: -5\n", []want{{"13:8", "positive byte count"}}},
+		{"mesh host memory", "+mesh:\n  host_memory: lots\n", []want{{"13:16", `mesh.host_memory "lots": want a byte count or a size such as 2TiB`}}},
+		{"mesh host memory zero", "+mesh:\n  host_memory: 0\n", []want{{"13:16", "must be positive"}}},
 		{"mesh not mapping", "+mesh: 3\n", []want{{"12:7", "mesh: want a mapping, got integer 3"}}},
 		{"int overflow", "+mesh:\n  dp: 99999999999999999999\n", []want{{"13:7", "mesh.dp: must be at most 65536, got 99999999999999999999"}}},
 		{"models missing role", "+models:\n  pi:\n    path: m\n", []want{

@@ -125,6 +125,7 @@ type Mesh struct {
 	GPUsPerNode int    // default 1
 	DP          int    // data-parallel (FSDP) size; default Nodes*GPUsPerNode, must equal it (even in a partial spec)
 	GPU         string // memory preset name or byte count; empty means "ask NVML or --gpu"
+	HostMemory  int64  // a node's RAM in bytes, for the plan's host check; 0: not given
 	Pos         Pos
 }
 

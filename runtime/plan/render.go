@@ -118,7 +118,7 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 	case h.HostBytes > 0:
 		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers), of %s GiB RAM (%s)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1), GiB(h.HostBytes), h.HostSource)
 	default:
-		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers); RAM not checked (pass --host-memory)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1))
+		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers); RAM not checked (set mesh.host_memory or pass --host-memory)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1))
 	}
 	if len(p.Sleeps) > 0 {
 		var kept, released []string

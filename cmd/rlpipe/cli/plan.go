@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -46,7 +45,7 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	}
 	g := gpuFlag(fs)
 	asJSON := fs.Bool("json", false, "print the whole plan (ops, buffers with offsets and lifetimes, budget) as JSON")
-	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against")
+	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against (default: the spec's mesh.host_memory)")
 	if code, ok := parseFlags(fs, env, args); !ok {
 		return code
 	}
@@ -59,9 +58,9 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	}
 	var ram int64
 	if *hostMem != "" {
-		_, n, err := gpu.ParseGPU(*hostMem)
-		if err != nil || strings.Contains(*hostMem, "-") {
-			return env.usageError("--host-memory: %q is not a byte count (like 2TiB or 512GiB)", *hostMem)
+		n, err := gpu.ParseBytes(*hostMem, "--host-memory")
+		if err != nil {
+			return env.usageError("%v", err)
 		}
 		ram = n
 	}
@@ -74,8 +73,12 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 		return env.report(err)
 	}
 	h := header(l)
-	if ram > 0 {
+	switch {
+	case ram > 0:
 		h.HostBytes, h.HostSource = ram, "--host-memory"
+	case l.spec.Mesh.HostMemory > 0:
+		ram = l.spec.Mesh.HostMemory
+		h.HostBytes, h.HostSource = ram, "spec mesh.host_memory"
 	}
 	fits := p.Fits(h.GPUBytes) && (ram == 0 || p.FitsHost(h.RanksPerHost, ram))
 	if *asJSON {
