@@ -34,10 +34,12 @@ is found, one GPU per rank connected by NCCL, and on the CPU backend
 otherwise, connected through shared memory. Started by a launcher
 (torchrun, a Kubernetes PyTorchJob or JobSet, srun), it runs one rank per
 process, on one host or several, and joins the others; see
-docs/running.md, "A process per rank" (RLPIPE_PORT, RLPIPE_JOIN_TIMEOUT). Each run gets a directory under
---runs with the spec, the resolved spec, the plan, a log, metrics.jsonl
-(a line per step), updates.jsonl (a line per optimizer update),
-checkpoints and, at the end, the model exported as an HF checkpoint.
+docs/running.md, "A process per rank" (RLPIPE_PORT, RLPIPE_JOIN_TIMEOUT).
+
+Each run gets a directory under --runs with the spec, the resolved spec,
+the plan, a log, metrics.jsonl (a line per step), updates.jsonl (a line
+per optimizer update), checkpoints and, at the end, the model exported as
+an HF checkpoint.
 
 --resume continues a run from its latest checkpoint with the copy of the
 spec in its record, from any directory: RUN is a run id, an id prefix, or
