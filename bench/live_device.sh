@@ -38,15 +38,10 @@ if [[ ${LIVE_TINY:-1} == 1 ]]; then
 fi
 
 say "random-init checkpoint and prompts"
-python3 - "$W" >"$D/setup.log" 2>&1 <<'PY'
+python3 bench/random_init.py examples/models/qwen2.5-0.5b "$W/model" >"$D/setup.log" 2>&1
+python3 - "$W" >>"$D/setup.log" 2>&1 <<'PY'
 import json, random, sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 w = sys.argv[1]
-cfg = AutoConfig.from_pretrained("examples/models/qwen2.5-0.5b")
-torch.manual_seed(0)
-m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
-m.save_pretrained(f"{w}/model", safe_serialization=True)
 rng = random.Random(0)
 with open(f"{w}/prompts.jsonl", "w") as f:
     for _ in range(64):

@@ -20,14 +20,10 @@ D=$(realpath "$D")
 rm -rf "$W" && mkdir -p "$W"
 . bench/device_lib.sh
 say "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
-python3 - "$W" >"$D/setup.log" 2>&1 <<'PY'
+python3 bench/random_init.py examples/models/qwen2.5-1.5b "$W/model" >"$D/setup.log" 2>&1
+python3 - "$W" >>"$D/setup.log" 2>&1 <<'PY'
 import json, random, sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 w = sys.argv[1]
-cfg = AutoConfig.from_pretrained("examples/models/qwen2.5-1.5b")
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16).save_pretrained(f"{w}/model", safe_serialization=True)
 rng = random.Random(0)
 with open(f"{w}/rollouts.jsonl", "w") as f:
     for g in range(32):
