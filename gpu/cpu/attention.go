@@ -129,11 +129,7 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	if err := gpu.CheckAttention(op, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.d); err != nil {
 		return err
 	}
-	ov, err := floatView(op, "out", out)
-	if err != nil {
-		return err
-	}
-	lv, err := f32View(op, "lse", lse)
+	ov, lv, err := forwardViews(op, out, lse)
 	if err != nil {
 		return err
 	}
@@ -293,6 +289,16 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		}
 	})
 	return nil
+}
+
+// forwardViews returns the views an attention forward writes.
+func forwardViews(op string, out, lse gpu.Tensor) (fview, []float32, error) {
+	ov, err := floatView(op, "out", out)
+	if err != nil {
+		return fview{}, nil, err
+	}
+	lv, err := f32View(op, "lse", lse)
+	return ov, lv, err
 }
 
 // backwardViews returns the views an attention backward reads and writes.

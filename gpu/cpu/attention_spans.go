@@ -56,11 +56,7 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span,
 	if err := gpu.CheckShape(op, "lse", lse, a.hq, a.tq); err != nil {
 		return err
 	}
-	ov, err := floatView(op, "out", out)
-	if err != nil {
-		return err
-	}
-	lv, err := f32View(op, "lse", lse)
+	ov, lv, err := forwardViews(op, out, lse)
 	if err != nil {
 		return err
 	}
