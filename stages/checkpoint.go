@@ -269,8 +269,9 @@ func ExportCheckpoint(j *Job, name, ckpt, out, dtype string) error {
 			}
 		}
 	}()
+	units := Units(m, dp)
 	where := map[string]*Unit{} // the unit holding each parameter
-	for _, u := range Units(m, dp) {
+	for _, u := range units {
 		for _, s := range u.Slots {
 			if !s.Tied { // a tied slot names the weight another unit holds
 				where[s.Name] = u
@@ -283,7 +284,7 @@ func ExportCheckpoint(j *Job, name, ckpt, out, dtype string) error {
 			return fmt.Errorf("export: %w", err)
 		}
 		cks[r] = ck
-		for _, u := range Units(m, dp) {
+		for _, u := range units {
 			tn := fmt.Sprintf("%s.params.%s", name, u.Name)
 			info, _, ok := ck.Tensor(tn)
 			if !ok {

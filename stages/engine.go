@@ -101,7 +101,10 @@ type RunOptions struct {
 	// breakdown in StepResult.Profile.
 	Profile bool
 	// Export names a model whose rows every rank downloads after the last
-	// step into Result.Export (for ExportHF).
+	// step into Result.Export (for ExportHF): an export from memory, for
+	// callers of this package and as the tests' reference for
+	// ExportCheckpoint. rlpipe run exports from the last checkpoint instead,
+	// streamed, in one process or many.
 	Export string
 	// AfterStep is called on every rank after each step, with every rank
 	// past the step (a barrier); rank 0 typically records metrics and
