@@ -23,7 +23,7 @@ const Version = 1
 var (
 	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
 	modelKeys    = []string{"role", "path", "copy_of"}
-	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "gpu", "host_memory"}
+	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "cp", "gpu", "host_memory"}
 	dataKeys     = []string{"rollouts", "prompts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
 	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
@@ -362,13 +362,28 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 	nodesN, nodesOK := intIn(d, f, "nodes", 1, MaxNodes, &m.Nodes)
 	gpusN, gpusOK := intIn(d, f, "gpus_per_node", 1, MaxGPUsPerNode, &m.GPUsPerNode)
 	worldOK := (nodesN == nil || nodesOK) && (gpusN == nil || gpusOK)
+	m.CP = 1
+	cpN, cpOK := intIn(d, f, "cp", 1, MaxDP, &m.CP)
+	if cpN != nil && cpOK && worldOK && m.WorldSize()%m.CP != 0 {
+		d.errorf(cpN, "mesh.cp: must divide nodes × gpus_per_node = %d, got %d", m.WorldSize(), m.CP)
+		cpOK = false
+	}
+	if cpN == nil {
+		cpOK = true
+	} else if !cpOK {
+		m.CP = 1
+	}
 	m.DP = 0
 	if dpN, dpOK := intIn(d, f, "dp", 1, MaxDP, &m.DP); dpN == nil {
-		if worldOK {
-			m.DP = m.WorldSize()
+		if worldOK && m.WorldSize()%m.CP == 0 {
+			m.DP = m.WorldSize() / m.CP
 		}
-	} else if dpOK && worldOK && m.DP != m.WorldSize() {
-		d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node = %d (only FSDP data parallelism is supported), got %d", m.WorldSize(), m.DP)
+	} else if dpOK && worldOK && cpOK && m.DP*m.CP != m.WorldSize() {
+		if m.CP == 1 {
+			d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node = %d (dp × cp is the world, and cp is 1), got %d", m.WorldSize(), m.DP)
+		} else {
+			d.errorf(dpN, "mesh.dp: must equal nodes × gpus_per_node / cp = %d / %d = %d (dp × cp is the world), got %d", m.WorldSize(), m.CP, m.WorldSize()/m.CP, m.DP)
+		}
 	}
 	if n := f.get("gpu"); n != nil {
 		switch {
@@ -469,11 +484,17 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 	}
 	mtN, mtOK := intIn(d, f, "max_tokens_per_gpu", 1, MaxTokens, &x.MaxTokensPerGPU)
 	x.MaxSeqLen = 0
+	cp := max(s.Mesh.CP, 1)
 	if msN, msOK := intIn(d, f, "max_seq_len", 1, MaxTokens, &x.MaxSeqLen); msN == nil {
-		x.MaxSeqLen = x.MaxTokensPerGPU
-	} else if msOK && mtN != nil && mtOK && x.MaxSeqLen > x.MaxTokensPerGPU {
+		x.MaxSeqLen = min(MaxSeqFits(x.MaxTokensPerGPU, cp), MaxTokens)
+	} else if msOK && mtN != nil && mtOK && SeqRows(x.MaxSeqLen, cp) > x.MaxTokensPerGPU {
 		d.fail("data.max_seq_len")
-		d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
+		if cp == 1 {
+			d.errorf(msN, "data.max_seq_len (%d) must not exceed max_tokens_per_gpu (%d): a sample must fit in one micro-batch", x.MaxSeqLen, x.MaxTokensPerGPU)
+		} else {
+			d.errorf(msN, "data.max_seq_len (%d) puts %d rows on each of mesh.cp %d ranks, more than max_tokens_per_gpu (%d): a sample must fit in one micro-batch (at most %d tokens)",
+				x.MaxSeqLen, SeqRows(x.MaxSeqLen, cp), cp, x.MaxTokensPerGPU, MaxSeqFits(x.MaxTokensPerGPU, cp))
+		}
 	}
 	tN, _ := d.floatField(f, "temperature", &x.Temperature)
 	d.positive(tN, "data.temperature", x.Temperature)

@@ -50,7 +50,7 @@ func TestParseExample(t *testing.T) {
 			t.Errorf("model %d = %+v, want %+v", i, *m, wantModels[i])
 		}
 	}
-	if want := (Mesh{Nodes: 1, GPUsPerNode: 1, DP: 1, GPU: "h100-80g", Pos: Pos{file, 8, 1}}); s.Mesh != want {
+	if want := (Mesh{Nodes: 1, GPUsPerNode: 1, DP: 1, CP: 1, GPU: "h100-80g", Pos: Pos{file, 8, 1}}); s.Mesh != want {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	wantData := Data{Rollouts: filepath.Join(dir, "data/rollouts.jsonl"), GlobalBatchSize: 64, SamplesPerPrompt: 8,
@@ -113,7 +113,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Mesh{Nodes: 1, GPUsPerNode: 1, DP: 1}); s.Mesh != want {
+	if want := (Mesh{Nodes: 1, GPUsPerNode: 1, DP: 1, CP: 1}); s.Mesh != want {
 		t.Errorf("mesh = %+v, want %+v", s.Mesh, want)
 	}
 	d := s.Data
@@ -139,6 +139,38 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if s.Mesh.DP != 8 || s.Mesh.WorldSize() != 8 {
 		t.Errorf("dp = %d, world = %d", s.Mesh.DP, s.Mesh.WorldSize())
+	}
+	// With cp, dp defaults to the world over cp, and max_seq_len to the
+	// longest sequence whose rows on each cp rank fit max_tokens_per_gpu.
+	s, err = Parse("x.yaml", []byte(minimal+"mesh: {gpus_per_node: 4, cp: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Mesh.DP != 2 || s.Mesh.CP != 2 || s.Data.MaxSeqLen != 2048 {
+		t.Errorf("dp = %d, cp = %d, max_seq_len = %d; want 2, 2, 2048", s.Mesh.DP, s.Mesh.CP, s.Data.MaxSeqLen)
+	}
+}
+
+func TestSeqRows(t *testing.T) {
+	tests := []struct{ n, cp, rows, fits int }{
+		{n: 9, cp: 1, rows: 9, fits: 9},
+		{n: 9, cp: 2, rows: 6, fits: 16},
+		{n: 8, cp: 2, rows: 4, fits: 16},
+		{n: 1, cp: 4, rows: 2, fits: 32},
+		{n: 17, cp: 4, rows: 6, fits: 64},
+	}
+	for _, tc := range tests {
+		if got := SeqRows(tc.n, tc.cp); got != tc.rows {
+			t.Errorf("SeqRows(%d, %d) = %d, want %d", tc.n, tc.cp, got, tc.rows)
+		}
+		// fits is MaxSeqFits(n, cp): the longest sequence with at most n rows per rank.
+		f := MaxSeqFits(tc.n, tc.cp)
+		if f != tc.fits && !(tc.n%2 == 1 && tc.cp > 1 && f == tc.cp*(tc.n-1)) {
+			t.Errorf("MaxSeqFits(%d, %d) = %d, want %d", tc.n, tc.cp, f, tc.fits)
+		}
+		if SeqRows(f, tc.cp) > tc.n || SeqRows(f+1, tc.cp) <= tc.n {
+			t.Errorf("MaxSeqFits(%d, %d) = %d is not the longest sequence that fits", tc.n, tc.cp, f)
+		}
 	}
 }
 
@@ -249,6 +281,11 @@ func TestParseErrors(t *testing.T) {
 		{"mesh float", "+mesh:\n  nodes: 1.0\n", []want{{"13:10", "mesh.nodes: want an integer, got float 1.0"}}},
 		{"mesh dp mismatch", "+mesh:\n  nodes: 2\n  gpus_per_node: 4\n  dp: 4\n", []want{
 			{"15:7", "mesh.dp: must equal nodes × gpus_per_node = 8"}}},
+		{"mesh cp not dividing", "+mesh:\n  gpus_per_node: 4\n  cp: 3\n", []want{{"14:7", "mesh.cp: must divide nodes × gpus_per_node = 4, got 3"}}},
+		{"mesh dp with cp", "+mesh:\n  gpus_per_node: 4\n  cp: 2\n  dp: 4\n", []want{
+			{"15:7", "mesh.dp: must equal nodes × gpus_per_node / cp = 4 / 2 = 2"}}},
+		{"seq len over cp", strings.Replace(minimal, "max_tokens_per_gpu: 1024", "max_tokens_per_gpu: 1024\n  max_seq_len: 3000", 1) + "mesh: {gpus_per_node: 2, cp: 2}\n",
+			[]want{{"10:16", "data.max_seq_len (3000) puts 1500 rows on each of mesh.cp 2 ranks, more than max_tokens_per_gpu (1024): a sample must fit in one micro-batch (at most 2048 tokens)"}}},
 		{"batch not multiple of dp", "+mesh:\n  dp: 3\n  gpus_per_node: 3\n", []want{{"=8:22", "global_batch_size (8) must be a multiple of mesh.dp (3)"}}},
 		{"mesh zero", "+mesh:\n  nodes: 0\n", []want{{"13:10", "mesh.nodes: must be at least 1, got 0"}}},
 		{"mesh gpu", "+mesh:\n  gpu: -5\n", []want{{"13:8", "positive byte count"}}},

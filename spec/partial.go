@@ -50,7 +50,10 @@ func sanitize(s *Spec, f facts) map[string]bool {
 	if !in(m.GPUsPerNode, 1, MaxGPUsPerNode) {
 		reset(changed, "mesh", &m.GPUsPerNode, 1)
 	}
-	reset(changed, "mesh", &m.DP, m.WorldSize())
+	if m.CP < 1 || m.CP > m.WorldSize() || m.WorldSize()%m.CP != 0 {
+		reset(changed, "mesh", &m.CP, 1)
+	}
+	reset(changed, "mesh", &m.DP, m.WorldSize()/m.CP)
 	if strings.TrimSpace(m.GPU) == "" {
 		reset(changed, "mesh", &m.GPU, "")
 	}
@@ -77,8 +80,8 @@ func sanitize(s *Spec, f facts) map[string]bool {
 	if !in(x.MaxTokensPerGPU, 1, MaxTokens) {
 		reset(changed, "data", &x.MaxTokensPerGPU, 0)
 	}
-	if f.failed["data.max_seq_len"] || !in(x.MaxSeqLen, 1, MaxTokens) || x.MaxTokensPerGPU != 0 && x.MaxSeqLen > x.MaxTokensPerGPU {
-		reset(changed, "data", &x.MaxSeqLen, x.MaxTokensPerGPU)
+	if f.failed["data.max_seq_len"] || !in(x.MaxSeqLen, 1, MaxTokens) || x.MaxTokensPerGPU != 0 && SeqRows(x.MaxSeqLen, m.CP) > x.MaxTokensPerGPU {
+		reset(changed, "data", &x.MaxSeqLen, min(MaxSeqFits(x.MaxTokensPerGPU, m.CP), MaxTokens))
 	}
 	if !positiveFinite(x.Temperature) {
 		reset(changed, "data", &x.Temperature, 1)

@@ -73,7 +73,7 @@ func invariant(s *Spec, valid bool) []string {
 	ms := s.Mesh
 	within("mesh.nodes", int64(ms.Nodes), 1, MaxNodes)
 	within("mesh.gpus_per_node", int64(ms.GPUsPerNode), 1, MaxGPUsPerNode)
-	check(ms.DP == ms.WorldSize(), "mesh.dp = %d, world size %d", ms.DP, ms.WorldSize())
+	check(ms.CP >= 1 && ms.WorldSize()%ms.CP == 0 && ms.DP*ms.CP == ms.WorldSize(), "mesh.dp = %d, cp = %d, world size %d", ms.DP, ms.CP, ms.WorldSize())
 	check(ms.GPU == "" || strings.TrimSpace(ms.GPU) != "", "mesh.gpu = %q", ms.GPU)
 
 	x := s.Data
@@ -93,7 +93,7 @@ func invariant(s *Spec, valid bool) []string {
 	within("data.max_tokens_per_gpu", int64(x.MaxTokensPerGPU), lo, MaxTokens)
 	within("data.max_seq_len", int64(x.MaxSeqLen), lo, MaxTokens)
 	if x.MaxTokensPerGPU != 0 {
-		check(x.MaxSeqLen >= 1 && x.MaxSeqLen <= x.MaxTokensPerGPU, "data.max_seq_len %d, max_tokens_per_gpu %d", x.MaxSeqLen, x.MaxTokensPerGPU)
+		check(x.MaxSeqLen >= 1 && SeqRows(x.MaxSeqLen, ms.CP) <= x.MaxTokensPerGPU, "data.max_seq_len %d, max_tokens_per_gpu %d, cp %d", x.MaxSeqLen, x.MaxTokensPerGPU, ms.CP)
 	}
 	check(finite("data.temperature", x.Temperature) && x.Temperature > 0, "data.temperature = %v", x.Temperature)
 
@@ -156,7 +156,8 @@ var resets = map[string]func(s *Spec) (got, want any){
 	"name":                    func(s *Spec) (any, any) { return s.Name, "" },
 	"mesh.nodes":              func(s *Spec) (any, any) { return s.Mesh.Nodes, 1 },
 	"mesh.gpus_per_node":      func(s *Spec) (any, any) { return s.Mesh.GPUsPerNode, 1 },
-	"mesh.dp":                 func(s *Spec) (any, any) { return s.Mesh.DP, s.Mesh.WorldSize() },
+	"mesh.dp":                 func(s *Spec) (any, any) { return s.Mesh.DP, s.Mesh.WorldSize() / s.Mesh.CP },
+	"mesh.cp":                 func(s *Spec) (any, any) { return s.Mesh.CP, 1 },
 	"mesh.gpu":                func(s *Spec) (any, any) { return s.Mesh.GPU, "" },
 	"data.rollouts":           func(s *Spec) (any, any) { return s.Data.Rollouts, "" },
 	"data.global_batch_size":  func(s *Spec) (any, any) { return s.Data.GlobalBatchSize, 0 },
@@ -165,7 +166,7 @@ var resets = map[string]func(s *Spec) (got, want any){
 		return s.Data.RolloutBatchSize, s.Data.GlobalBatchSize / s.Data.SamplesPerPrompt
 	},
 	"data.max_tokens_per_gpu":    func(s *Spec) (any, any) { return s.Data.MaxTokensPerGPU, 0 },
-	"data.max_seq_len":           func(s *Spec) (any, any) { return s.Data.MaxSeqLen, s.Data.MaxTokensPerGPU },
+	"data.max_seq_len":           func(s *Spec) (any, any) { return s.Data.MaxSeqLen, min(MaxSeqFits(s.Data.MaxTokensPerGPU, s.Mesh.CP), MaxTokens) },
 	"data.temperature":           func(s *Spec) (any, any) { return s.Data.Temperature, 1.0 },
 	"train.steps":                func(s *Spec) (any, any) { return s.Train.Steps, 0 },
 	"train.ppo_epochs":           func(s *Spec) (any, any) { return s.Train.PPOEpochs, 1 },
@@ -517,6 +518,7 @@ func TestPartialRandom(t *testing.T) {
 		{"mesh.nodes", []string{"", "1", "2", "0", "x"}},
 		{"mesh.gpus_per_node", []string{"", "1", "3", "4", "65"}},
 		{"mesh.dp", []string{"", "", "1", "4", "8", "12", "0"}},
+		{"mesh.cp", []string{"", "", "1", "2", "3", "0"}},
 		{"mesh.gpu", []string{"", "h100-80g", "0", "' '", "1024"}},
 		{"data.rollouts", []string{"r", "r", "' '", "3", ""}},
 		{"data.global_batch_size", []string{"", "0", "1", "4", "8", "12", "16", "24", "x"}},

@@ -45,15 +45,16 @@ const (
 //     so does a section that is not a mapping. Computed defaults are
 //     computed from the partial values: Data.RolloutBatchSize is
 //     GlobalBatchSize / SamplesPerPrompt (0 when GlobalBatchSize is 0),
-//     Data.MaxSeqLen is MaxTokensPerGPU (perhaps 0), Train.DecaySteps is
+//     Data.MaxSeqLen is MaxSeqFits(MaxTokensPerGPU, CP) (perhaps 0), Train.DecaySteps is
 //     TotalUpdates() (perhaps 0).
 //   - Cross-field checks leave their fields consistent: the field the error
 //     is reported at takes its default or zero, and so does any field whose
-//     check against a reset field no longer holds. Mesh.DP is always
-//     Nodes × GPUsPerNode; a non-zero GlobalBatchSize is a multiple of
+//     check against a reset field no longer holds. Mesh.CP divides
+//     Nodes × GPUsPerNode and Mesh.DP is always that over Mesh.CP; a
+//     non-zero GlobalBatchSize is a multiple of
 //     SamplesPerPrompt and of Mesh.DP; RolloutSamples() is at most
 //     MaxRolloutSamples and, when GlobalBatchSize is not 0, a multiple of
-//     it; MaxSeqLen is at most MaxTokensPerGPU unless that is 0;
+//     it; SeqRows(MaxSeqLen, CP) is at most MaxTokensPerGPU unless that is 0;
 //     TotalUpdates() is at most MaxUpdates; MinLR and WarmupInitLR are at
 //     most LR; ShuffleGroups implies Shuffle; with a linear or cosine decay,
 //     a non-zero DecaySteps exceeds WarmupSteps.
@@ -123,14 +124,39 @@ type Model struct {
 type Mesh struct {
 	Nodes       int    // default 1
 	GPUsPerNode int    // default 1
-	DP          int    // data-parallel (FSDP) size; default Nodes*GPUsPerNode, must equal it (even in a partial spec)
+	DP          int    // data-parallel size; default Nodes*GPUsPerNode/CP; DP*CP must equal the world (even in a partial spec)
+	CP          int    // context-parallel size: each sequence is split over CP ranks; default 1
 	GPU         string // memory preset name or byte count; empty means "ask NVML or --gpu"
 	HostMemory  int64  // a node's RAM in bytes, for the plan's host check; 0: not given
 	Pos         Pos
 }
 
-// WorldSize is the number of ranks in the mesh.
+// WorldSize is the number of ranks in the mesh: dp × cp. FSDP shards
+// every model over all of them.
 func (m Mesh) WorldSize() int { return m.Nodes * m.GPUsPerNode }
+
+// CPSize is mesh.cp, at least 1.
+func (m Mesh) CPSize() int { return max(m.CP, 1) }
+
+// SeqRows is the number of rows a sequence of n tokens puts on each of cp
+// context-parallel ranks: n itself at cp 1; otherwise the sequence is
+// padded to a multiple of 2·cp and each rank holds two of its 2·cp chunks
+// (zigzag, see model.ZigzagLayout).
+func SeqRows(n, cp int) int {
+	if cp <= 1 {
+		return n
+	}
+	return 2 * ((n + 2*cp - 1) / (2 * cp))
+}
+
+// MaxSeqFits is the longest sequence whose rows on each of cp ranks fit
+// in a micro-batch of maxTokens rows (SeqRows(n, cp) ≤ maxTokens).
+func MaxSeqFits(maxTokens, cp int) int {
+	if cp <= 1 {
+		return maxTokens
+	}
+	return cp * (maxTokens - maxTokens%2)
+}
 
 // Data describes the rollout data and how it is batched.
 type Data struct {
@@ -249,6 +275,7 @@ type MeshEnv struct {
 	GPUsPerNode int `expr:"gpus_per_node"`
 	WorldSize   int `expr:"world_size"`
 	DP          int `expr:"dp"`
+	CP          int `expr:"cp"`
 }
 
 // GPUEnv describes the GPU to an expression.

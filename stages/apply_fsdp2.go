@@ -71,7 +71,7 @@ func (s *ApplyFSDP2) program(p *prog) {
 	if p.err != nil {
 		return
 	}
-	dp := p.job.Spec.Mesh.DP
+	dp := p.job.Spec.Mesh.WorldSize()
 	units := Units(m, dp)
 	var paramBytes, gradBytes, largest int64
 	for _, u := range units {
@@ -109,7 +109,7 @@ func (s *ApplyFSDP2) program(p *prog) {
 // loadShards zeroes the sharded state and reads this rank's rows of every
 // tensor into the params.
 func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
-	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.DP
+	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.WorldSize()
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
 		if r != nil {
 			if err := b.Zero(r.t); err != nil {

@@ -3,6 +3,7 @@ package stages
 import (
 	"fmt"
 
+	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages/rollout"
 )
 
@@ -53,6 +54,16 @@ func (b *Batch) RespTokens() int { return b.RespOff[len(b.RespOff)-1] }
 
 // Lengths returns every sample's token count, by batch index.
 func (b *Batch) Lengths() []int { return rollout.Lengths(b.Samples) }
+
+// Rows returns the rows every sample puts on each rank of a cp group
+// (spec.SeqRows), by batch index: what the micro-batch budget counts.
+func (b *Batch) Rows(cp int) []int {
+	rows := b.Lengths()
+	for i, n := range rows {
+		rows[i] = spec.SeqRows(n, cp)
+	}
+	return rows
+}
 
 // Pack packs the samples idx (batch indices) into a micro-batch.
 func (b *Batch) Pack(idx []int) (*rollout.Packed, error) { return rollout.Pack(b.Samples, idx) }

@@ -260,7 +260,7 @@ func ExportCheckpoint(j *Job, name, ckpt, out, dtype string) error {
 	if m == nil {
 		return fmt.Errorf("export: no model %q", name)
 	}
-	dp := j.Spec.Mesh.DP
+	dp := j.Spec.Mesh.WorldSize()
 	cks := make([]*model.Checkpoint, dp)
 	defer func() {
 		for _, ck := range cks {

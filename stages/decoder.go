@@ -24,7 +24,7 @@ type decoder struct {
 	p      *prog
 	st     *ShardState
 	cfg    *model.Config
-	dp     int
+	world  int // the ranks FSDP shards over: dp × cp
 	prefix string
 	T, N   int // tokens and response tokens of the micro-batch (the budget while planning)
 	C      int // log-prob chunk of the current micro-batch
@@ -33,6 +33,11 @@ type decoder struct {
 	dts    []gpu.DType
 	rc     []bool
 	mb     *rollout.Packed // running only
+	// cp is mesh.cp; with cp > 1 every micro-batch is split over the
+	// rank's cp group (rank cpRank of it), sh is this rank's part of the
+	// current one (running only), and attention is ring attention.
+	cp, cpRank int
+	sh         *rollout.CPShard
 	// stored marks, by byte offset, the fp32 grad shards the step's
 	// reductions have written so far: the first reduction into a shard
 	// stores, later ones (later micro-batches, or a tied weight's other
@@ -60,7 +65,8 @@ type decoder struct {
 // most tokens tokens (the batch's budget), with log-prob chunks of chunk
 // rows.
 func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool) *decoder {
-	d := &decoder{p: p, st: st, cfg: st.Model.Config, dp: p.job.Spec.Mesh.DP, prefix: p.stage.ID,
+	m := p.job.Spec.Mesh
+	d := &decoder{p: p, st: st, cfg: st.Model.Config, world: m.WorldSize(), cp: m.CPSize(), prefix: p.stage.ID,
 		T: tokens, N: tokens, C: min(chunk, tokens), chunk: chunk,
 		samp: model.Sampling{Temperature: float32(p.job.Spec.Data.Temperature), EntropyTempered: entropyTempered}}
 	for _, u := range st.Units {
@@ -70,6 +76,9 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 		p.fail(err)
 		d.dts = append(d.dts, dtypeOf(dt))
 		d.rc = append(d.rc, rc)
+	}
+	if p.running() {
+		d.cpRank = p.r.cpRank(m)
 	}
 	n := len(st.Units)
 	d.gathered = make([]*ref, n)
@@ -102,6 +111,15 @@ func (d *decoder) setBatch(mb *rollout.Packed) {
 	}
 	d.mb = mb
 	d.T, d.N = d.mb.NumTokens(), len(d.mb.Targets)
+	if d.cp > 1 {
+		sh, err := mb.CPShard(d.cpRank, d.cp)
+		if err != nil {
+			d.p.fail(err)
+			return
+		}
+		d.sh = sh
+		d.T, d.N = len(sh.Tokens), len(sh.Response)
+	}
 	d.C = max(1, min(d.chunk, d.N))
 }
 
@@ -140,6 +158,9 @@ func (d *decoder) inputs(train, entropy bool) []*ref {
 		all = append(all, io.dlogp, io.dentropy)
 	}
 	p.do(func() error {
+		if d.cp > 1 {
+			return d.uploadShard()
+		}
 		b, mb := d.b(), d.mb
 		for _, up := range []struct {
 			t   gpu.Tensor
@@ -157,13 +178,19 @@ func (d *decoder) inputs(train, entropy bool) []*ref {
 // cuLen is the length of cu_seqlens: T+1 while planning (up to T sequences).
 func cuLen(d *decoder) int {
 	if d.mb != nil {
-		return len(d.mb.CuSeqlens)
+		return len(d.mb.CuSeqlens) // a cp shard has as many sequences
 	}
 	return d.T + 1
 }
 
-func (d *decoder) batch(hook func(string) error) model.Batch {
-	return model.Batch{Positions: d.io.pos.t, CuSeqlens: d.io.cu.t, T: d.T, Hook: hook}
+// batch describes the micro-batch to the layers; sc is the ring
+// attention's scratch when cp > 1.
+func (d *decoder) batch(hook func(string) error, sc *model.RingScratch) model.Batch {
+	b := model.Batch{Positions: d.io.pos.t, CuSeqlens: d.io.cu.t, T: d.T, Hook: hook}
+	if d.cp > 1 {
+		b.Attend, b.AttendBackward = d.ringAttention(sc)
+	}
+	return b
 }
 
 // gather declares the op that makes unit i's compute copy: for each slot, a
@@ -192,7 +219,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 	for _, s := range u.Slots {
 		needCast = needCast || d.st.owner(u, s).Master != dt
 	}
-	if d.dp > 1 && needCast {
+	if d.world > 1 && needCast {
 		send = p.buf(d.name(tag+"send", u.Name), plan.Comm, dt, int(u.SliceElems))
 	}
 	// The side stream reads the staging buffers until the gather completes,
@@ -239,7 +266,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 			if err != nil {
 				return err
 			}
-			if d.dp == 1 {
+			if d.world == 1 {
 				if err := b.Copy(dst, src); err != nil {
 					return err
 				}
@@ -413,6 +440,7 @@ func (d *decoder) layerForward(i int, train bool) {
 				saved = append(saved, &ref{pb: pb})
 			}
 		}
+		d.ringBufs(u, dt, "fwd", false, idx["attention"])
 		if train {
 			d.layerIn[i] = d.resid
 			out = &ref{pb: p.b.Alloc(d.name("resid", u.Name), plan.Activations, int64(4*d.T*d.cfg.HiddenSize), idx["down"], idx["down"])}
@@ -432,6 +460,7 @@ func (d *decoder) layerForward(i int, train bool) {
 		}
 		*a.field(la) = p.buf(d.name(kind, u.Name, a.name), plan.Activations, a.dt, a.shape...).t
 	}
+	sc := d.ringBufs(u, dt, "fwd", false, -1)
 	out = d.resid
 	if train {
 		d.layerIn[i] = d.resid
@@ -448,7 +477,7 @@ func (d *decoder) layerForward(i int, train bool) {
 		if err != nil {
 			return err
 		}
-		return d.cfg.LayerForward(d.b(), w, la, d.resid.t, out.t, d.batch(d.hook(u)))
+		return d.cfg.LayerForward(d.b(), w, la, d.resid.t, out.t, d.batch(d.hook(u), sc))
 	})
 	d.resid = out
 }
@@ -520,7 +549,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 	op := p.op("reduce-scatter grads " + u.Name)
 	until(op, grad)
 	var rsIn, rsOut, d2h *ref
-	if d.dp > 1 {
+	if d.world > 1 {
 		rsIn = p.buf(d.name("rs.in", u.Name), plan.Comm, gpu.F32, int(u.Elems))
 		rsOut = p.buf(d.name("rs.out", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
 	} else if d.st.Model.OffloadOptimizer {
@@ -673,6 +702,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			*a.field(la) = r.t
 			rc = append(rc, r)
 		}
+		sc := d.ringBufs(u, dt, "rc", false, -1)
 		p.do(func() error {
 			if err := d.await(g); err != nil {
 				return err
@@ -681,7 +711,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err != nil {
 				return err
 			}
-			return c.LayerForward(d.b(), w, la, d.layerIn[i].t, gpu.Tensor{}, d.batch(nil))
+			return c.LayerForward(d.b(), w, la, d.layerIn[i].t, gpu.Tensor{}, d.batch(nil, sc))
 		})
 	}
 	grads := []struct {
@@ -715,11 +745,13 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 		for _, x := range grads {
 			p.b.Alloc(d.name("bwd", u.Name, x.name), plan.Activations, int64(dt.Size())*numel(x.shape), idx[x.first], idx[x.last])
 		}
+		d.ringBufs(u, dt, "bwd", true, idx["attention backward"])
 	} else {
 		grad = d.zeroed(d.name("grad", u.Name), plan.Grads, dt, int(u.Elems))
 		for _, x := range grads {
 			*x.field(gb) = p.buf(d.name("bwd", u.Name, x.name), plan.Activations, dt, x.shape...).t
 		}
+		sc := d.ringBufs(u, dt, "bwd", true, -1)
 		p.do(func() error {
 			if err := d.await(g); err != nil {
 				return err
@@ -732,7 +764,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err != nil {
 				return err
 			}
-			return c.LayerBackward(d.b(), w, dw, la, gb, d.layerIn[i].t, dres.t, d.batch(d.hook(u)))
+			return c.LayerBackward(d.b(), w, dw, la, gb, d.layerIn[i].t, dres.t, d.batch(d.hook(u), sc))
 		})
 	}
 	end := p.now()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/nccl"
 	rt "github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -72,21 +73,29 @@ type RunOptions struct {
 	// Backend returns the backend of a rank; nil means the CPU backend.
 	Backend func(rank int) (gpu.Backend, error)
 	// Ranks are the ranks this process runs, each as a goroutine; nil
-	// means all dp ranks. With fewer, the others run in other processes
+	// means all the mesh's ranks. With fewer, the others run in other processes
 	// (one process per GPU, started by a launcher) and Comms and Control
 	// must join them.
 	Ranks []int
 	// Comms connects the ranks' backends: it gets this process's backends
 	// (one per entry of Ranks, in order) and returns their communicators
-	// over all dp ranks. nil means the in-process loopback communicator,
-	// which needs host-addressable memory (the CPU backend).
+	// over all the mesh's ranks (dp × cp: FSDP shards over all of them).
+	// nil means the in-process loopback communicator, which needs
+	// host-addressable memory (the CPU backend).
 	Comms func(backends []gpu.Backend) ([]nccl.Comm, error)
+	// CPComms, with mesh.cp > 1, returns for each of this process's
+	// backends the communicator of its context-parallel group: the cp
+	// ranks dp·cp … dp·cp+cp−1, in that order, which pass keys and values
+	// round their ring (a communicator that is itself a model.Ring shifts
+	// them its own way, NCCL's send and receive; others through
+	// nccl.HostRing). nil means an in-process loopback per group.
+	CPComms func(backends []gpu.Backend) ([]nccl.Comm, error)
 	// Threads is the CPU threads a rank's CPU work uses (the CPU backend,
 	// the host optimizer step); 0 means GOMAXPROCS over the ranks this
 	// process runs. A process per rank sets it to its share of the host.
 	Threads int
 	// Control holds, for each entry of Ranks, a host-memory communicator
-	// over all dp ranks for what the ranks agree on outside the stages
+	// over all the mesh's ranks for what the ranks agree on outside the stages
 	// (whether to stop). nil means an in-process loopback, when this
 	// process runs every rank. Run does not close them.
 	Control []nccl.Comm
@@ -160,7 +169,7 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	if j.Graph == nil {
 		return nil, fmt.Errorf("the job has no stage graph")
 	}
-	dp := j.Spec.Mesh.DP
+	world := j.Spec.Mesh.WorldSize()
 	steps := j.Spec.Train.Steps
 	switch {
 	case opts.Steps > 0:
@@ -171,18 +180,18 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	first := max(opts.FirstStep, 1)
 	local := opts.Ranks
 	if local == nil {
-		local = make([]int, dp)
+		local = make([]int, world)
 		for r := range local {
 			local[r] = r
 		}
 	}
 	for _, r := range local {
-		if r < 0 || r >= dp {
-			return nil, fmt.Errorf("rank %d is outside the mesh's dp %d", r, dp)
+		if r < 0 || r >= world {
+			return nil, fmt.Errorf("rank %d is outside the mesh's %d ranks", r, world)
 		}
 	}
-	if len(local) < dp && (opts.Comms == nil || len(opts.Control) != len(local)) {
-		return nil, fmt.Errorf("this process runs %d of %d ranks and has no communicator joining the others", len(local), dp)
+	if len(local) < world && (opts.Comms == nil || len(opts.Control) != len(local)) {
+		return nil, fmt.Errorf("this process runs %d of %d ranks and has no communicator joining the others", len(local), world)
 	}
 	if opts.Threads <= 0 {
 		opts.Threads = max(1, runtime.GOMAXPROCS(0)/len(local))
@@ -216,7 +225,7 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 		}
 		comms = cs
 	} else {
-		comms = nccl.NewLoopback(dp)
+		comms = nccl.NewLoopback(world)
 	}
 	defer func() {
 		for _, c := range comms {
@@ -225,24 +234,38 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	}()
 	control := opts.Control
 	if control == nil {
-		control = nccl.NewLoopback(dp)
+		control = nccl.NewLoopback(world)
 		defer control[0].Close()
 	}
+	cpComms, err := contextComms(j, local, backends, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range cpComms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	res := &Result{Ranks: make([]*Rank, dp), Export: make([]ShardRows, dp), Last: first - 1, lead: local[0]}
+	res := &Result{Ranks: make([]*Rank, world), Export: make([]ShardRows, world), Last: first - 1, lead: local[0]}
 	var wg sync.WaitGroup
 	errs := make([]error, len(local))
 	for i, r := range local {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := runRank(ctx, j, p, backends[i], comms[i], control[i], r, first, steps, opts, res)
+			err := runRank(ctx, j, p, backends[i], comms[i], control[i], cpComms[i], r, first, steps, opts, res)
 			if err != nil {
 				errs[i] = err
 				cancel(err)
 				abort(comms[i], err)
 				abort(control[i], err)
+				if cpComms[i] != nil {
+					abort(cpComms[i], err)
+				}
 			}
 		}()
 	}
@@ -261,6 +284,38 @@ func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, e
 	return res, errors.Join(errs...)
 }
 
+// contextComms returns the communicators of the cp groups of the ranks in
+// local (nil entries when mesh.cp is 1).
+func contextComms(j *Job, local []int, backends []gpu.Backend, opts RunOptions) ([]nccl.Comm, error) {
+	cp, world := j.Spec.Mesh.CPSize(), j.Spec.Mesh.WorldSize()
+	out := make([]nccl.Comm, len(local))
+	if cp == 1 {
+		return out, nil
+	}
+	for i, b := range backends {
+		if _, ok := b.(model.RingBackend); !ok {
+			return nil, fmt.Errorf("rank %d: mesh.cp %d needs ring attention (span attention and its merge), which backend %T does not have", local[i], cp, b)
+		}
+	}
+	if opts.CPComms != nil {
+		cs, err := opts.CPComms(backends)
+		if err != nil {
+			return nil, fmt.Errorf("context-parallel communicator: %w", err)
+		}
+		if len(cs) != len(local) {
+			return nil, fmt.Errorf("context-parallel communicator: %d ranks for the %d this process runs", len(cs), len(local))
+		}
+		return cs, nil
+	}
+	if len(local) != world {
+		return nil, fmt.Errorf("mesh.cp %d: this process runs %d of %d ranks and has no context-parallel communicator joining the others", cp, len(local), world)
+	}
+	for g := 0; g < world; g += cp {
+		copy(out[g:g+cp], nccl.NewLoopback(cp))
+	}
+	return out, nil
+}
+
 // abort aborts c because of err: with the reason, where the communicator
 // can carry it to other processes, else by closing it.
 func abort(c nccl.Comm, err error) {
@@ -271,7 +326,7 @@ func abort(c nccl.Comm, err error) {
 	c.Close()
 }
 
-func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, control nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
+func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, control, cp nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
 	g := j.Graph
 	arena, err := NewArena(b, p)
 	if err != nil {
@@ -280,6 +335,13 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena)
 	r.Control = control
+	if cp != nil {
+		r.CP = cp
+		r.Ring = nccl.HostRing{C: cp}
+		if ring, ok := cp.(model.Ring); ok {
+			r.Ring = ring
+		}
+	}
 	if opts.DeviceMemory != nil {
 		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
 	}

@@ -99,6 +99,9 @@ func (s *Generate) Validate(vc *ValidateContext) spec.Errors {
 		if s.ChunkTokens < 1 || s.ChunkTokens > maxTokensBound {
 			errs = append(errs, vc.Errorf("chunk_tokens", "chunk_tokens must be in [1, %d], got %d", maxTokensBound, s.ChunkTokens))
 		}
+		if cp := sp.Mesh.CPSize(); cp > 1 {
+			errs = append(errs, vc.Errorf("engine", "the local engine does not split sequences over mesh.cp (%d); generate with sglang or openai, or set cp to 1", cp))
+		}
 	case EngineSGLang, EngineOpenAI:
 		if u, err := url.Parse(s.URL); s.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, vc.Errorf("url", "the %s engine needs url: an http or https base URL such as http://127.0.0.1:30000, got %q", s.Engine, s.URL))

@@ -22,7 +22,7 @@ const writerBuffer = 4<<22 + 1<<20
 //   - export: rank 0 assembles one full tensor of the exported model at a
 //     time from the ranks' shard files.
 func hostBuffers(j *Job) []plan.HostUse {
-	dp := j.Spec.Mesh.DP
+	dp := j.Spec.Mesh.WorldSize()
 	var load, save, export int64
 	var exportName string
 	names := make([]string, 0, len(j.Stages))

@@ -59,7 +59,8 @@ func respBound(sp *spec.Spec) int {
 // program runs the model's forward over this rank's micro-batches of the
 // batch, gathers every response token's values into one device buffer laid
 // out as the batch's TokenValues, sums it over the ranks (each token is
-// written by exactly one rank, the others hold 0), and downloads it.
+// written by exactly one rank, the others hold 0: with mesh.cp > 1 the
+// rank of its cp group whose rows score it), and downloads it.
 func (s *LogProb) program(p *prog) {
 	b, _ := p.in("batch").(*Batch)
 	st, _ := p.in("weights").(*ShardState)
@@ -75,7 +76,7 @@ func (s *LogProb) program(p *prog) {
 	p.op("clear values")
 	vals := p.buf(p.stage.ID+".values", plan.IO, gpu.F32, outputs*bound)
 	p.do(func() error {
-		if p.job.Spec.Mesh.DP == 1 {
+		if p.job.Spec.Mesh.WorldSize() == 1 {
 			return nil // every value is written below
 		}
 		return p.r.B.Zero(vals.t)
@@ -96,15 +97,13 @@ func (s *LogProb) program(p *prog) {
 			if s.Entropy {
 				srcs = append(srcs, d.io.entropy.t)
 			}
-			pk := micro[mb]
 			for k, src := range srcs {
-				for j, i := range pk.SampleIndex {
-					from, to := pk.RespStart[j], pk.RespStart[j+1]
-					sv, err := src.Flat(from, to)
+				for _, sp := range d.responseSpans(b) {
+					sv, err := src.Flat(sp.from, sp.from+sp.n)
 					if err != nil {
 						return err
 					}
-					dv, err := vals.t.Flat(k*bound+b.RespOff[i], k*bound+b.RespOff[i+1])
+					dv, err := vals.t.Flat(k*bound+sp.to, k*bound+sp.to+sp.n)
 					if err != nil {
 						return err
 					}

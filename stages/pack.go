@@ -20,7 +20,9 @@ const maxTokensBound = 1 << 24
 
 // Pack prepares the step's rollout batch for the model: it balances the
 // samples over the dp ranks by token count and packs each rank's share
-// into micro-batches of at most Tokens tokens. Its output "batch" carries
+// into micro-batches of at most Tokens tokens. With mesh.cp > 1 a dp rank
+// is a cp group, which splits every sequence over its ranks: the budget
+// counts the rows each of them holds (spec.SeqRows). Its output "batch" carries
 // the budget to every stage that computes on it.
 type Pack struct {
 	MaxTokensPerGPU int `yaml:"max_tokens_per_gpu"` // 0: data.max_tokens_per_gpu
@@ -42,8 +44,14 @@ func (s *Pack) Validate(vc *ValidateContext) spec.Errors {
 		errs = append(errs, vc.Errorf("max_tokens_per_gpu", "max_tokens_per_gpu must be positive, got %d", n))
 	case n > maxTokensBound:
 		errs = append(errs, vc.Errorf("max_tokens_per_gpu", "max_tokens_per_gpu must be at most %d, got %d", maxTokensBound, n))
-	case n > 0 && n < vc.Job.Spec.Data.MaxSeqLen:
-		errs = append(errs, vc.Errorf("max_tokens_per_gpu", "max_tokens_per_gpu %d is below data.max_seq_len %d: the longest sample would not fit", n, vc.Job.Spec.Data.MaxSeqLen))
+	case n > 0 && n < spec.SeqRows(vc.Job.Spec.Data.MaxSeqLen, vc.Job.Spec.Mesh.CPSize()):
+		sp := vc.Job.Spec
+		if cp := sp.Mesh.CPSize(); cp > 1 {
+			errs = append(errs, vc.Errorf("max_tokens_per_gpu", "max_tokens_per_gpu %d is below the %d rows data.max_seq_len %d puts on each of mesh.cp %d ranks: the longest sample would not fit",
+				n, spec.SeqRows(sp.Data.MaxSeqLen, cp), sp.Data.MaxSeqLen, cp))
+		} else {
+			errs = append(errs, vc.Errorf("max_tokens_per_gpu", "max_tokens_per_gpu %d is below data.max_seq_len %d: the longest sample would not fit", n, sp.Data.MaxSeqLen))
+		}
 	}
 	return errs
 }
@@ -73,11 +81,12 @@ func (s *Pack) program(p *prog) {
 		for i := range all {
 			all[i] = i
 		}
-		plans, err := rollout.Plan(b.Lengths(), all, p.job.Spec.Mesh.DP, b.Tokens)
+		m := p.job.Spec.Mesh
+		plans, err := rollout.Plan(b.Rows(m.CPSize()), all, m.DP, b.Tokens)
 		if err != nil {
 			return err
 		}
-		for _, mb := range plans[p.r.ID] {
+		for _, mb := range plans[p.r.dpRank(m)] {
 			pk, err := b.Pack(mb)
 			if err != nil {
 				return err

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/spec"
 )
 
 // Rank is one rank's run-time state: its backend, communicator and arena,
@@ -18,9 +20,14 @@ type Rank struct {
 	// ranks agree on outside the stages: in one process a loopback, across
 	// processes TCP.
 	Control nccl.Comm
-	B       gpu.Backend
-	Arena   *Arena
-	Step    int // 1-based training step; 0 during setup
+	// CP is the communicator of the rank's context-parallel group (nil
+	// when mesh.cp is 1): its rank there is the rank's cp rank, ID mod cp,
+	// and Ring passes keys and values round it.
+	CP    nccl.Comm
+	Ring  model.Ring
+	B     gpu.Backend
+	Arena *Arena
+	Step  int // 1-based training step; 0 during setup
 
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).
@@ -68,6 +75,13 @@ func (r *Rank) scratch(n int) []float32 {
 	}
 	return r.host[:n]
 }
+
+// dpRank is the rank's data-parallel rank: which share of the batch it
+// computes on (with its cp group).
+func (r *Rank) dpRank(m spec.Mesh) int { return r.ID / m.CPSize() }
+
+// cpRank is the rank's place in its context-parallel group.
+func (r *Rank) cpRank(m spec.Mesh) int { return r.ID % m.CPSize() }
 
 // unitName matches the unit in an op name.
 var unitName = regexp.MustCompile(`\blayer\d+\b ?`)

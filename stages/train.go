@@ -227,10 +227,13 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		d.forward(true)
 		d.headForward(true)
 		p.op("loss (host)")
-		p.do(func() error { return s.loss(p, d, in, up, pk, &acc) })
+		gather := d.responseBuf(2)
+		p.do(func() error { return s.loss(p, d, in, up, pk, gather, &acc) })
 		d.backward()
 		until(p.now(), io...)
-		acc.tokens += int64(d.T)
+		if d.cpRank == 0 && pk != nil {
+			acc.tokens += int64(pk.NumTokens())
+		}
 	}
 	s.optimize(p, d, up, &acc)
 	until(p.now(), ring)
@@ -273,14 +276,17 @@ func (s *Train) updates(p *prog, in stepInputs) ([]update, error) {
 		groups[k] = sm.Group
 	}
 	cfg := s.lossConfig()
-	lengths := b.Lengths()
+	lengths := b.Rows(sp.Mesh.CPSize())
 	var ups []update
 	for e := 0; e < sp.Train.PPOEpochs; e++ {
 		order := rollout.EpochOrder(groups, sp.Train.Shuffle, sp.Train.ShuffleGroups, sp.Train.Seed, p.r.Step, e+1)
 		for k := 0; k < nMini; k++ {
 			up := update{Index: (p.r.Step-1)*perStep + e*nMini + k, Epoch: e + 1, MiniBatch: k + 1,
 				Samples: order[k*gbs : (k+1)*gbs]}
-			up.norm = rl.Norm{DP: sp.Mesh.DP, Samples: gbs}
+			// Every rank's grads are scaled by the world size: the
+			// reduce-scatter averages over all dp × cp ranks, which gives
+			// the mean over dp of the sums over each cp group.
+			up.norm = rl.Norm{DP: sp.Mesh.WorldSize(), Samples: gbs}
 			for _, i := range up.Samples {
 				var old, ro []float32
 				if cfg.TIS != "" {
@@ -297,7 +303,7 @@ func (s *Train) updates(p *prog, in stepInputs) ([]update, error) {
 			if err != nil {
 				return nil, err
 			}
-			for _, idx := range plans[p.r.ID] {
+			for _, idx := range plans[p.r.dpRank(sp.Mesh)] {
 				pk, err := b.Pack(idx)
 				if err != nil {
 					return nil, err
@@ -327,8 +333,11 @@ type updateSums struct {
 }
 
 // loss computes the loss of micro-batch pk on the host and uploads dL/dl
-// and dL/dH.
-func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout.Packed, acc *updateSums) error {
+// and dL/dH. With mesh.cp > 1 every rank of the cp group gathers the
+// micro-batch's log-probs and entropies through gather and computes the
+// same loss; the first of them counts its metrics, and each uploads the
+// gradients of the tokens it scores.
+func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout.Packed, gather *ref, acc *updateSums) error {
 	b := p.r.B
 	N := d.N
 	logp, ent := make([]float32, N), make([]float32, N)
@@ -337,6 +346,13 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 	}
 	if err := b.Download(ent, d.io.entropy.t); err != nil {
 		return err
+	}
+	if d.cp > 1 {
+		full, err := d.gatherResponses(gather, logp, ent)
+		if err != nil {
+			return err
+		}
+		logp, ent = full[0], full[1]
 	}
 	batch := &rl.Batch{LogP: logp, Entropy: ent, Mask: pk.Mask}
 	S := pk.NumSamples()
@@ -372,6 +388,15 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 	if s.observe != nil {
 		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
 	}
+	if err := b.Upload(d.io.dlogp.t, d.localResponses(out.DLogP)); err != nil {
+		return err
+	}
+	if err := b.Upload(d.io.dentropy.t, d.localResponses(out.DEntropy)); err != nil {
+		return err
+	}
+	if d.cpRank != 0 {
+		return nil // the group's first rank counts the micro-batch
+	}
 	acc.metrics.Add(out.Metrics)
 	// The reward-weighted objective (1/GBS) Σ_i Â_i · mean_t m·l: what the
 	// policy gradient raises (logged as adv_logp).
@@ -386,8 +411,5 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 		}
 		off += batch.Lengths[i]
 	}
-	if err := b.Upload(d.io.dlogp.t, out.DLogP); err != nil {
-		return err
-	}
-	return b.Upload(d.io.dentropy.t, out.DEntropy)
+	return nil
 }

@@ -15,6 +15,7 @@ type Header struct {
 	GPUSource string `json:"gpu_source"`
 	Ranks     int    `json:"ranks"`
 	DP        int    `json:"dp"`
+	CP        int    `json:"cp,omitempty"` // context parallelism; 0 or 1: none
 	Tokens    int    `json:"tokens_per_micro_batch"` // micro-batch token budget per GPU
 	// Updates is the number of optimizer updates a training step makes
 	// (ppo_epochs × mini-batches); the plan holds one, reused by all.
@@ -58,7 +59,11 @@ func unitFor(peak int64) unit {
 // per stage with the bytes in use at the stage's peak op by category, the
 // overall peak marked, then the arena, the reserves and FITS / DOES NOT FIT.
 func (p *Plan) Render(w io.Writer, h Header) error {
-	fmt.Fprintf(w, "%s: %d rank(s), dp %d, %d tokens per micro-batch per GPU, %d optimizer update(s) per step\n", h.Job, h.Ranks, h.DP, h.Tokens, h.Updates)
+	cp := ""
+	if h.CP > 1 {
+		cp = fmt.Sprintf(" × cp %d (each sequence split over %d ranks)", h.CP, h.CP)
+	}
+	fmt.Fprintf(w, "%s: %d rank(s), dp %d%s, %d tokens per micro-batch per GPU, %d optimizer update(s) per step\n", h.Job, h.Ranks, h.DP, cp, h.Tokens, h.Updates)
 	u := unitFor(p.PeakBytes)
 	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
 	fmt.Fprintf(w, "per-GPU device memory in use at each stage's peak op (%s)\n", u.name)

@@ -23,8 +23,10 @@ import (
 // and the objective is Σ pg-weight·pg − c_ent·Σ weight·H + c_kl·Σ weight·kl
 // over every token of the mini-batch.
 type Norm struct {
-	// DP is the number of data-parallel ranks, over which gradients are
-	// averaged after backward. It must be > 0.
+	// DP is the number of ranks over which gradients are averaged after
+	// backward: the data-parallel ranks, or with context parallelism all
+	// dp × cp ranks (each cp rank's grads are a part of its group's sum).
+	// It must be > 0.
 	DP int
 	// Samples is B, the number of samples of the mini-batch over all
 	// ranks (the global batch size). It must be > 0 and at least the

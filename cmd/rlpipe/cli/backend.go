@@ -53,7 +53,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			}
 			return backendChoice{}, fmt.Errorf("--backend cuda: %w", err)
 		}
-		dp := s.Mesh.DP
+		world := s.Mesh.WorldSize()
 		if proc != nil {
 			dev := 0
 			if n > 1 {
@@ -79,14 +79,14 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			}, nil
 		}
 		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return newCUDABackend(rank) }, deviceMemory: deviceMemory}
-		if dp <= 1 {
+		if world <= 1 {
 			return c, nil
 		}
-		if err := checkGPUMesh(s.Mesh.Nodes, dp, n); err != nil {
+		if err := checkGPUMesh(s.Mesh.Nodes, world, n); err != nil {
 			return backendChoice{}, err
 		}
 		if _, err := loadNCCL(); err != nil {
-			return backendChoice{}, fmt.Errorf("--backend cuda: dp %d needs NCCL: %w", dp, err)
+			return backendChoice{}, fmt.Errorf("--backend cuda: %d ranks need NCCL: %w", world, err)
 		}
 		c.comms = ncclComms
 		return c, nil
@@ -135,14 +135,14 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	return doctorCUDA(env, *force)
 }
 
-// checkGPUMesh says whether a mesh of nodes hosts and dp ranks can run on
-// this host's gpus GPUs: one node, a GPU for every rank.
-func checkGPUMesh(nodes, dp, gpus int) error {
+// checkGPUMesh says whether a mesh of nodes hosts and ranks (dp × cp) can
+// run on this host's gpus GPUs: one node, a GPU for every rank.
+func checkGPUMesh(nodes, ranks, gpus int) error {
 	if nodes > 1 {
 		return fmt.Errorf("--backend cuda: this spec has %d nodes; one process runs the ranks of one host: start a process per rank with a launcher (torchrun, srun; see docs/running.md)", nodes)
 	}
-	if dp > gpus {
-		return fmt.Errorf("--backend cuda: this spec has dp %d and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", dp, gpus)
+	if ranks > gpus {
+		return fmt.Errorf("--backend cuda: this spec has %d ranks (dp × cp) and this host has %d GPUs; every rank needs its own (use --backend cpu to run it on the CPU)", ranks, gpus)
 	}
 	return nil
 }

@@ -252,7 +252,7 @@ func TestCheckGPUMesh(t *testing.T) {
 		{1, 1, 1, ""},
 		{1, 2, 2, ""},
 		{1, 2, 8, ""},
-		{1, 4, 2, "dp 4 and this host has 2 GPUs"},
+		{1, 4, 2, "4 ranks (dp × cp) and this host has 2 GPUs"},
 		{2, 16, 8, "2 nodes"},
 	} {
 		err := checkGPUMesh(c.nodes, c.dp, c.gpus)

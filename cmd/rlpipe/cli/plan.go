@@ -115,7 +115,7 @@ func header(l *loaded) plan.Header {
 		tokens = l.spec.Data.MaxTokensPerGPU
 	}
 	return plan.Header{Job: l.spec.Name, GPUName: l.job.GPU.Name, GPUBytes: l.job.GPU.Bytes, GPUSource: l.job.GPU.Source,
-		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, Tokens: tokens, Updates: l.spec.UpdatesPerStep(), RanksPerHost: l.spec.Mesh.GPUsPerNode}
+		Ranks: l.spec.Mesh.WorldSize(), DP: l.spec.Mesh.DP, CP: l.spec.Mesh.CP, Tokens: tokens, Updates: l.spec.UpdatesPerStep(), RanksPerHost: l.spec.Mesh.GPUsPerNode}
 }
 
 func cmdGraph(_ context.Context, env *cli, args []string) int {

@@ -245,7 +245,7 @@ func TestProcessFailures(t *testing.T) {
 		spec := meshSpec(t, 4, 3)
 		ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", t.TempDir(), spec)
 		for r, code := range wait(t, ranks, time.Minute) {
-			if code != exitInvalid || !strings.Contains(ranks[r].stderr.String(), "dp is 4, but env started 2 processes") {
+			if code != exitInvalid || !strings.Contains(ranks[r].stderr.String(), "dp × cp is 4 × 1 = 4 ranks, but env started 2 processes") {
 				t.Errorf("rank %d: exit %d\n%v", r, code, ranks[r])
 			}
 		}

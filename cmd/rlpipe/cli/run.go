@@ -167,7 +167,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 		}
 		return env.finishExport(rec, l, log, *exportModel, *exportDType)
 	}
-	log.Info().Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.DP).Int("processes", max(1, proc.size())).Int("first_step", first).Int("steps", total).
+	log.Info().Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.WorldSize()).Int("processes", max(1, proc.size())).Int("first_step", first).Int("steps", total).
 		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
 
 	progOut := env.stderr

@@ -65,8 +65,11 @@ func (p *process) who() string {
 // recipe says how many ranks run, and the launcher must start that many.
 func (p *process) check(s *spec.Spec) error {
 	m := s.Mesh
-	if p.w.Size != m.DP {
-		return spec.Errors{spec.Errorf(m.Pos, "mesh: dp is %d, but %s started %d processes (%s); start one process per rank", m.DP, p.w.Launcher, p.w.Size, p.w.Source)}
+	if p.w.Size != m.WorldSize() {
+		return spec.Errors{spec.Errorf(m.Pos, "mesh: dp × cp is %d × %d = %d ranks, but %s started %d processes (%s); start one process per rank", m.DP, m.CPSize(), m.WorldSize(), p.w.Launcher, p.w.Size, p.w.Source)}
+	}
+	if m.CPSize() > 1 {
+		return spec.Errors{spec.Errorf(m.Pos, "mesh: cp is %d, and context parallelism does not yet run as a process per rank (%s started %d); run rlpipe once on the host, without a launcher, to start every rank", m.CP, p.w.Launcher, p.w.Size)}
 	}
 	if p.w.LocalSize > 0 && p.w.LocalSize != m.GPUsPerNode {
 		return spec.Errors{spec.Errorf(m.Pos, "mesh: gpus_per_node is %d, but %s started %d processes on this host", m.GPUsPerNode, p.w.Launcher, p.w.LocalSize)}
