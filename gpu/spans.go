@@ -48,3 +48,44 @@ func SpanAttentionDims(op string, q, k, v Tensor, spans []Span, scale float32) (
 	}
 	return tq, tk, hq, hkv, d, nil
 }
+
+// CheckSpanAttention checks the outputs of span attention: out [Tq,Hq,D]
+// and lse [Hq,Tq].
+func CheckSpanAttention(op string, out, lse Tensor, tq, hq, d int) error {
+	if err := CheckShape(op, "out", out, tq, hq, d); err != nil {
+		return err
+	}
+	return CheckShape(op, "lse", lse, hq, tq)
+}
+
+// CheckSpanAttentionBackward checks the operands of the span attention
+// backward: dq, dout and out [Tq,Hq,D], dk and dv [Tk,Hkv,D], lse [Hq,Tq].
+func CheckSpanAttentionBackward(op string, dq, dk, dv, dout, out, lse Tensor, tq, tk, hq, hkv, d int) error {
+	for _, c := range []struct {
+		n string
+		t Tensor
+		s []int
+	}{{"dq", dq, []int{tq, hq, d}}, {"dout", dout, []int{tq, hq, d}}, {"out", out, []int{tq, hq, d}},
+		{"dk", dk, []int{tk, hkv, d}}, {"dv", dv, []int{tk, hkv, d}}, {"lse", lse, []int{hq, tq}}} {
+		if err := CheckShape(op, c.n, c.t, c.s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MergeAttentionDims checks the operands of the merge of attention blocks,
+// out and bout [T,H,D], lse and blse [H,T], and returns T, H and D.
+func MergeAttentionDims(op string, out, lse, bout, blse Tensor) (t, h, d int, err error) {
+	if len(out.Shape) != 3 || !SameShape(out.Shape, bout.Shape) {
+		return 0, 0, 0, fmt.Errorf("%s: out %v and bout %v must be equal [T,H,D]", op, out.Shape, bout.Shape)
+	}
+	t, h, d = out.Shape[0], out.Shape[1], out.Shape[2]
+	if err := CheckShape(op, "lse", lse, h, t); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := CheckShape(op, "blse", blse, h, t); err != nil {
+		return 0, 0, 0, err
+	}
+	return t, h, d, nil
+}

@@ -165,8 +165,10 @@ var resets = map[string]func(s *Spec) (got, want any){
 	"data.rollout_batch_size": func(s *Spec) (any, any) {
 		return s.Data.RolloutBatchSize, s.Data.GlobalBatchSize / s.Data.SamplesPerPrompt
 	},
-	"data.max_tokens_per_gpu":    func(s *Spec) (any, any) { return s.Data.MaxTokensPerGPU, 0 },
-	"data.max_seq_len":           func(s *Spec) (any, any) { return s.Data.MaxSeqLen, min(MaxSeqFits(s.Data.MaxTokensPerGPU, s.Mesh.CP), MaxTokens) },
+	"data.max_tokens_per_gpu": func(s *Spec) (any, any) { return s.Data.MaxTokensPerGPU, 0 },
+	"data.max_seq_len": func(s *Spec) (any, any) {
+		return s.Data.MaxSeqLen, min(MaxSeqFits(s.Data.MaxTokensPerGPU, s.Mesh.CP), MaxTokens)
+	},
 	"data.temperature":           func(s *Spec) (any, any) { return s.Data.Temperature, 1.0 },
 	"train.steps":                func(s *Spec) (any, any) { return s.Train.Steps, 0 },
 	"train.ppo_epochs":           func(s *Spec) (any, any) { return s.Train.PPOEpochs, 1 },

@@ -65,6 +65,19 @@ func Plan(j *Job) (*plan.Plan, error) {
 		return nil, err
 	}
 	p.HostBuffers = hostBuffers(j)
+	if cp := j.Spec.Mesh.CPSize(); cp > 1 {
+		fwd, bwd := plan.RingScratch(p.Buffers)
+		rows := 0
+		for _, s := range j.Stages {
+			if pk, ok := s.(*Pack); ok {
+				rows = max(rows, pk.Tokens(j.Spec))
+			}
+		}
+		if rows == 0 {
+			rows = j.Spec.Data.MaxTokensPerGPU
+		}
+		p.Context = &plan.ContextUse{CP: cp, Rows: rows, RingForward: fwd, RingBackward: bwd}
+	}
 	return p, nil
 }
 

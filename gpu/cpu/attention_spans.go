@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -50,10 +49,7 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span,
 	if err != nil {
 		return err
 	}
-	if err := gpu.CheckShape(op, "out", out, a.tq, a.hq, a.d); err != nil {
-		return err
-	}
-	if err := gpu.CheckShape(op, "lse", lse, a.hq, a.tq); err != nil {
+	if err := gpu.CheckSpanAttention(op, out, lse, a.tq, a.hq, a.d); err != nil {
 		return err
 	}
 	ov, lv, err := forwardViews(op, out, lse)
@@ -123,15 +119,8 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		n string
-		t gpu.Tensor
-		s []int
-	}{{"dq", dq, []int{a.tq, a.hq, a.d}}, {"dout", dout, []int{a.tq, a.hq, a.d}}, {"out", out, []int{a.tq, a.hq, a.d}},
-		{"dk", dk, []int{a.tk, a.hkv, a.d}}, {"dv", dv, []int{a.tk, a.hkv, a.d}}, {"lse", lse, []int{a.hq, a.tq}}} {
-		if err := gpu.CheckShape(op, c.n, c.t, c.s...); err != nil {
-			return err
-		}
+	if err := gpu.CheckSpanAttentionBackward(op, dq, dk, dv, dout, out, lse, a.tq, a.tk, a.hq, a.hkv, a.d); err != nil {
+		return err
 	}
 	dqv, dkv, dvv, dov, ov, lv, err := backwardViews(op, dq, dk, dv, dout, out, lse)
 	if err != nil {
@@ -199,14 +188,8 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu
 // blse is −Inf keep their values.
 func (b *Backend) MergeAttention(out, lse, bout, blse gpu.Tensor) error {
 	const op = "merge attention"
-	if len(out.Shape) != 3 || !gpu.SameShape(out.Shape, bout.Shape) {
-		return fmt.Errorf("%s: out %v and bout %v must be equal [T,H,D]", op, out.Shape, bout.Shape)
-	}
-	t, hn, d := out.Shape[0], out.Shape[1], out.Shape[2]
-	if err := gpu.CheckShape(op, "lse", lse, hn, t); err != nil {
-		return err
-	}
-	if err := gpu.CheckShape(op, "blse", blse, hn, t); err != nil {
+	t, hn, d, err := gpu.MergeAttentionDims(op, out, lse, bout, blse)
+	if err != nil {
 		return err
 	}
 	ov, err := floatView(op, "out", out)

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
@@ -95,6 +96,17 @@ func (b *Backend) attnCheck(op string, q, k, v, cuSeqlens gpu.Tensor, scale floa
 	return a, nil
 }
 
+// outLSE returns the device addresses of an attention output and its
+// log-sum-exp (F32); names are theirs for errors, "out,lse".
+func (b *Backend) outLSE(op, names string, out, lse gpu.Tensor) (oa, la uint64, err error) {
+	on, ln, _ := strings.Cut(names, ",")
+	if oa, err = b.faddr(op, on, out); err != nil {
+		return 0, 0, err
+	}
+	la, err = b.taddr(op, ln, lse, gpu.F32)
+	return oa, la, err
+}
+
 // checkCu is the launch validating cuSeqlens on the device (reported by the
 // next Sync; the attention kernels clamp so that bad offsets never read out
 // of bounds).
@@ -116,11 +128,7 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	if err := gpu.CheckAttention(op, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.d); err != nil {
 		return err
 	}
-	oa, err := b.faddr(op, "out", out)
-	if err != nil {
-		return err
-	}
-	la, err := b.taddr(op, "lse", lse, gpu.F32)
+	oa, la, err := b.outLSE(op, "out,lse", out, lse)
 	if err != nil {
 		return err
 	}
@@ -186,7 +194,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 				smem: 4 * faTile(d), args: common(new(kargs).u64(as[0]).u64(as[3]))})
 	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
-	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 3*attKBQ)
+	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 4*attKBQ)
 	return b.issue(b.checkCu(a),
 		launch{name: "k_attn_bwd_dq", gx: uint32((a.t + attFBQ - 1) / attFBQ), gy: uint32(a.hq), gz: 1, bx: 128, by: 1, bz: 1, smem: smemQ,
 			args: new(kargs).u64(as[0]).dt(dq.DType).u64(as[3]).dt(dout.DType).u64(as[4]).dt(out.DType).u64(la).

@@ -58,6 +58,7 @@ type device struct {
 	def      *Stream
 	streams  map[*Stream]bool // every live stream, for their scratch (worker only)
 	released bool             // the workspace and scratch are released (worker only)
+	spans    spanCache        // span layouts of ring attention
 }
 
 // do runs f on the device's worker goroutine and waits for it.
@@ -274,6 +275,9 @@ func (b *Backend) Close() error {
 		d.closeMu.Unlock()
 		return nil
 	}
+	d.closeMu.Unlock()
+	spanErr := b.freeSpans()
+	d.closeMu.Lock()
 	d.closed = true
 	d.closeMu.Unlock()
 	err := d.do(func() error {
@@ -299,7 +303,7 @@ func (b *Backend) Close() error {
 		return errors.Join(errs...)
 	})
 	close(d.quit)
-	return err
+	return errors.Join(spanErr, err)
 }
 
 // Name returns "cuda:N".

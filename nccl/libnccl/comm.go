@@ -343,6 +343,36 @@ func (c *cudaComm) Broadcast(ctx context.Context, buf gpu.Tensor, root int) erro
 	})
 }
 
+// Shift sends each of send to the next rank (rank+1 mod size) and
+// receives the previous rank's into recv, as one group of NCCL sends and
+// receives on the handle's stream: a step of context parallelism's ring
+// attention (it makes the communicator a model.Ring).
+func (c *cudaComm) Shift(ctx context.Context, send, recv []gpu.Tensor) error {
+	if len(send) != len(recv) {
+		return fmt.Errorf("nccl: shift: %d tensors sent, %d received", len(send), len(recv))
+	}
+	if len(send) == 0 {
+		return nil
+	}
+	n := len(send)
+	sp, rp := make([]C.uintptr_t, n), make([]C.uintptr_t, n)
+	counts, dts := make([]C.size_t, n), make([]C.int, n)
+	for i := range send {
+		if send[i].DType != recv[i].DType || send[i].Numel() != recv[i].Numel() {
+			return fmt.Errorf("nccl: shift: tensor %d: sent %v, received %v", i, send[i], recv[i])
+		}
+		ps, dt, err := c.ptrs("shift", send[i], recv[i])
+		if err != nil {
+			return err
+		}
+		sp[i], rp[i], counts[i], dts[i] = ps[0], ps[1], C.size_t(send[i].Numel()), dt
+	}
+	next, prev := (c.rank+1)%c.g.n, (c.rank+c.g.n-1)%c.g.n
+	return c.issue(ctx, "ncclSend/ncclRecv", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_shift_(&sp[0], &rp[0], &counts[0], &dts[0], C.int(n), C.int(next), C.int(prev), comm, s)
+	})
+}
+
 // Barrier waits for the rank's device work, then for every rank to arrive.
 func (c *cudaComm) Barrier(ctx context.Context) error {
 	if err := c.b.Sync(); err != nil {

@@ -450,3 +450,92 @@ func noErrs(t *testing.T, errs []error) {
 		t.Fatal(err)
 	}
 }
+
+// TestCUDAShift shifts two tensors (bf16 and f32) round a ring of every
+// GPU the machine has (one GPU: a ring of one, which sends to itself) and
+// checks that each rank received its predecessor's.
+func TestCUDAShift(t *testing.T) {
+	info, err := cuda.Versions()
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, NCCL test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	n := max(1, min(len(info.Devices), 4))
+	bs := cudaBackends(t, n)
+	gbs := make([]gpu.Backend, n)
+	for i, b := range bs {
+		gbs[i] = b
+	}
+	cs, err := NewComms(gbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	const elems = 1000
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				b := bs[r]
+				var send, recv []gpu.Tensor
+				for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
+					for _, dst := range []*[]gpu.Tensor{&send, &recv} {
+						mem, err := b.Alloc(int64(elems * dt.Size()))
+						if err != nil {
+							return err
+						}
+						defer b.Free(mem)
+						x, err := gpu.NewTensor(mem, 0, dt, elems)
+						if err != nil {
+							return err
+						}
+						*dst = append(*dst, x)
+					}
+				}
+				vals := make([]float32, elems)
+				for i := range vals {
+					vals[i] = float32(r*elems + i%256)
+				}
+				for _, x := range send {
+					if err := b.Upload(x, vals); err != nil {
+						return err
+					}
+				}
+				for _, x := range recv {
+					if err := b.Fill(x, -1); err != nil {
+						return err
+					}
+				}
+				if err := cs[r].(interface {
+					Shift(context.Context, []gpu.Tensor, []gpu.Tensor) error
+				}).Shift(context.Background(), send, recv); err != nil {
+					return err
+				}
+				prev := (r + n - 1) % n
+				got := make([]float32, elems)
+				for k, x := range recv {
+					if err := b.Download(got, x); err != nil {
+						return err
+					}
+					for i, v := range got {
+						if want := float32(prev*elems + i%256); v != want && !(k == 0 && math.Abs(float64(v-want)) <= math.Abs(float64(want))/128) {
+							return fmt.Errorf("rank %d tensor %d element %d: %v, want %v from rank %d", r, k, i, v, want, prev)
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include "rlnccl.h"
 
-enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_GetUniqueId, N_InitRank, N_N };
+enum { N_GetVersion, N_InitAll, N_Abort, N_AllGather, N_ReduceScatter, N_AllReduce, N_Broadcast, N_ErrorString, N_GetUniqueId, N_InitRank,
+	N_Send, N_Recv, N_GroupStart, N_GroupEnd, N_N };
 static const char* rl_nccl_names[N_N] = {
 	"ncclGetVersion", "ncclCommInitAll", "ncclCommAbort", "ncclAllGather", "ncclReduceScatter",
 	"ncclAllReduce", "ncclBroadcast", "ncclGetErrorString", "ncclGetUniqueId", "ncclCommInitRank",
+	"ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
 };
 static void* rl_nccl[N_N];
 
@@ -51,3 +53,21 @@ int rl_nccl_broadcast_(uintptr_t send, uintptr_t recv, size_t count, int dt, int
 		(const void*)send, (void*)recv, count, dt, root, (void*)c, (void*)s);
 }
 const char* rl_nccl_error_string_(int r) { return ((const char* (*)(int))rl_nccl[N_ErrorString])(r); }
+// rl_nccl_shift_ sends each of n buffers to rank next and receives each
+// from rank prev, as one NCCL group (a ring's step): send[i] and recv[i]
+// hold count[i] elements of dtype dt[i].
+int rl_nccl_shift_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int n, int next, int prev,
+                   uintptr_t c, uintptr_t s) {
+	int (*start)(void) = (int (*)(void))rl_nccl[N_GroupStart];
+	int (*end)(void) = (int (*)(void))rl_nccl[N_GroupEnd];
+	int (*snd)(const void*, size_t, int, int, void*, void*) = (int (*)(const void*, size_t, int, int, void*, void*))rl_nccl[N_Send];
+	int (*rcv)(void*, size_t, int, int, void*, void*) = (int (*)(void*, size_t, int, int, void*, void*))rl_nccl[N_Recv];
+	int r = start();
+	if (r != 0) return r;
+	for (int i = 0; i < n && r == 0; i++) {
+		r = snd((const void*)send[i], count[i], dt[i], next, (void*)c, (void*)s);
+		if (r == 0) r = rcv((void*)recv[i], count[i], dt[i], prev, (void*)c, (void*)s);
+	}
+	int e = end();
+	return r != 0 ? r : e;
+}

@@ -301,10 +301,12 @@ type Plan struct {
 	HostArena int64        `json:"host_pinned_bytes"`
 	// HostBuffers are the host (not pinned) buffers a rank's process
 	// needs outside the arena (see HostUse).
-	HostBuffers []HostUse     `json:"host_buffers,omitempty"`
-	Budget      []StageBudget `json:"budget"`
-	PeakStage   string        `json:"peak_stage"`
-	PeakBytes   int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
+	HostBuffers []HostUse `json:"host_buffers,omitempty"`
+	// Context is set with mesh.cp > 1.
+	Context   *ContextUse   `json:"context_parallel,omitempty"`
+	Budget    []StageBudget `json:"budget"`
+	PeakStage string        `json:"peak_stage"`
+	PeakBytes int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
 }
 
 // StageBudget is the device budget of one stage at its peak op.

@@ -15,7 +15,7 @@ type Header struct {
 	GPUSource string `json:"gpu_source"`
 	Ranks     int    `json:"ranks"`
 	DP        int    `json:"dp"`
-	CP        int    `json:"cp,omitempty"` // context parallelism; 0 or 1: none
+	CP        int    `json:"cp,omitempty"`           // context parallelism; 0 or 1: none
 	Tokens    int    `json:"tokens_per_micro_batch"` // micro-batch token budget per GPU
 	// Updates is the number of optimizer updates a training step makes
 	// (ppo_epochs × mini-batches); the plan holds one, reused by all.
@@ -117,6 +117,10 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 			parts = append(parts, fmt.Sprintf("%s %s (%s)", hb.Name, u.format(hb.Bytes), hb.Note))
 		}
 		fmt.Fprintf(w, "host buffers    %8s %s  per rank (rank 0: %s), the largest of: %s\n", u.format(p.HostBuffersPeak(false)), u.name, u.format(p.HostBuffersPeak(true)), strings.Join(parts, "; "))
+	}
+	if c := p.Context; c != nil {
+		fmt.Fprintf(w, "ring attention  %8s %s  forward, %s backward, per rank: the K/V blocks in flight during a layer's attention (cp %d; a rank holds %d rows of a micro-batch)\n",
+			u.format(c.RingForward), u.name, u.format(c.RingBackward), c.CP, c.Rows)
 	}
 	perHost := p.HostPerNode(h.RanksPerHost)
 	switch {

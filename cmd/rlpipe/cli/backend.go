@@ -19,11 +19,13 @@ func backendFlag(fs *flag.FlagSet) *string {
 
 // backendChoice is what --backend resolves to: a per-rank constructor (nil:
 // the engine's CPU default), the ranks' communicator (nil: the loopback),
+// with mesh.cp > 1 the communicators of the cp groups (nil: loopbacks),
 // the NVML reading of a rank's device memory (nil on the CPU) and the
 // backend's name.
 type backendChoice struct {
 	newBackend   func(rank int) (gpu.Backend, error)
 	comms        func(bs []gpu.Backend) ([]nccl.Comm, error)
+	cpComms      func(bs []gpu.Backend) ([]nccl.Comm, error)
 	deviceMemory func(rank int) (int64, bool)
 	name         string
 }
@@ -89,6 +91,24 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			return backendChoice{}, fmt.Errorf("--backend cuda: %d ranks need NCCL: %w", world, err)
 		}
 		c.comms = ncclComms
+		if cp := s.Mesh.CPSize(); cp > 1 {
+			// Each cp group gets its own NCCL communicator, whose sends
+			// and receives pass keys and values round the group's ring.
+			c.cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
+				out := make([]nccl.Comm, 0, len(bs))
+				for g := 0; g+cp <= len(bs); g += cp {
+					cs, err := ncclComms(bs[g : g+cp])
+					if err != nil {
+						for _, c := range out {
+							c.Close()
+						}
+						return nil, fmt.Errorf("cp group of ranks %d-%d: %w", g, g+cp-1, err)
+					}
+					out = append(out, cs...)
+				}
+				return out, nil
+			}
+		}
 		return c, nil
 	default:
 		return backendChoice{}, fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)

@@ -130,7 +130,7 @@ sampling would clip); and the mean entropy over all response tokens.
 	}
 	bw := bufio.NewWriter(w)
 	var sum mismatchSum
-	opts := stages.RunOptions{Backend: choice.newBackend, Comms: choice.comms, AfterStep: func(r *stages.Rank, sr stages.StepResult) error {
+	opts := stages.RunOptions{Backend: choice.newBackend, Comms: choice.comms, CPComms: choice.cpComms, AfterStep: func(r *stages.Rank, sr stages.StepResult) error {
 		if r.ID != 0 {
 			return nil
 		}

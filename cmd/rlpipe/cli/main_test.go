@@ -264,3 +264,42 @@ func TestCheckGPUMesh(t *testing.T) {
 		}
 	}
 }
+
+// TestLongContextPlan is the plan's proof that context parallelism makes
+// a sequence fit that one GPU cannot hold: the example's 256k-token
+// samples fit two H100s as cp 2, and do not as dp 2 (cp 1, with every
+// sample whole on a GPU).
+func TestLongContextPlan(t *testing.T) {
+	ex, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "qwen2.5-1.5b-long-cp2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "plan", ex)
+	if code != exitOK {
+		t.Fatalf("cp 2: plan exit %d:\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"dp 1 × cp 2", "ring attention", "a rank holds 131072 rows", "FITS"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("cp 2: plan output lacks %q:\n%s", want, stdout)
+		}
+	}
+	src := readText(t, ex)
+	for _, r := range [][2]string{
+		{"path: models/", "path: " + filepath.Dir(ex) + "/models/"},
+		{"  cp: 2 ", "  cp: 1 "},
+		{"max_tokens_per_gpu: 131072 ", "max_tokens_per_gpu: 262144 "},
+	} {
+		if !strings.Contains(src, r[0]) {
+			t.Fatalf("%s has no %q", ex, r[0])
+		}
+		src = strings.Replace(src, r[0], r[1], 1)
+	}
+	dp2 := filepath.Join(t.TempDir(), "dp2.yaml")
+	if err := os.WriteFile(dp2, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, "plan", dp2)
+	if code != exitNoFit || !strings.Contains(stdout, "dp 2, 262144 tokens") || !strings.Contains(stdout, "DOES NOT FIT") {
+		t.Errorf("cp 1: plan exit %d, want %d (does not fit):\n%s%s", code, exitNoFit, stdout, stderr)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rlpipe/rlpipe/jobs"
+	"github.com/rlpipe/rlpipe/runtime/launch"
 	"github.com/rlpipe/rlpipe/spec"
 	"go.yaml.in/yaml/v3"
 )
@@ -333,5 +334,40 @@ func TestLaunchFiles(t *testing.T) {
 	}
 	if want := dp(dig(c, "command")); dig(job, "parallelism").(int) != want || world != want {
 		t.Errorf("jobset.yaml: parallelism %v, WORLD_SIZE %d; the recipe has dp %d", dig(job, "parallelism"), world, want)
+	}
+}
+
+// TestProcessCheck checks the launcher's world against the mesh: the
+// number of processes must be dp × cp, the processes on a host
+// gpus_per_node, and cp > 1 is refused under a launcher, which it does not
+// yet support.
+func TestProcessCheck(t *testing.T) {
+	tests := []struct {
+		name                string
+		nodes, gpus, dp, cp int
+		size, host          int
+		err                 string
+	}{
+		{"dp 2", 1, 2, 2, 1, 2, 2, ""},
+		{"too few", 1, 2, 2, 1, 1, 1, "dp × cp is 2 × 1 = 2 ranks, but torchrun started 1 processes"},
+		{"per host", 2, 2, 4, 1, 4, 1, "gpus_per_node is 2, but torchrun started 1 processes on this host"},
+		{"cp", 1, 2, 1, 2, 2, 2, "context parallelism does not yet run as a process per rank"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := spec.Load(tinySpec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Mesh.Nodes, s.Mesh.GPUsPerNode, s.Mesh.DP, s.Mesh.CP = tc.nodes, tc.gpus, tc.dp, tc.cp
+			p := &process{w: launch.World{Rank: 0, Size: tc.size, LocalSize: tc.host, Launcher: "torchrun", Source: "test"}}
+			err = p.check(s)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("check: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("check = %v, want %q", err, tc.err)
+			}
+		})
 	}
 }

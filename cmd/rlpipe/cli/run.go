@@ -175,7 +175,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 		progOut = io.Discard // rank 0 shows the progress
 	}
 	prog := jobs.NewProgress(progOut, total, rec != nil && isTerminal(env.stderr))
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, Stop: env.stop.Load}
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, CPComms: choice.cpComms, Stop: env.stop.Load}
 	if proc != nil {
 		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
 		// The host's cores are shared by the processes on it.

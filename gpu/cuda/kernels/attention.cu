@@ -61,13 +61,70 @@ __device__ __forceinline__ void load_rows(float* dst, int ld, const void* src, i
   }
 }
 
-// k_attn_fwd: block (128 threads) = FBQ query rows of head blockIdx.y; warp w
+// The SIMT kernels are written once over a range policy R that says which
+// keys each query row sees: Causal, the rows of its sequence up to itself;
+// Spans (context parallelism's ring attention), the key rows of the span
+// holding the query row, none for a row in no span. R gives, for query row
+// i, its keys [lo, hi); for a block of query rows, the keys any of them
+// sees; for a block of keys, the query rows that may see any of them.
+// q, out, dout, dq and lse have tq rows; k, v, dk and dv tk.
+struct Causal {
+  const int* cu;
+  int ns1;
+  __device__ __forceinline__ void keys(int i, int tq, int& lo, int& hi) const {
+    lo = seq_start(cu, ns1, i);
+    hi = i + 1;
+  }
+  __device__ __forceinline__ void block_keys(int q0, int tq, int& lo, int& hi) const {
+    lo = seq_start(cu, ns1, q0 < tq ? q0 : tq - 1);
+    hi = min(q0 + FBQ, tq);
+  }
+  __device__ __forceinline__ void block_queries(int k0, int tk, int& lo, int& hi) const {
+    lo = k0;
+    hi = seq_end(cu, ns1, min(k0 + BK, tk) - 1, tk);
+  }
+};
+
+// Spans holds, for query row i, its keys [qk[2i], qk[2i+1]) and, for key
+// row j, the query rows [kq[2j], kq[2j+1]) that see it (empty ranges for
+// rows in no span); the host builds both from the spans.
+struct Spans {
+  const int* qk;
+  const int* kq;
+  __device__ __forceinline__ void keys(int i, int tq, int& lo, int& hi) const {
+    lo = qk[2 * i];
+    hi = qk[2 * i + 1];
+  }
+  __device__ __forceinline__ void block_keys(int q0, int tq, int& lo, int& hi) const {
+    lo = 0x7fffffff;
+    hi = 0;
+    for (int i = q0; i < min(q0 + FBQ, tq); i++) {
+      if (qk[2 * i] < qk[2 * i + 1]) {
+        lo = min(lo, qk[2 * i]);
+        hi = max(hi, qk[2 * i + 1]);
+      }
+    }
+  }
+  __device__ __forceinline__ void block_queries(int k0, int tk, int& lo, int& hi) const {
+    lo = 0x7fffffff;
+    hi = 0;
+    for (int j = k0; j < min(k0 + BK, tk); j++) {
+      if (kq[2 * j] < kq[2 * j + 1]) {
+        lo = min(lo, kq[2 * j]);
+        hi = max(hi, kq[2 * j + 1]);
+      }
+    }
+  }
+};
+
+// attn_fwd: block (128 threads) = FBQ query rows of head blockIdx.y; warp w
 // owns rows 4w..4w+3; within a key tile lane j scores key j, then every lane
-// updates its D/32 output columns.
-extern "C" __global__ void __launch_bounds__(128) k_attn_fwd(void* out, int dto, float* lse, const void* q, int dtq,
-                                                              const void* k, int dtk, const void* v, int dtv,
-                                                              const int* cu, int ns1, int t, int hq, int hkv, int d,
-                                                              float scale) {
+// updates its D/32 output columns. A row that sees no key gets out 0 and
+// lse −Inf.
+template <class R>
+__device__ __forceinline__ void attn_fwd(const R& rg, void* out, int dto, float* lse, const void* q, int dtq,
+                                         const void* k, int dtk, const void* v, int dtv, int tq, int tk, int hq,
+                                         int hkv, int d, float scale) {
   extern __shared__ float sm[];
   float* Ks = sm;                  // BK x (d+1)
   float* Vs = Ks + BK * (d + 1);   // BK x d
@@ -75,31 +132,32 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_fwd(void* out, int dto,
   int h = blockIdx.y, hk = h / (hq / hkv);
   int q0 = blockIdx.x * FBQ;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  load_rows(Qs, d, q, dtq, q0, FBQ, t, hq, h, d);
+  load_rows(Qs, d, q, dtq, q0, FBQ, tq, hq, h, d);
   float m[RPW], l[RPW], acc[RPW][DPL];
-  int st[RPW];
+  int lo[RPW], hi[RPW];
 #pragma unroll
   for (int rr = 0; rr < RPW; rr++) {
     int i = q0 + warp * RPW + rr;
     m[rr] = -F_INF;
     l[rr] = 0.0f;
-    st[rr] = i < t ? seq_start(cu, ns1, i) : 0;
+    lo[rr] = hi[rr] = 0;
+    if (i < tq) rg.keys(i, tq, lo[rr], hi[rr]);
 #pragma unroll
     for (int c = 0; c < DPL; c++) acc[rr][c] = 0.0f;
   }
-  int kmin = seq_start(cu, ns1, q0 < t ? q0 : t - 1);
-  int kmax = min(q0 + FBQ, t) - 1;
-  for (int j0 = kmin; j0 <= kmax; j0 += BK) {
+  int kmin, kend;
+  rg.block_keys(q0, tq, kmin, kend);
+  for (int j0 = kmin; j0 < kend; j0 += BK) {
     __syncthreads();
-    load_rows(Ks, d + 1, k, dtk, j0, BK, t, hkv, hk, d);
-    load_rows(Vs, d, v, dtv, j0, BK, t, hkv, hk, d);
+    load_rows(Ks, d + 1, k, dtk, j0, BK, tk, hkv, hk, d);
+    load_rows(Vs, d, v, dtv, j0, BK, tk, hkv, hk, d);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++) {
       int r = warp * RPW + rr, i = q0 + r;
-      if (i >= t || j0 > i || j0 + BK <= st[rr]) continue;
+      if (i >= tq || j0 >= hi[rr] || j0 + BK <= lo[rr]) continue;
       int j = j0 + lane;
-      bool valid = j >= st[rr] && j <= i;
+      bool valid = j >= lo[rr] && j < hi[rr];
       float s = -F_INF;
       if (valid) {
         const float* qr = Qs + r * d;
@@ -115,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_fwd(void* out, int dto,
       l[rr] = l[rr] * corr + warp_sum(p);
 #pragma unroll
       for (int c = 0; c < DPL; c++) acc[rr][c] *= corr;
-      int jn = min(BK, i - j0 + 1);
+      int jn = min(BK, hi[rr] - j0);
       for (int jj = 0; jj < jn; jj++) {
         float pj = __shfl_sync(0xffffffffu, p, jj);
         const float* vr = Vs + jj * d;
@@ -131,24 +189,24 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_fwd(void* out, int dto,
 #pragma unroll
   for (int rr = 0; rr < RPW; rr++) {
     int i = q0 + warp * RPW + rr;
-    if (i >= t) continue;
-    float inv = 1.0f / l[rr];
+    if (i >= tq) continue;
+    float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
 #pragma unroll
     for (int c = 0; c < DPL; c++) {
       int col = lane + 32 * c;
       if (col < d) stf(out, dto, ((i64)i * hq + h) * d + col, acc[rr][c] * inv);
     }
-    if (lane == 0) lse[(i64)h * t + i] = m[rr] + (float)log((double)l[rr]);
+    if (lane == 0) lse[(i64)h * tq + i] = l[rr] > 0.0f ? m[rr] + (float)log((double)l[rr]) : -F_INF;
   }
 }
 
-// k_attn_bwd_dq: same layout as the forward; recomputes p from the saved
+// attn_bwd_dq: same layout as the forward; recomputes p from the saved
 // lse and delta = rowsum(dout*out), then dq += ds * K.
-extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dtdq, const void* dout, int dtdo,
-                                                                 const void* out, int dto, const float* lse,
-                                                                 const void* q, int dtq, const void* k, int dtk,
-                                                                 const void* v, int dtv, const int* cu, int ns1, int t,
-                                                                 int hq, int hkv, int d, float scale) {
+template <class R>
+__device__ __forceinline__ void attn_bwd_dq(const R& rg, void* dq, int dtdq, const void* dout, int dtdo,
+                                            const void* out, int dto, const float* lse, const void* q, int dtq,
+                                            const void* k, int dtk, const void* v, int dtv, int tq, int tk, int hq,
+                                            int hkv, int d, float scale) {
   extern __shared__ float sm[];
   float* Ks = sm;                  // BK x (d+1)
   float* Vs = Ks + BK * (d + 1);   // BK x (d+1)
@@ -157,37 +215,38 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dt
   int h = blockIdx.y, hk = h / (hq / hkv);
   int q0 = blockIdx.x * FBQ;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  load_rows(Qs, d, q, dtq, q0, FBQ, t, hq, h, d);
-  load_rows(Gs, d, dout, dtdo, q0, FBQ, t, hq, h, d);
+  load_rows(Qs, d, q, dtq, q0, FBQ, tq, hq, h, d);
+  load_rows(Gs, d, dout, dtdo, q0, FBQ, tq, hq, h, d);
   __syncthreads();
   float acc[RPW][DPL], L[RPW], delta[RPW];
-  int st[RPW];
+  int lo[RPW], hi[RPW];
 #pragma unroll
   for (int rr = 0; rr < RPW; rr++) {
     int r = warp * RPW + rr, i = q0 + r;
     float dl = 0.0f;
-    if (i < t) {
+    if (i < tq) {
       for (int c = lane; c < d; c += 32) dl += Gs[r * d + c] * ldf(out, dto, ((i64)i * hq + h) * d + c);
     }
     delta[rr] = warp_sum(dl);
-    L[rr] = i < t ? lse[(i64)h * t + i] : 0.0f;
-    st[rr] = i < t ? seq_start(cu, ns1, i) : 0;
+    L[rr] = i < tq ? lse[(i64)h * tq + i] : 0.0f;
+    lo[rr] = hi[rr] = 0;
+    if (i < tq) rg.keys(i, tq, lo[rr], hi[rr]);
 #pragma unroll
     for (int c = 0; c < DPL; c++) acc[rr][c] = 0.0f;
   }
-  int kmin = seq_start(cu, ns1, q0 < t ? q0 : t - 1);
-  int kmax = min(q0 + FBQ, t) - 1;
-  for (int j0 = kmin; j0 <= kmax; j0 += BK) {
+  int kmin, kend;
+  rg.block_keys(q0, tq, kmin, kend);
+  for (int j0 = kmin; j0 < kend; j0 += BK) {
     __syncthreads();
-    load_rows(Ks, d + 1, k, dtk, j0, BK, t, hkv, hk, d);
-    load_rows(Vs, d + 1, v, dtv, j0, BK, t, hkv, hk, d);
+    load_rows(Ks, d + 1, k, dtk, j0, BK, tk, hkv, hk, d);
+    load_rows(Vs, d + 1, v, dtv, j0, BK, tk, hkv, hk, d);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++) {
       int r = warp * RPW + rr, i = q0 + r;
-      if (i >= t || j0 > i || j0 + BK <= st[rr]) continue;
+      if (i >= tq || j0 >= hi[rr] || j0 + BK <= lo[rr]) continue;
       int j = j0 + lane;
-      bool valid = j >= st[rr] && j <= i;
+      bool valid = j >= lo[rr] && j < hi[rr];
       float ds = 0.0f;
       if (valid) {
         const float* qr = Qs + r * d;
@@ -202,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dt
         float p = expf(scale * s - L[rr]);
         ds = scale * p * (dp - delta[rr]);
       }
-      int jn = min(BK, i - j0 + 1);
+      int jn = min(BK, hi[rr] - j0);
       for (int jj = 0; jj < jn; jj++) {
         float dsj = __shfl_sync(0xffffffffu, ds, jj);
         const float* kr = Ks + jj * (d + 1);
@@ -217,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dt
 #pragma unroll
   for (int rr = 0; rr < RPW; rr++) {
     int i = q0 + warp * RPW + rr;
-    if (i >= t) continue;
+    if (i >= tq) continue;
 #pragma unroll
     for (int c = 0; c < DPL; c++) {
       int col = lane + 32 * c;
@@ -226,18 +285,17 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dt
   }
 }
 
-// k_attn_bwd_dkv: block (128 threads) = BK keys of kv head blockIdx.y; warp w
+// attn_bwd_dkv: block (128 threads) = BK keys of kv head blockIdx.y; warp w
 // owns keys 8w..8w+7. For every query head of the group and every tile of
-// KBQ later query rows, lane i scores query i against one key, then every
-// lane adds its D/32 columns of p*dout and ds*q into the shared dk/dv
-// accumulators of that key. Sums over the group happen here, so K and V are
-// never replicated and no atomics are needed.
-extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dkv(void* dk, int dtdk, void* dv, int dtdv,
-                                                                  const void* dout, int dtdo, const void* out, int dto,
-                                                                  const float* lse, const void* q, int dtq,
-                                                                  const void* k, int dtk, const void* v, int dtv,
-                                                                  const int* cu, int ns1, int t, int hq, int hkv,
-                                                                  int d, float scale) {
+// KBQ query rows that may see the block's keys, lane i scores query i
+// against one key, then every lane adds its D/32 columns of p*dout and
+// ds*q into the shared dk/dv accumulators of that key. Sums over the group
+// happen here, so K and V are never replicated and no atomics are needed.
+template <class R>
+__device__ __forceinline__ void attn_bwd_dkv(const R& rg, void* dk, int dtdk, void* dv, int dtdv,
+                                             const void* dout, int dtdo, const void* out, int dto, const float* lse,
+                                             const void* q, int dtq, const void* k, int dtk, const void* v, int dtv,
+                                             int tq, int tk, int hq, int hkv, int d, float scale) {
   extern __shared__ float sm[];
   int ld = d + 1;
   float* Ks = sm;              // BK x ld
@@ -248,43 +306,47 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dkv(void* dk, int d
   float* dVs = dKs + BK * d;   // BK x d
   float* Ls = dVs + BK * d;    // KBQ
   float* Ds = Ls + KBQ;        // KBQ
-  int* Ss = (int*)(Ds + KBQ);  // KBQ
+  int* Lo = (int*)(Ds + KBQ);  // KBQ: each row's keys [Lo, Hi)
+  int* Hi = Lo + KBQ;          // KBQ
   int hk = blockIdx.y, group = hq / hkv;
   int k0 = blockIdx.x * BK;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  load_rows(Ks, ld, k, dtk, k0, BK, t, hkv, hk, d);
-  load_rows(Vs, ld, v, dtv, k0, BK, t, hkv, hk, d);
+  load_rows(Ks, ld, k, dtk, k0, BK, tk, hkv, hk, d);
+  load_rows(Vs, ld, v, dtv, k0, BK, tk, hkv, hk, d);
   for (int e = threadIdx.x; e < BK * d; e += blockDim.x) {
     dKs[e] = 0.0f;
     dVs[e] = 0.0f;
   }
-  int klast = min(k0 + BK, t) - 1;
-  int qend = seq_end(cu, ns1, klast, t);
+  int qbeg, qend;
+  rg.block_queries(k0, tk, qbeg, qend);
   for (int h = hk * group; h < (hk + 1) * group; h++) {
-    for (int i0 = k0; i0 < qend; i0 += KBQ) {
+    for (int i0 = qbeg; i0 < qend; i0 += KBQ) {
       __syncthreads();
-      load_rows(Qs, ld, q, dtq, i0, KBQ, t, hq, h, d);
-      load_rows(Gs, ld, dout, dtdo, i0, KBQ, t, hq, h, d);
+      load_rows(Qs, ld, q, dtq, i0, KBQ, tq, hq, h, d);
+      load_rows(Gs, ld, dout, dtdo, i0, KBQ, tq, hq, h, d);
       __syncthreads();
       // delta and lse of the tile's rows: warp w handles rows 8w..8w+7.
       for (int rr = 0; rr < KBQ / 4; rr++) {
         int r = warp * (KBQ / 4) + rr, i = i0 + r;
         float dl = 0.0f;
-        if (i < t)
+        if (i < tq)
           for (int c = lane; c < d; c += 32) dl += Gs[r * ld + c] * ldf(out, dto, ((i64)i * hq + h) * d + c);
         dl = warp_sum(dl);
         if (lane == 0) {
           Ds[r] = dl;
-          Ls[r] = i < t ? lse[(i64)h * t + i] : 0.0f;
-          Ss[r] = i < t ? seq_start(cu, ns1, i) : t;
+          Ls[r] = i < tq ? lse[(i64)h * tq + i] : 0.0f;
+          int a = 0, b = 0;
+          if (i < tq) rg.keys(i, tq, a, b);
+          Lo[r] = a;
+          Hi[r] = b;
         }
       }
       __syncthreads();
       int i = i0 + lane;
       for (int kk = 0; kk < KPW; kk++) {
         int kr = warp * KPW + kk, j = k0 + kr;
-        if (j >= t) break;
-        bool valid = i < t && j <= i && j >= Ss[lane];
+        if (j >= tk) break;
+        bool valid = i < tq && j >= Lo[lane] && j < Hi[lane];
         if (!__any_sync(0xffffffffu, valid)) continue;
         float p = 0.0f, ds = 0.0f;
         if (valid) {
@@ -335,12 +397,83 @@ extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dkv(void* dk, int d
   __syncthreads();
   for (int e = threadIdx.x; e < BK * d; e += blockDim.x) {
     int r = e / d, c = e - r * d, j = k0 + r;
-    if (j < t) {
+    if (j < tk) {
       i64 o = ((i64)j * hkv + hk) * d + c;
       stf(dk, dtdk, o, dKs[e]);
       stf(dv, dtdv, o, dVs[e]);
     }
   }
+}
+
+// The causal kernels: q, k and v have t rows, split into sequences by cu.
+extern "C" __global__ void __launch_bounds__(128) k_attn_fwd(void* out, int dto, float* lse, const void* q, int dtq,
+                                                              const void* k, int dtk, const void* v, int dtv,
+                                                              const int* cu, int ns1, int t, int hq, int hkv, int d,
+                                                              float scale) {
+  attn_fwd(Causal{cu, ns1}, out, dto, lse, q, dtq, k, dtk, v, dtv, t, t, hq, hkv, d, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dq(void* dq, int dtdq, const void* dout, int dtdo,
+                                                                 const void* out, int dto, const float* lse,
+                                                                 const void* q, int dtq, const void* k, int dtk,
+                                                                 const void* v, int dtv, const int* cu, int ns1, int t,
+                                                                 int hq, int hkv, int d, float scale) {
+  attn_bwd_dq(Causal{cu, ns1}, dq, dtdq, dout, dtdo, out, dto, lse, q, dtq, k, dtk, v, dtv, t, t, hq, hkv, d, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_attn_bwd_dkv(void* dk, int dtdk, void* dv, int dtdv,
+                                                                  const void* dout, int dtdo, const void* out, int dto,
+                                                                  const float* lse, const void* q, int dtq,
+                                                                  const void* k, int dtk, const void* v, int dtv,
+                                                                  const int* cu, int ns1, int t, int hq, int hkv,
+                                                                  int d, float scale) {
+  attn_bwd_dkv(Causal{cu, ns1}, dk, dtdk, dv, dtdv, dout, dtdo, out, dto, lse, q, dtq, k, dtk, v, dtv, t, t, hq, hkv, d,
+               scale);
+}
+
+// The span kernels (ring attention's blocks): q has tq rows, k and v tk;
+// qk and kq describe the spans (see Spans).
+extern "C" __global__ void __launch_bounds__(128) k_attn_spans_fwd(void* out, int dto, float* lse, const void* q,
+                                                                    int dtq, const void* k, int dtk, const void* v,
+                                                                    int dtv, const int* qk, const int* kq, int tq,
+                                                                    int tk, int hq, int hkv, int d, float scale) {
+  attn_fwd(Spans{qk, kq}, out, dto, lse, q, dtq, k, dtk, v, dtv, tq, tk, hq, hkv, d, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_attn_spans_bwd_dq(void* dq, int dtdq, const void* dout, int dtdo,
+                                                                       const void* out, int dto, const float* lse,
+                                                                       const void* q, int dtq, const void* k, int dtk,
+                                                                       const void* v, int dtv, const int* qk,
+                                                                       const int* kq, int tq, int tk, int hq, int hkv,
+                                                                       int d, float scale) {
+  attn_bwd_dq(Spans{qk, kq}, dq, dtdq, dout, dtdo, out, dto, lse, q, dtq, k, dtk, v, dtv, tq, tk, hq, hkv, d, scale);
+}
+extern "C" __global__ void __launch_bounds__(128) k_attn_spans_bwd_dkv(void* dk, int dtdk, void* dv, int dtdv,
+                                                                        const void* dout, int dtdo, const void* out,
+                                                                        int dto, const float* lse, const void* q,
+                                                                        int dtq, const void* k, int dtk, const void* v,
+                                                                        int dtv, const int* qk, const int* kq, int tq,
+                                                                        int tk, int hq, int hkv, int d, float scale) {
+  attn_bwd_dkv(Spans{qk, kq}, dk, dtdk, dv, dtdv, dout, dtdo, out, dto, lse, q, dtq, k, dtk, v, dtv, tq, tk, hq, hkv, d,
+               scale);
+}
+
+// k_attn_merge merges a block's attention (bout, blse) into (out, lse),
+// [T,H,D] and [H,T]: the log-sum-exp rule, a row's weights exp(lse − new)
+// and exp(blse − new) with new = log(e^lse + e^blse). A block row with lse
+// −Inf (it saw no key) leaves the row as it was. One thread per (row, head).
+extern "C" __global__ void k_attn_merge(void* out, int dto, float* lse, const void* bout, int dtb, const float* blse,
+                                        int t, int hn, int d) {
+  i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= (i64)t * hn) return;
+  int i = (int)(e / hn), h = (int)(e - (i64)i * hn);
+  float l1 = lse[(i64)h * t + i], l2 = blse[(i64)h * t + i];
+  if (l2 == -F_INF) return;
+  float mx = fmaxf(l1, l2);
+  float w1 = expf(l1 - mx), w2 = expf(l2 - mx);
+  float sum = w1 + w2;
+  lse[(i64)h * t + i] = mx + logf(sum);
+  w1 /= sum;
+  w2 /= sum;
+  i64 o = ((i64)i * hn + h) * d;
+  for (int c = 0; c < d; c++) stf(out, dto, o + c, w1 * ldf(out, dto, o + c) + w2 * ldf(bout, dtb, o + c));
 }
 
 // ---------------------------------------------------------------------------
