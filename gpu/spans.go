@@ -5,6 +5,13 @@ import (
 	"math"
 )
 
+// SpanLayouts is how many span layouts a device backend may keep, each 8
+// bytes per query row and per key row (the CUDA backend keeps them on the
+// device; the plan reserves them). A micro-batch of a cp group uses cp−1
+// layouts (one per other rank) in every layer, forward and backward, so up
+// to cp 9 each is uploaded once per micro-batch.
+const SpanLayouts = 8
+
 // Span is one block of span attention (context parallelism's ring
 // attention): query rows [Q, Q+QLen) attend every key row [K, K+KLen).
 type Span struct{ Q, QLen, K, KLen int }

@@ -70,7 +70,7 @@ func TestRunTinyCUDA(t *testing.T) {
 					*dst = e
 				}
 			}
-			checkCUDARun(t, path, short, tc.relTol, 1)
+			checkCUDARun(t, path, short, tc.relTol, 1, 1)
 		})
 	}
 }
@@ -81,19 +81,7 @@ func TestRunTinyCUDA(t *testing.T) {
 // optimizer offloaded in bf16 (gathers on the side stream). It skips, saying
 // why, without two GPUs or NCCL.
 func TestRunTinyCUDADP2(t *testing.T) {
-	info, err := cuda.Versions()
-	if err != nil {
-		if errors.Is(err, cuda.ErrNoDriver) {
-			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
-		}
-		t.Fatal(err)
-	}
-	if len(info.Devices) < 2 {
-		t.Skipf("cuda: %d GPU(s), the dp 2 test needs 2", len(info.Devices))
-	}
-	if _, err := libnccl.Load(); err != nil {
-		t.Skipf("nccl not available, dp 2 GPU test skipped: %v", err)
-	}
+	needGPUs(t, 2, "dp 2")
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	compile := func(src string, kind reflect.Kind) *spec.Expr {
 		e, err := spec.Compile(src, spec.Pos{File: "test"}, kind)
@@ -121,24 +109,84 @@ func TestRunTinyCUDADP2(t *testing.T) {
 					s.Policies.OffloadOptimizer = compile("model.trainable", reflect.Bool)
 				}
 			}
-			checkCUDARun(t, path, short, tc.relTol, 2)
+			checkCUDARun(t, path, short, tc.relTol, 2, 1)
 		})
 	}
 }
 
-// checkCUDARun runs the spec at path on the CPU and on GPUs 0..dp-1 (NCCL
-// between them when dp > 1) and compares.
-func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol float64, dp int) {
+// TestRunTinyCUDACP2 runs the tiny job with every sequence split over two
+// GPUs (dp 1 × cp 2: ring attention through NCCL sends and receives, the
+// span kernels) and compares it with the CPU, fp32 and bf16. It needs two
+// GPUs and NCCL, and skips saying so otherwise.
+func TestRunTinyCUDACP2(t *testing.T) {
+	needGPUs(t, 2, "cp 2")
+	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
+	for _, tc := range []struct {
+		prec   string
+		relTol float64
+	}{{`"fp32"`, 1e-4}, {`"bf16"`, 2e-2}} {
+		t.Run(tc.prec, func(t *testing.T) {
+			short := func(s *spec.Spec) {
+				s.Train.Steps = 4
+				s.Mesh.GPUsPerNode, s.Mesh.DP, s.Mesh.CP = 2, 1, 2
+				e, err := spec.Compile(tc.prec, spec.Pos{File: "test"}, reflect.String)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Policies.Precision = e
+			}
+			checkCUDARun(t, path, short, tc.relTol, 2, 2)
+		})
+	}
+}
+
+// needGPUs skips the test (named what) unless the host has n GPUs and
+// NCCL.
+func needGPUs(t *testing.T, n int, what string) {
+	t.Helper()
+	info, err := cuda.Versions()
+	if err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if len(info.Devices) < n {
+		t.Skipf("cuda: %d GPU(s), the %s test needs %d", len(info.Devices), what, n)
+	}
+	if _, err := libnccl.Load(); err != nil {
+		t.Skipf("nccl not available, %s GPU test skipped: %v", what, err)
+	}
+}
+
+// checkCUDARun runs the spec at path on the CPU and on GPUs 0..ranks-1
+// (NCCL between them when ranks > 1; with cp > 1 a communicator per cp
+// group) and compares.
+func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol float64, ranks, cp int) {
 	t.Helper()
 	cpuRun := runSpec(t, path, short)
 	var nvmlPeak int64
-	var comms func([]gpu.Backend) ([]nccl.Comm, error)
-	if dp > 1 {
+	var comms, cpComms func([]gpu.Backend) ([]nccl.Comm, error)
+	if ranks > 1 {
 		comms = libnccl.NewComms
+	}
+	if cp > 1 {
+		cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
+			var out []nccl.Comm
+			for g := 0; g < len(bs); g += cp {
+				cs, err := libnccl.NewComms(bs[g : g+cp])
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, cs...)
+			}
+			return out, nil
+		}
 	}
 	gpuRun := runSpecWith(t, path, short, RunOptions{
 		Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },
 		Comms:   comms,
+		CPComms: cpComms,
 		AfterStep: func(r *Rank, _ StepResult) error {
 			if n, err := nvml.ProcessMemory(0); err == nil && n > nvmlPeak {
 				nvmlPeak = n

@@ -40,6 +40,11 @@ func Plan(j *Job) (*plan.Plan, error) {
 	if j.Spec.Mesh.WorldSize() > 1 {
 		b.AddReserve(plan.Reserve{Name: "nccl", Bytes: NCCLReserve, Note: "two NCCL communicators' buffers (estimate)"})
 	}
+	cp, rows := j.Spec.Mesh.CPSize(), cpRows(j)
+	if cp > 1 {
+		b.AddReserve(plan.Reserve{Name: "ring_spans", Bytes: int64(16 * rows * gpu.SpanLayouts),
+			Note: fmt.Sprintf("the CUDA backend's %d span layouts of ring attention blocks (8 bytes per query and per key row)", gpu.SpanLayouts)})
+	}
 	if j.Graph == nil {
 		return nil, fmt.Errorf("the job has no stage graph")
 	}
@@ -65,20 +70,26 @@ func Plan(j *Job) (*plan.Plan, error) {
 		return nil, err
 	}
 	p.HostBuffers = hostBuffers(j)
-	if cp := j.Spec.Mesh.CPSize(); cp > 1 {
+	if cp > 1 {
 		fwd, bwd := plan.RingScratch(p.Buffers)
-		rows := 0
-		for _, s := range j.Stages {
-			if pk, ok := s.(*Pack); ok {
-				rows = max(rows, pk.Tokens(j.Spec))
-			}
-		}
-		if rows == 0 {
-			rows = j.Spec.Data.MaxTokensPerGPU
-		}
 		p.Context = &plan.ContextUse{CP: cp, Rows: rows, RingForward: fwd, RingBackward: bwd}
 	}
 	return p, nil
+}
+
+// cpRows is the most rows a rank holds of a micro-batch: the largest pack
+// stage's budget, or data.max_tokens_per_gpu.
+func cpRows(j *Job) int {
+	rows := 0
+	for _, s := range j.Stages {
+		if pk, ok := s.(*Pack); ok {
+			rows = max(rows, pk.Tokens(j.Spec))
+		}
+	}
+	if rows == 0 {
+		rows = j.Spec.Data.MaxTokensPerGPU
+	}
+	return rows
 }
 
 // RunOptions configure Run.

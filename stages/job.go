@@ -254,7 +254,7 @@ func (j *Job) Env(m *Model, u *model.Unit, st *spec.Stage) *spec.Env {
 // setup): the step, the mesh, the GPU and the stage.
 func (j *Job) StepEnv(st *spec.Stage, step int) *spec.Env {
 	m := j.Spec.Mesh
-	env := &spec.Env{Step: step, Mesh: spec.MeshEnv{Nodes: m.Nodes, GPUsPerNode: m.GPUsPerNode, WorldSize: m.WorldSize(), DP: m.DP},
+	env := &spec.Env{Step: step, Mesh: spec.MeshEnv{Nodes: m.Nodes, GPUsPerNode: m.GPUsPerNode, WorldSize: m.WorldSize(), DP: m.DP, CP: m.CPSize()},
 		GPU: spec.GPUEnv{Name: j.GPU.Name, MemoryBytes: j.GPU.Bytes}}
 	if st != nil {
 		env.Stage = spec.StageEnv{ID: st.ID, Kind: st.Uses}

@@ -18,14 +18,9 @@ import (
 // kernels/attention.cu with the Spans range policy, and the log-sum-exp
 // merge of blocks.
 
-// SpanCacheEntries is how many span layouts a backend keeps on the device:
-// each is 16 bytes per query and key row. A micro-batch of a cp group
-// uses cp−1 layouts (one per other rank) in every layer, forward and
-// backward, so up to cp 9 each is uploaded once per micro-batch.
-const SpanCacheEntries = 8
-
-// spanCache holds the device copies of span layouts: for every query row
-// its key range and for every key row its query range.
+// spanCache holds the device copies of up to gpu.SpanLayouts span
+// layouts: for every query row its key range and for every key row its
+// query range.
 type spanCache struct {
 	mu      sync.Mutex
 	entries map[string]spanRanges
@@ -69,7 +64,7 @@ func (b *Backend) spanRanges(tq, tk int, spans []gpu.Span) (spanRanges, error) {
 	if e, ok := sc.entries[key.String()]; ok {
 		return e, nil
 	}
-	if len(sc.entries) >= SpanCacheEntries {
+	if len(sc.entries) >= gpu.SpanLayouts {
 		for k, e := range sc.entries {
 			if err := b.Free(e.mem); err != nil {
 				return spanRanges{}, err
