@@ -42,6 +42,7 @@ func Plan(j *Job) (*plan.Plan, error) {
 	}
 	cp, rows := j.Spec.Mesh.CPSize(), cpRows(j)
 	if cp > 1 {
+		b.AddReserve(plan.Reserve{Name: "nccl_cp", Bytes: NCCLReserve, Note: "the cp group's two NCCL communicators' buffers (estimate)"})
 		b.AddReserve(plan.Reserve{Name: "ring_spans", Bytes: int64(16 * rows * gpu.SpanLayouts),
 			Note: fmt.Sprintf("the CUDA backend's %d span layouts of ring attention blocks (8 bytes per query and per key row)", gpu.SpanLayouts)})
 	}
