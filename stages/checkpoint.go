@@ -136,6 +136,13 @@ type ShardRows map[string][]float32
 
 // ExportRows downloads the rank's rows of model name's parameters.
 func (r *Rank) ExportRows(name string) (ShardRows, error) {
+	return r.shardRows(name, func(st *ShardState, u *Unit, s model.Slot) (gpu.Tensor, error) { return st.paramShard(u, s) })
+}
+
+// shardRows downloads the rank's rows of every (untied) parameter of model
+// name from the shard view returns (the params, or the fp32 grads or
+// moments).
+func (r *Rank) shardRows(name string, view func(st *ShardState, u *Unit, s model.Slot) (gpu.Tensor, error)) (ShardRows, error) {
 	st := r.shards()[name]
 	if st == nil {
 		return nil, fmt.Errorf("model %q is not sharded on rank %d", name, r.ID)
@@ -146,7 +153,7 @@ func (r *Rank) ExportRows(name string) (ShardRows, error) {
 			if s.Tied {
 				continue
 			}
-			t, err := st.paramShard(u, s)
+			t, err := view(st, u, s)
 			if err != nil {
 				return nil, err
 			}

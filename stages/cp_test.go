@@ -6,6 +6,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -68,25 +70,9 @@ func runMesh(t *testing.T, s *spec.Spec, dp, cp int) cpRun {
 
 // gradRows downloads the rank's rows of model name's fp32 grads.
 func gradRows(r *Rank, name string) (ShardRows, error) {
-	st := r.shards()[name]
-	out := ShardRows{}
-	for _, u := range st.Units {
-		for _, s := range u.Slots {
-			if s.Tied {
-				continue
-			}
-			t, err := st.fp32Shard(st.Grads, u, s)
-			if err != nil {
-				return nil, err
-			}
-			data := make([]float32, t.Numel())
-			if err := r.download(data, t); err != nil {
-				return nil, err
-			}
-			out[s.Name] = data
-		}
-	}
-	return out, nil
+	return r.shardRows(name, func(st *ShardState, u *Unit, s model.Slot) (gpu.Tensor, error) {
+		return st.fp32Shard(st.Grads, u, s)
+	})
 }
 
 // TestContextParallel runs the tiny job's real step (two mini-batch
@@ -104,7 +90,9 @@ func TestContextParallel(t *testing.T) {
 		return s
 	}
 	ref := runMesh(t, base(t), 1, 1)
-	for _, tc := range []struct{ dp, cp int }{{1, 2}, {1, 4}, {2, 2}} {
+	// dp 4 × cp 1 is the control: data parallelism alone must meet the
+	// same bounds (its parameters differ from dp 1 by as much).
+	for _, tc := range []struct{ dp, cp int }{{1, 2}, {1, 4}, {2, 2}, {4, 1}} {
 		t.Run(fmt.Sprintf("dp %d cp %d", tc.dp, tc.cp), func(t *testing.T) {
 			got := runMesh(t, base(t), tc.dp, tc.cp)
 			for r, hw := range got.peak {

@@ -171,17 +171,7 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 		comms = libnccl.NewComms
 	}
 	if cp > 1 {
-		cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
-			var out []nccl.Comm
-			for g := 0; g < len(bs); g += cp {
-				cs, err := libnccl.NewComms(bs[g : g+cp])
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, cs...)
-			}
-			return out, nil
-		}
+		cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) { return libnccl.NewGroups(bs, cp) }
 	}
 	gpuRun := runSpecWith(t, path, short, RunOptions{
 		Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) },

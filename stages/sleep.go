@@ -81,12 +81,7 @@ func (s *Sleep) Run(ctx context.Context, rc *RunContext) error {
 			if err != nil {
 				return err
 			}
-			if n > 0 {
-				d := time.Since(t0).Seconds()
-				p.report("sleep_s", d)
-				p.report("sleep_gb", float64(n)/1e9)
-				p.report("sleep_gbps", float64(n)/1e9/d)
-			}
+			reportMove(p, "sleep", n, t0)
 			p.report("asleep_plan_bytes", float64(r.Arena.Plan().AsleepDeviceBytes()))
 			if r.deviceMemory != nil {
 				if b, ok := r.deviceMemory(); ok {
@@ -118,4 +113,16 @@ func (s *Sleep) Run(ctx context.Context, rc *RunContext) error {
 			return nil
 		})
 	})
+}
+
+// reportMove reports a sleep's or wake's copy of n bytes that started at
+// t0: what_s, what_gb and what_gbps (nothing when it moved nothing).
+func reportMove(p *prog, what string, n int64, t0 time.Time) {
+	if n <= 0 {
+		return
+	}
+	d := time.Since(t0).Seconds()
+	p.report(what+"_s", d)
+	p.report(what+"_gb", float64(n)/1e9)
+	p.report(what+"_gbps", float64(n)/1e9/d)
 }

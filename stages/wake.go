@@ -70,12 +70,7 @@ func (s *Wake) Run(ctx context.Context, rc *RunContext) error {
 			if err != nil {
 				return err
 			}
-			if n > 0 {
-				d := time.Since(t0).Seconds()
-				p.report("wake_s", d)
-				p.report("wake_gb", float64(n)/1e9)
-				p.report("wake_gbps", float64(n)/1e9/d)
-			}
+			reportMove(p, "wake", n, t0)
 			return nil
 		})
 	})

@@ -107,6 +107,18 @@ func (b *Backend) outLSE(op, names string, out, lse gpu.Tensor) (oa, la uint64, 
 	return oa, la, err
 }
 
+// backwardAddrs returns the device addresses of an attention backward's
+// dq, dk, dv, dout and out, and of its lse (F32).
+func (b *Backend) backwardAddrs(op string, dq, dk, dv, dout, out, lse gpu.Tensor) (as [5]uint64, la uint64, err error) {
+	for i, x := range []named{arg("dq", dq), arg("dk", dk), arg("dv", dv), arg("dout", dout), arg("out", out)} {
+		if as[i], err = b.faddr(op, x.Name, x.T); err != nil {
+			return as, 0, err
+		}
+	}
+	la, err = b.taddr(op, "lse", lse, gpu.F32)
+	return as, la, err
+}
+
 // checkCu is the launch validating cuSeqlens on the device (reported by the
 // next Sync; the attention kernels clamp so that bad offsets never read out
 // of bounds).
@@ -164,13 +176,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 	if err := gpu.CheckAttentionBackward(op, dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens, a.t, a.hq, a.hkv, a.d); err != nil {
 		return err
 	}
-	var as [5]uint64
-	for i, x := range []named{arg("dq", dq), arg("dk", dk), arg("dv", dv), arg("dout", dout), arg("out", out)} {
-		if as[i], err = b.faddr(op, x.Name, x.T); err != nil {
-			return err
-		}
-	}
-	la, err := b.taddr(op, "lse", lse, gpu.F32)
+	as, la, err := b.backwardAddrs(op, dq, dk, dv, dout, out, lse)
 	if err != nil {
 		return err
 	}

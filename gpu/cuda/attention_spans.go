@@ -177,13 +177,7 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu
 	if err := gpu.CheckSpanAttentionBackward(op, dq, dk, dv, dout, out, lse, a.tq, a.tk, a.hq, a.hkv, a.d); err != nil {
 		return err
 	}
-	var as [5]uint64
-	for i, x := range []named{arg("dq", dq), arg("dk", dk), arg("dv", dv), arg("dout", dout), arg("out", out)} {
-		if as[i], err = b.faddr(op, x.Name, x.T); err != nil {
-			return err
-		}
-	}
-	la, err := b.taddr(op, "lse", lse, gpu.F32)
+	as, la, err := b.backwardAddrs(op, dq, dk, dv, dout, out, lse)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,29 @@ func NewComms(backends []gpu.Backend) ([]nccl.Comm, error) {
 	return out, nil
 }
 
+// NewGroups returns, for backends of one process, the communicators of
+// consecutive groups of size ranks (0..size−1, size..2·size−1, ...), each
+// its own NewComms: context parallelism's cp groups, whose sends and
+// receives pass keys and values round the group. Its signature, with size
+// bound, fits stages.RunOptions.CPComms.
+func NewGroups(backends []gpu.Backend, size int) ([]nccl.Comm, error) {
+	if size < 1 || len(backends)%size != 0 {
+		return nil, fmt.Errorf("nccl: %d ranks do not split into groups of %d", len(backends), size)
+	}
+	out := make([]nccl.Comm, 0, len(backends))
+	for g := 0; g < len(backends); g += size {
+		cs, err := NewComms(backends[g : g+size])
+		if err != nil {
+			for k := 0; k < len(out); k += size {
+				out[k].Close()
+			}
+			return nil, fmt.Errorf("group of ranks %d-%d: %w", g, g+size-1, err)
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
 // NewRank returns this process's rank of a communicator whose ranks are
 // processes, one GPU each, maybe on several hosts: backend is the rank's
 // CUDA backend and host a host-memory communicator over the same ranks (the

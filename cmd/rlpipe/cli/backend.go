@@ -94,20 +94,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 		if cp := s.Mesh.CPSize(); cp > 1 {
 			// Each cp group gets its own NCCL communicator, whose sends
 			// and receives pass keys and values round the group's ring.
-			c.cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) {
-				out := make([]nccl.Comm, 0, len(bs))
-				for g := 0; g+cp <= len(bs); g += cp {
-					cs, err := ncclComms(bs[g : g+cp])
-					if err != nil {
-						for _, c := range out {
-							c.Close()
-						}
-						return nil, fmt.Errorf("cp group of ranks %d-%d: %w", g, g+cp-1, err)
-					}
-					out = append(out, cs...)
-				}
-				return out, nil
-			}
+			c.cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) { return ncclGroups(bs, cp) }
 		}
 		return c, nil
 	default:

@@ -39,11 +39,12 @@ func loadNCCL() (string, error) {
 	return fmt.Sprintf("%s (%s)", l.Version, l.Path), nil
 }
 
-// ncclComms connects the GPUs of one process; ncclRank joins this
-// process's rank to the others'.
+// ncclComms connects the GPUs of one process, ncclGroups its GPUs' cp
+// groups; ncclRank joins this process's rank to the others'.
 var (
-	ncclComms = libnccl.NewComms
-	ncclRank  = libnccl.NewRank
+	ncclComms  = libnccl.NewComms
+	ncclGroups = libnccl.NewGroups
+	ncclRank   = libnccl.NewRank
 )
 
 // doctorCUDA reports the CUDA libraries and GPUs and compiles every kernel

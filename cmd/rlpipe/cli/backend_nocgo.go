@@ -25,6 +25,8 @@ func loadNCCL() (string, error)               { return "", errNoNCCL }
 
 func ncclComms([]gpu.Backend) ([]nccl.Comm, error) { return nil, errNoNCCL }
 
+func ncclGroups([]gpu.Backend, int) ([]nccl.Comm, error) { return nil, errNoNCCL }
+
 func ncclRank(context.Context, gpu.Backend, nccl.Comm) (nccl.Comm, error) { return nil, errNoNCCL }
 
 func doctorCUDA(env *cli, _ bool) int {
