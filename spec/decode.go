@@ -449,6 +449,11 @@ func (d *decoder) value(n, at *yaml.Node, v reflect.Value, path string, depth in
 	case reflect.PointerTo(nodeType):
 		v.Set(reflect.ValueOf(n))
 		return
+	case autoIntType:
+		if a, ok := d.autoIntValue(n, path); ok {
+			v.Set(reflect.ValueOf(a))
+		}
+		return
 	}
 	switch v.Kind() {
 	case reflect.Pointer:

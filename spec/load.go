@@ -645,7 +645,11 @@ func (d *decoder) policies(s *Spec, top *fields) {
 	p := &s.Policies
 	p.Offload = d.expr(f, "offload", reflect.Bool)
 	p.OffloadOptimizer = d.expr(f, "offload_optimizer", reflect.Bool)
-	p.Recompute = d.expr(f, "recompute", reflect.Bool)
+	if n := resolve(f.get("recompute")); n != nil && n.Kind == yaml.ScalarNode && n.Value == "auto" && n.ShortTag() == "!!str" {
+		// auto, the default: planning picks the layers (RecomputeAuto).
+	} else {
+		p.Recompute = d.expr(f, "recompute", reflect.Bool)
+	}
 	p.Precision = d.expr(f, "precision", reflect.String)
 	if p.Precision != nil {
 		n := f.get("precision")

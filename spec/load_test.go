@@ -201,6 +201,9 @@ func TestParseValid(t *testing.T) {
 			func(s *Spec) bool { return s.Train.Shuffle && s.Train.ShuffleGroups && s.Train.Seed == 0 }},
 		{"largest seed", "train: {steps: 1, seed: 9223372036854775807}\n", func(s *Spec) bool { return s.Train.Seed == math.MaxInt64 }},
 		{"warmup equal to lr", "train: {steps: 1, lr: 1e-5, warmup_init_lr: 1e-5, warmup_steps: 3}\n", nil},
+		{"recompute auto", "policies: {recompute: auto}\n", func(s *Spec) bool { return s.Policies.Recompute == nil }},
+		{"recompute written", "policies: {recompute: 'layer.index < 2'}\n", func(s *Spec) bool { return s.Policies.Recompute != nil }},
+		{"recompute default", "policies: {offload: 'false'}\n", func(s *Spec) bool { return s.Policies.Recompute == nil }},
 		{"alias with", "stages:\n  setup:\n    - {id: a, uses: b, with: &w {model: actor}}\n    - {id: c, uses: d, with: *w}\n",
 			func(s *Spec) bool { return s.Setup[1].With != nil && s.Setup[1].With.Kind == 4 }},
 	}

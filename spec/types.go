@@ -207,7 +207,7 @@ type Policies struct {
 	Offload          *Expr // bool, per model: sharded params in pinned host memory. default false
 	OffloadOptimizer *Expr // bool, per model: grads and AdamW state in pinned host memory. default false
 	Precision        *Expr // string "bf16"|"fp32", per layer: compute dtype of the unit. default "bf16"
-	Recompute        *Expr // bool, per layer: activation checkpointing of the unit. default true
+	Recompute        *Expr // bool, per layer: activation checkpointing of the unit. nil (written or by default): auto, the fewest layers that fit, chosen by planning
 }
 
 // Stage is one entry of stages.setup or stages.step.

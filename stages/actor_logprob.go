@@ -9,7 +9,7 @@ import (
 func init() {
 	Register(Kind{Name: "actor_logprob", Phase: spec.Step,
 		Doc: "per-token log-probs of the actor before the step's updates (the PPO old policy)",
-		New: func() Stage { return &ActorLogProb{LogProb{Model: "actor", ChunkTokens: DefaultChunkTokens}} }})
+		New: func() Stage { return &ActorLogProb{LogProb{Model: "actor", ChunkTokens: spec.Auto}} }})
 }
 
 var _ Stage = (*ActorLogProb)(nil)

@@ -31,9 +31,10 @@ const (
 	BackendReserve     = 32<<20 + 4096 + 2*(4<<20)
 )
 
-// Plan builds the per-device memory plan of the job: every stage in order
-// declares its ops and buffers, then the builder assigns arena offsets.
-func Plan(j *Job) (*plan.Plan, error) {
+// planOnce builds the per-device memory plan of the job as its choices
+// stand: every stage in order declares its ops and buffers, then the
+// builder assigns arena offsets.
+func planOnce(j *Job) (*plan.Plan, error) {
 	b := plan.NewBuilder()
 	b.AddReserve(plan.Reserve{Name: "cuda_context", Bytes: CUDAContextReserve, Note: "CUDA context, kernel images, cuBLASLt handle (estimate)"})
 	b.AddReserve(plan.Reserve{Name: "backend", Bytes: BackendReserve, Note: "cuBLASLt workspace, error flag and two streams' reduction scratch, allocated by the CUDA backend", Released: true})
@@ -193,6 +194,9 @@ type Result struct {
 func Run(ctx context.Context, j *Job, p *plan.Plan, opts RunOptions) (*Result, error) {
 	if j.Graph == nil {
 		return nil, fmt.Errorf("the job has no stage graph")
+	}
+	if j.auto == nil {
+		return nil, errAutoUnplanned
 	}
 	world := j.Spec.Mesh.WorldSize()
 	steps := j.Spec.Train.Steps

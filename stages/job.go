@@ -51,6 +51,7 @@ type Job struct {
 	Prompts *PromptData
 
 	check Check
+	auto  *autoChoices // what Plan chose where the spec says auto
 }
 
 // Check says how much of what a run needs Resolve requires.
@@ -319,6 +320,9 @@ func (j *Job) unitPolicies() spec.Errors {
 					failed["precision"] = true
 					errs = append(errs, policyError(j.Spec.Policies.Precision, "precision", unitLabel(m, u, st), err))
 				}
+				if j.Spec.Policies.Recompute == nil {
+					continue // auto: planning chooses
+				}
 				if _, err := j.Recompute(m, u, st); err != nil && !failed["recompute"] {
 					failed["recompute"] = true
 					errs = append(errs, policyError(j.Spec.Policies.Recompute, "recompute", unitLabel(m, u, st), err))
@@ -397,12 +401,16 @@ func (j *Job) Precision(m *Model, u model.Unit, st *spec.Stage) (string, error) 
 
 // Recompute reports whether unit u of model m keeps only its input during the
 // forward of stage st and recomputes the rest in backward (activation
-// checkpointing), per policies.recompute. Only decoder units recompute.
+// checkpointing), per policies.recompute: its expression, or under auto
+// (the default) what planning chose. Only decoder units recompute.
 func (j *Job) Recompute(m *Model, u model.Unit, st *spec.Stage) (bool, error) {
 	if u.Kind != model.UnitDecoder {
 		return false, nil
 	}
-	return evalBool(j.Spec.Policies.Recompute, j.Env(m, &u, st), true)
+	if j.Spec.Policies.Recompute == nil {
+		return j.recomputeAuto(m, u)
+	}
+	return j.Spec.Policies.Recompute.Bool(j.Env(m, &u, st))
 }
 
 // checkWeightWriters reports a model whose weights more than one step

@@ -20,10 +20,10 @@ const DefaultChunkTokens = 1024
 // and shares them with every rank: stage "logp" output holds the whole
 // batch's values on every rank, whatever rank computed them.
 type LogProb struct {
-	Model           string `yaml:"model"`
-	ChunkTokens     int    `yaml:"chunk_tokens"`
-	Entropy         bool   `yaml:"entropy"`
-	EntropyTempered bool   `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z)
+	Model           string       `yaml:"model"`
+	ChunkTokens     spec.AutoInt `yaml:"chunk_tokens"` // auto by default (see Plan)
+	Entropy         bool         `yaml:"entropy"`
+	EntropyTempered bool         `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z)
 }
 
 // ports declares the batch and weights inputs and the logp (and entropy)
@@ -45,10 +45,16 @@ func (s *LogProb) ports(logp, entropy string) Ports {
 // validate checks the model and the chunk size.
 func (s *LogProb) validate(vc *ValidateContext) spec.Errors {
 	_, errs := vc.model("model", s.Model)
-	if s.ChunkTokens < 1 || s.ChunkTokens > maxTokensBound {
-		errs = append(errs, vc.Errorf("chunk_tokens", "chunk_tokens must be in [1, %d], got %d", maxTokensBound, s.ChunkTokens))
-	}
+	errs = append(errs, checkChunk(vc, s.ChunkTokens)...)
 	return errs
+}
+
+// checkChunk checks a chunk_tokens parameter: auto, or 1 to maxTokensBound.
+func checkChunk(vc *ValidateContext, c spec.AutoInt) spec.Errors {
+	if c.IsAuto() || c >= 1 && c <= maxTokensBound {
+		return nil
+	}
+	return spec.Errors{vc.Errorf("chunk_tokens", "chunk_tokens must be auto or in [1, %d], got %d", maxTokensBound, int(c))}
 }
 
 // respBound bounds the response tokens of a step's rollout batch.
@@ -67,7 +73,12 @@ func (s *LogProb) program(p *prog) {
 	if p.err != nil {
 		return
 	}
-	d := newDecoder(p, st, b.Tokens, s.ChunkTokens, s.EntropyTempered)
+	chunk, err := p.job.chunkTokens(p.stage.ID, s.ChunkTokens)
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	d := newDecoder(p, st, b.Tokens, chunk, s.EntropyTempered)
 	outputs := 1
 	if s.Entropy {
 		outputs = 2

@@ -2,6 +2,7 @@ package stages
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -105,7 +106,7 @@ func TestPlanTinyByHand(t *testing.T) {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}
 
-	// Activation checkpointing (recompute defaults to true): the train
+	// Activation checkpointing (the spec's recompute is true): the train
 	// forward keeps only each decoder layer's fp32 input until its backward.
 	for _, n := range []string{"train.resid.embed", "train.resid.layer0"} {
 		b := p.Buffer(n)
@@ -218,9 +219,13 @@ func TestPlanPolicies(t *testing.T) {
 		}},
 	}
 	base := readFile(t, filepath.Join("testdata", "tiny.yaml"))
+	const written = "policies:\n  recompute: 'true' # TestPlanTinyByHand counts the recompute buffers\n"
+	if !strings.Contains(base, written) {
+		t.Fatalf("testdata/tiny.yaml has no %q", written)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := base + "policies:\n  " + tt.policies + "\n"
+			src := strings.Replace(base, written, "policies:\n  "+tt.policies+"\n", 1)
 			path := writeTemp(t, "tiny.yaml", src)
 			j := resolveFile(t, path)
 			p, err := Plan(j)

@@ -9,7 +9,7 @@ import (
 func init() {
 	Register(Kind{Name: "ref_logprob", Phase: spec.Step,
 		Doc: "per-token log-probs of the reference model, in token chunks",
-		New: func() Stage { return &RefLogProb{LogProb{Model: "ref", ChunkTokens: DefaultChunkTokens}} }})
+		New: func() Stage { return &RefLogProb{LogProb{Model: "ref", ChunkTokens: spec.Auto}} }})
 }
 
 var _ Stage = (*RefLogProb)(nil)

@@ -25,24 +25,24 @@ var _ Stage = (*Train)(nil)
 // gradients of its micro-batches, clips them and takes an AdamW step. The
 // parameters of its `with:` block select the RL math of docs/rl.md.
 type Train struct {
-	Model              string  `yaml:"model"`
-	ChunkTokens        int     `yaml:"chunk_tokens"`
-	Advantage          string  `yaml:"advantage"` // grpo | reinforce++ | gspo
-	NormalizeStd       bool    `yaml:"normalize_std"`
-	PolicyLoss         string  `yaml:"policy_loss"` // ppo | cispo
-	EpsClip            float64 `yaml:"eps_clip"`
-	EpsClipHigh        float64 `yaml:"eps_clip_high"` // 0: same as eps_clip
-	DualClipC          float64 `yaml:"dual_clip_c"`   // 0: off
-	KL                 string  `yaml:"kl"`            // "" | k1 | k2 | k3 | low_var_kl
-	KLCoef             float64 `yaml:"kl_coef"`
-	KLUnbiased         bool    `yaml:"kl_unbiased"`
-	EntropyCoef        float64 `yaml:"entropy_coef"`
-	EntropyTempered    bool    `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z) (slime: off)
-	Aggregation        string  `yaml:"aggregation"`      // sample_mean | token_sum | token_mean | seq_mean_token_sum_norm
-	LossNormLen        int     `yaml:"loss_norm_len"`
-	UseRolloutLogProbs bool    `yaml:"use_rollout_log_probs"`
-	TIS                string  `yaml:"tis"` // "" | truncate | mask
-	TISCap             float64 `yaml:"tis_cap"`
+	Model              string       `yaml:"model"`
+	ChunkTokens        spec.AutoInt `yaml:"chunk_tokens"` // auto by default (see Plan)
+	Advantage          string       `yaml:"advantage"`    // grpo | reinforce++ | gspo
+	NormalizeStd       bool         `yaml:"normalize_std"`
+	PolicyLoss         string       `yaml:"policy_loss"` // ppo | cispo
+	EpsClip            float64      `yaml:"eps_clip"`
+	EpsClipHigh        float64      `yaml:"eps_clip_high"` // 0: same as eps_clip
+	DualClipC          float64      `yaml:"dual_clip_c"`   // 0: off
+	KL                 string       `yaml:"kl"`            // "" | k1 | k2 | k3 | low_var_kl
+	KLCoef             float64      `yaml:"kl_coef"`
+	KLUnbiased         bool         `yaml:"kl_unbiased"`
+	EntropyCoef        float64      `yaml:"entropy_coef"`
+	EntropyTempered    bool         `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z) (slime: off)
+	Aggregation        string       `yaml:"aggregation"`      // sample_mean | token_sum | token_mean | seq_mean_token_sum_norm
+	LossNormLen        int          `yaml:"loss_norm_len"`
+	UseRolloutLogProbs bool         `yaml:"use_rollout_log_probs"`
+	TIS                string       `yaml:"tis"` // "" | truncate | mask
+	TISCap             float64      `yaml:"tis_cap"`
 	// Batch, Ref and Old name the stages that feed the inputs of the same
 	// names, where more than one could (see Ports).
 	Batch string `yaml:"batch"`
@@ -65,7 +65,7 @@ type lossEvent struct {
 
 // NewTrain returns the train stage with its defaults (slime's).
 func NewTrain() *Train {
-	return &Train{Model: "actor", ChunkTokens: DefaultChunkTokens, Advantage: "grpo", NormalizeStd: true,
+	return &Train{Model: "actor", ChunkTokens: spec.Auto, Advantage: "grpo", NormalizeStd: true,
 		PolicyLoss: rl.PolicyLossPPO, EpsClip: 0.2, Aggregation: rl.AggSampleMean}
 }
 
@@ -103,9 +103,7 @@ func (s *Train) Validate(vc *ValidateContext) spec.Errors {
 	if m != nil && m.Spec.Role != "actor" {
 		errs = append(errs, vc.Errorf("model", "train updates model %q whose role is %q; only the actor is trained", s.Model, m.Spec.Role))
 	}
-	if s.ChunkTokens < 1 || s.ChunkTokens > maxTokensBound {
-		errs = append(errs, vc.Errorf("chunk_tokens", "chunk_tokens must be in [1, %d], got %d", maxTokensBound, s.ChunkTokens))
-	}
+	errs = append(errs, checkChunk(vc, s.ChunkTokens)...)
 	cfg := s.lossConfig()
 	if err := cfg.Validate(); err != nil {
 		// The message starts with the offending key: "eps_clip: ...".
@@ -173,7 +171,12 @@ func (s *Train) program(p *prog) {
 		p.fail(fmt.Errorf("model %q is not trainable", s.Model))
 		return
 	}
-	d := newDecoder(p, st, in.batch.Tokens, s.ChunkTokens, s.EntropyTempered)
+	chunk, err := p.job.chunkTokens(p.stage.ID, s.ChunkTokens)
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	d := newDecoder(p, st, in.batch.Tokens, chunk, s.EntropyTempered)
 	ups := []update{{micro: []*rollout.Packed{nil}}}
 	if p.running() {
 		var err error

@@ -85,7 +85,7 @@ func TestValidateRecipe(t *testing.T) {
 			},
 			want: []string{
 				f + `:36:15: policies.recompute for layer 0 of model "actor" in stage "shard_actor": evaluating "layer.index % 0 == 0": runtime error: integer divide by zero (1:13)`,
-				f + `:56:28: stage "ref_logp": chunk_tokens must be in [1, 16777216], got 0`,
+				f + `:56:28: stage "ref_logp": chunk_tokens must be auto or in [1, 16777216], got 0`,
 				f + `:69:18: stage "train": kl_coef: -1 must be finite and >= 0`,
 			},
 		},

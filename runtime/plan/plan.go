@@ -303,7 +303,9 @@ type Plan struct {
 	// needs outside the arena (see HostUse).
 	HostBuffers []HostUse `json:"host_buffers,omitempty"`
 	// Context is set with mesh.cp > 1.
-	Context   *ContextUse   `json:"context_parallel,omitempty"`
+	Context *ContextUse `json:"context_parallel,omitempty"`
+	// Auto are the decisions planning made where the spec says auto.
+	Auto      []Choice      `json:"auto,omitempty"`
 	Budget    []StageBudget `json:"budget"`
 	PeakStage string        `json:"peak_stage"`
 	PeakBytes int64         `json:"peak_bytes"` // peak of device bytes in use, over all ops
@@ -399,4 +401,13 @@ func (p *Plan) Buffer(name string) *Buffer {
 		}
 	}
 	return nil
+}
+
+// Choice is a decision the spec left to planning (policies.recompute auto,
+// chunk_tokens auto): what it is about, what was chosen and why.
+type Choice struct {
+	Key     string `json:"key"`     // the spec key, e.g. "policies.recompute"
+	Subject string `json:"subject"` // what it applies to, e.g. "model actor"
+	Value   string `json:"value"`
+	Why     string `json:"why"`
 }

@@ -65,7 +65,11 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 	}
 	fmt.Fprintf(w, "%s: %d rank(s), dp %d%s, %d tokens per micro-batch per GPU, %d optimizer update(s) per step\n", h.Job, h.Ranks, h.DP, cp, h.Tokens, h.Updates)
 	u := unitFor(p.PeakBytes)
-	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
+	fmt.Fprintf(w, "GPU: %s, %s GiB (%s)\n", h.GPUName, GiB(h.GPUBytes), h.GPUSource)
+	for _, c := range p.Auto {
+		fmt.Fprintf(w, "auto: %s of %s: %s (%s)\n", c.Key, c.Subject, c.Value, c.Why)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "per-GPU device memory in use at each stage's peak op (%s)\n", u.name)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// Print only the categories some stage uses.

@@ -531,6 +531,9 @@ func resolved(l *loaded) any {
 			out.Policies[k] = e.Src
 		}
 	}
+	if pol.Recompute == nil {
+		out.Policies["recompute"] = "auto" // what planning chose is in the plan's auto entries
+	}
 	for _, st := range l.job.Order {
 		s := stage{ID: st.ID, Uses: st.Uses, Phase: string(st.Phase), With: l.job.Stages[st.ID]}
 		if st.When != nil {
