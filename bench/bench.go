@@ -185,6 +185,7 @@ type Result struct {
 	Memory Memory `json:"memory"`
 
 	SetupS         float64            `json:"setup_s"`             // load + shard, from the job's start to the first step
+	SetupStages    []stages.StageTime `json:"setup_stages"`        // rank 0's setup stages, each synced at its end (the rest of setup_s is the backend, the arena and the first step's start)
 	CheckpointS    float64            `json:"checkpoint_s"`        // generating the random checkpoint (0 when cached)
 	StageS         map[string]float64 `json:"stage_s"`             // runtime.Report durations of the last step (no device sync: launch time on an async backend)
 	ProfileS       map[string]float64 `json:"profile_s,omitempty"` // with Profile: the last step's seconds per kind of op
@@ -408,6 +409,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		if sr.Step == 1 {
 			stepsStart = time.Now().Add(-sr.Wall)
 			res.SetupS = stepsStart.Sub(start).Seconds()
+			res.SetupStages = r.Setup
 		}
 		var tokens int64
 		for _, sm := range j.Data.Step(sr.Step).Samples {

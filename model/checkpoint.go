@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/rlpipe/rlpipe/gpu"
 )
 
 // Errors wrapped by Checkpoint.Check and WriteCheckpoint.
@@ -221,6 +223,52 @@ func (ck *Checkpoint) handle(fi int) (*os.File, error) {
 	return h, nil
 }
 
+// rowSpan is where rows of one tensor are: its file, its header entry, the
+// open file, and its elements per row and bytes per element.
+type rowSpan struct {
+	f               *File
+	t               TensorInfo
+	h               *os.File
+	rowElems, esize int64
+}
+
+// rowRange checks a read of rows [row0, row1) of tensor name into a
+// destination of n units (elements when unit is 1, bytes when it is 0: the
+// element size) and opens the tensor's file when n > 0.
+func (ck *Checkpoint) rowRange(name string, row0, row1, n, unit int64, units string) (rowSpan, error) {
+	fi, ok := ck.where[name]
+	if !ok {
+		return rowSpan{}, fmt.Errorf("%s: %w %q", ck.Dir, ErrMissingTensor, name)
+	}
+	f := ck.Files[fi]
+	t, _ := f.Tensor(name)
+	if !loadable(t.DType) {
+		return rowSpan{}, fmt.Errorf("%s: tensor %q: %w dtype %s (supported: BF16, F16, F32)", f.Path, name, ErrUnsupported, t.DType)
+	}
+	r := rowSpan{f: f, t: t, rowElems: 1, esize: int64(DTypeSize(t.DType))}
+	rows := int64(1)
+	if len(t.Shape) > 0 {
+		rows, r.rowElems = t.Shape[0], numElements(t.Shape[1:])
+	}
+	if row0 < 0 || row1 < row0 || row1 > rows {
+		return rowSpan{}, fmt.Errorf("%s: tensor %q: rows [%d, %d) out of range [0, %d)", f.Path, name, row0, row1, rows)
+	}
+	if unit == 0 {
+		unit = r.esize
+	}
+	if want := (row1 - row0) * r.rowElems * unit; n != want {
+		return rowSpan{}, fmt.Errorf("%s: tensor %q: dst has %d %s, rows [%d, %d) need %d", f.Path, name, n, units, row0, row1, want)
+	}
+	if n > 0 {
+		h, err := ck.handle(fi)
+		if err != nil {
+			return rowSpan{}, err
+		}
+		r.h = h
+	}
+	return r, nil
+}
+
 // readChunk is the most bytes ReadRows reads at once.
 const readChunk = 1 << 20
 
@@ -231,34 +279,12 @@ const readChunk = 1 << 20
 // dimensions. A 0-dimensional tensor has one row of one element. ReadRows is
 // safe for concurrent use.
 func (ck *Checkpoint) ReadRows(name string, row0, row1 int64, dst []float32) error {
-	fi, ok := ck.where[name]
-	if !ok {
-		return fmt.Errorf("%s: %w %q", ck.Dir, ErrMissingTensor, name)
-	}
-	f := ck.Files[fi]
-	t, _ := f.Tensor(name)
-	if !loadable(t.DType) {
-		return fmt.Errorf("%s: tensor %q: %w dtype %s (supported: BF16, F16, F32)", f.Path, name, ErrUnsupported, t.DType)
-	}
-	rows, rowElems := int64(1), int64(1)
-	if len(t.Shape) > 0 {
-		rows, rowElems = t.Shape[0], numElements(t.Shape[1:])
-	}
-	if row0 < 0 || row1 < row0 || row1 > rows {
-		return fmt.Errorf("%s: tensor %q: rows [%d, %d) out of range [0, %d)", f.Path, name, row0, row1, rows)
-	}
-	if want := (row1 - row0) * rowElems; int64(len(dst)) != want {
-		return fmt.Errorf("%s: tensor %q: dst has %d elements, rows [%d, %d) need %d", f.Path, name, len(dst), row0, row1, want)
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	h, err := ck.handle(fi)
-	if err != nil {
+	r, err := ck.rowRange(name, row0, row1, int64(len(dst)), 1, "elements")
+	if err != nil || len(dst) == 0 {
 		return err
 	}
-	esize := int64(DTypeSize(t.DType))
-	off := f.DataStart() + t.Begin + row0*rowElems*esize
+	f, t, h, esize := r.f, r.t, r.h, r.esize
+	off := f.DataStart() + t.Begin + row0*r.rowElems*esize
 	remaining := int64(len(dst)) * esize
 	buf := make([]byte, min(remaining, readChunk))
 	out := dst
@@ -287,6 +313,66 @@ func (ck *Checkpoint) ReadRows(name string, row0, row1 int64, dst []float32) err
 		remaining -= n
 	}
 	return nil
+}
+
+// rawReaders and rawPiece bound the concurrent reads of ReadRowsRaw: a read
+// is split into pieces of at least rawPiece bytes, at most rawReaders at
+// once. One reader copies from the page cache at a few GB/s; several
+// reach the memory bandwidth, or keep a fast disk's queue full.
+// (Variables so that tests can make pieces small.)
+var (
+	rawReaders = 8
+	rawPiece   = 16 << 20
+)
+
+// StoredDType returns the dtype tensor name is stored in, as the device
+// holds it: BF16, F16 or F32.
+func (ck *Checkpoint) StoredDType(name string) (gpu.DType, error) {
+	fi, ok := ck.where[name]
+	if !ok {
+		return 0, fmt.Errorf("%s: %w %q", ck.Dir, ErrMissingTensor, name)
+	}
+	f := ck.Files[fi]
+	t, _ := f.Tensor(name)
+	switch t.DType {
+	case BF16:
+		return gpu.BF16, nil
+	case F16:
+		return gpu.F16, nil
+	case F32:
+		return gpu.F32, nil
+	}
+	return 0, fmt.Errorf("%s: tensor %q: %w dtype %s (supported: BF16, F16, F32)", f.Path, name, ErrUnsupported, t.DType)
+}
+
+// ReadRowsRaw reads rows [row0, row1) along dimension 0 of the tensor
+// called name into dst as stored: little-endian elements of the dtype
+// StoredDType reports, with no conversion, in one read. len(dst) must be
+// (row1-row0) times the product of the remaining dimensions times the
+// element size. It is safe for concurrent use.
+func (ck *Checkpoint) ReadRowsRaw(name string, row0, row1 int64, dst []byte) error {
+	r, err := ck.rowRange(name, row0, row1, int64(len(dst)), 0, "bytes")
+	if err != nil || len(dst) == 0 {
+		return err
+	}
+	f, t, h, rowElems, esize := r.f, r.t, r.h, r.rowElems, r.esize
+	base := f.DataStart() + t.Begin + row0*rowElems*esize
+	pieces := min(rawReaders, max(1, len(dst)/rawPiece))
+	size := (len(dst) + pieces - 1) / pieces
+	errs := make([]error, pieces)
+	var wg sync.WaitGroup
+	for i := range pieces {
+		lo, hi := i*size, min((i+1)*size, len(dst))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.ReadAt(dst[lo:hi], base+int64(lo)); err != nil {
+				errs[i] = fmt.Errorf("%s: tensor %q: read: %w", f.Path, name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // WriteCheckpoint writes a checkpoint directory for c: config.json in the

@@ -1,15 +1,19 @@
 package model
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
 )
 
 func loadTiny(t *testing.T, family string) *Config {
@@ -411,6 +415,9 @@ func TestOpenCheckpointErrors(t *testing.T) {
 }
 
 func TestReadRows(t *testing.T) {
+	// Small pieces, so that raw reads of m are split over several readers.
+	defer func(p int) { rawPiece = p }(rawPiece)
+	rawPiece = 64 << 10
 	// Values exactly representable in bf16 and f16 read back exactly.
 	const rows, cols = 1100, 300 // over 1 MiB as F32, to cross read chunks
 	data := make([]float32, rows*cols)
@@ -460,9 +467,41 @@ func TestReadRows(t *testing.T) {
 					if !slices.Equal(dst, want) {
 						t.Errorf("%s rows [%d,%d) differ", r.name, r.r0, r.r1)
 					}
+					// The same rows as stored, decoded here.
+					sdt, err := ck.StoredDType(r.name)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					raw := make([]byte, len(dst)*sdt.Size())
+					if err := ck.ReadRowsRaw(r.name, r.r0, r.r1, raw); err != nil {
+						t.Error(err)
+						return
+					}
+					for i, w := range want {
+						var got float32
+						switch sdt {
+						case gpu.BF16:
+							got = bf16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+						case gpu.F16:
+							got = f16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+						default:
+							got = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+						}
+						if got != w {
+							t.Errorf("%s rows [%d,%d): raw element %d = %v, want %v", r.name, r.r0, r.r1, i, got, w)
+							return
+						}
+					}
 				}()
 			}
 			wg.Wait()
+			if err := ck.ReadRowsRaw("m", 0, 2, make([]byte, 3)); err == nil || !strings.Contains(err.Error(), "dst has 3 bytes") {
+				t.Errorf("short raw dst: %v", err)
+			}
+			if err := ck.ReadRowsRaw("nope", 0, 1, nil); !errors.Is(err, ErrMissingTensor) {
+				t.Errorf("missing tensor: %v", err)
+			}
 		})
 	}
 }

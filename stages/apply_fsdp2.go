@@ -64,7 +64,7 @@ func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error { return rc.
 // and for a trainable model fp32 grads and AdamW m and v, each on the
 // device or in pinned host memory per the offload policies. Running, it
 // streams each rank's dim-0 slice of every tensor from the checkpoint
-// through one pinned staging buffer into the shard.
+// through a pinned staging buffer into the shard (see loadShards).
 func (s *ApplyFSDP2) program(p *prog) {
 	m := p.job.Models[s.Model]
 	src, _ := p.in("checkpoint").(*Model)
@@ -107,7 +107,12 @@ func (s *ApplyFSDP2) program(p *prog) {
 }
 
 // loadShards zeroes the sharded state and reads this rank's rows of every
-// tensor into the params.
+// tensor into the params. The rows are read as stored (bf16, f16 or f32:
+// no conversion on the host) straight into the pinned staging buffer, and
+// the device converts them as it copies them into the shard. The staging
+// buffer holds the largest slot in fp32, so for 2-byte checkpoints it is
+// used as two halves: the next slot is read from disk into one half while
+// the device copies the previous one out of the other.
 func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.WorldSize()
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
@@ -121,7 +126,31 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 	if ck == nil {
 		return fmt.Errorf("model %q has no weights to load", src.Name())
 	}
-	buf := p.r.scratch(staging.Numel())
+	raw, err := staging.HostBytes()
+	if err != nil {
+		return fmt.Errorf("loading %s: staging: %w", src.Name(), err)
+	}
+	stream := b.DefaultStream()
+	half := len(raw) / 2 &^ (plan.Align - 1) // aligned for any dtype
+	var pending [2]gpu.Event                 // the copy last reading each half
+	wait := func(h int) error {
+		if pending[h] == nil {
+			return nil
+		}
+		err := pending[h].Sync()
+		pending[h].Close()
+		pending[h] = nil
+		return err
+	}
+	defer func() {
+		for h := range pending {
+			if pending[h] != nil {
+				pending[h].Sync()
+				pending[h].Close()
+			}
+		}
+	}()
+	next := 0
 	for _, u := range st.Units {
 		for _, s := range u.Slots {
 			if s.Tied {
@@ -132,17 +161,30 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 			if r1 <= r0 {
 				continue // this rank holds only padding of s
 			}
-			n := int((r1 - r0) * s.RowElems())
-			if err := ck.ReadRows(s.Name, r0, r1, buf[:n]); err != nil {
+			dt, err := ck.StoredDType(s.Name)
+			if err != nil {
 				return fmt.Errorf("rank %d of %d: %w", rank, dp, err)
 			}
-			stg, err := staging.Flat(0, n)
-			if err != nil {
+			n := int((r1 - r0) * s.RowElems())
+			bytes := n * dt.Size()
+			// A slot that fits half the buffer alternates halves; a larger
+			// one (fp32) takes the whole buffer once both halves are free,
+			// and its copy is waited for at once.
+			h, whole := next, bytes > half
+			if whole {
+				h = 0
+				if err := wait(1); err != nil {
+					return err
+				}
+			}
+			if err := wait(h); err != nil {
 				return err
 			}
-			if err := b.Upload(stg, buf[:n]); err != nil {
-				return err
+			off := h * half
+			if err := ck.ReadRowsRaw(s.Name, r0, r1, raw[off:off+bytes]); err != nil {
+				return fmt.Errorf("rank %d of %d: %w", rank, dp, err)
 			}
+			stg := gpu.Tensor{Mem: staging.Mem, Off: staging.Off + int64(off), DType: dt, Shape: []int{n}}
 			dst, err := st.paramShard(u, s)
 			if err != nil {
 				return err
@@ -153,6 +195,16 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 			if err := b.Copy(dst, stg); err != nil {
 				return fmt.Errorf("loading %s: %w", s.Name, err)
 			}
+			if whole {
+				if err := stream.Sync(); err != nil {
+					return err
+				}
+				continue
+			}
+			if pending[h], err = stream.Record(); err != nil {
+				return err
+			}
+			next = 1 - h
 		}
 	}
 	return nil

@@ -384,7 +384,13 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 		if err := arena.StartStage(n.Stage.ID); err != nil {
 			return err
 		}
-		return j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Node: n, Rank: r})
+		t0 := time.Now()
+		err := j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Node: n, Rank: r})
+		if err == nil && n.Stage.Phase == spec.Setup {
+			err = b.Sync()
+			r.Setup = append(r.Setup, StageTime{Stage: n.Stage.ID, Seconds: time.Since(t0).Seconds()})
+		}
+		return err
 	}
 	env := func(n *rt.Node) *spec.Env { return j.StepEnv(n.Stage, r.Step) }
 	if _, err := rt.Execute(ctx, g, spec.Setup, env, runStage); err != nil {

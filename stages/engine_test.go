@@ -223,14 +223,29 @@ func TestPolicyVariants(t *testing.T) {
 // training step and exports it: every tensor must come back exactly, so
 // sharding, padding and reassembly lose nothing and the export keeps HF's
 // names and layout.
+//
+// The tiny checkpoint is stored in fp32; copies of it in bf16 and f16 check
+// that the shards are loaded from each stored dtype exactly (the device
+// converts the raw rows).
 func TestExportRoundTrip(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
-	for _, dp := range []int{1, 2, 4} {
+	dirs := map[string]string{model.F32: ""}
+	for _, dt := range []string{model.BF16, model.F16} {
+		dirs[dt] = storedAs(t, filepath.Join("..", "examples", "models", "tiny-qwen2"), dt)
+	}
+	for _, c := range []struct {
+		dp    int
+		dtype string
+	}{{1, model.F32}, {2, model.F32}, {4, model.F32}, {1, model.BF16}, {4, model.BF16}, {2, model.F16}} {
+		dp := c.dp
 		s, err := spec.Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Mesh.GPUsPerNode, s.Mesh.DP = dp, dp
+		if d := dirs[c.dtype]; d != "" {
+			s.Models[0].Path = d
+		}
 		j := resolveSpec(t, s)
 		p, err := Plan(j)
 		if err != nil {
@@ -264,12 +279,41 @@ func TestExportRoundTrip(t *testing.T) {
 			}
 			for i := range a {
 				if a[i] != b[i] {
-					t.Fatalf("dp %d: %s[%d] = %v after the round trip, want %v", dp, name, i, a[i], b[i])
+					t.Fatalf("dp %d, %s: %s[%d] = %v after the round trip, want %v", dp, c.dtype, name, i, a[i], b[i])
 				}
 			}
 		}
 		got.Close()
 	}
+}
+
+// storedAs writes a copy of the checkpoint in dir with every tensor stored
+// as dtype and returns its directory.
+func storedAs(t *testing.T, dir, dtype string) string {
+	t.Helper()
+	ck, err := model.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []model.Tensor
+	for _, name := range ck.Names() {
+		info, _, _ := ck.Tensor(name)
+		data := make([]float32, info.NumElements())
+		if err := ck.ReadRows(name, 0, info.Shape[0], data); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, model.Tensor{Name: name, DType: dtype, Shape: info.Shape, Data: data})
+	}
+	cfg, err := model.LoadConfig(filepath.Join(dir, model.ConfigFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := model.WriteCheckpoint(out, cfg, ts); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestProfile checks that the profile charges time to op kinds without

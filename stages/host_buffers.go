@@ -13,17 +13,16 @@ import (
 const writerBuffer = 4<<22 + 1<<20
 
 // hostBuffers lists the host (not pinned) buffers a rank's process needs
-// outside the arena, each at its own time:
+// outside the arena, each at its own time (loading needs none: it reads
+// into the pinned staging buffer):
 //
-//   - load: apply_fsdp2 reads a rank's rows of a parameter into a float32
-//     buffer of the largest shard slot before staging it;
 //   - checkpoint: SaveShards downloads one shard tensor at a time (the
 //     largest unit's params, or its fp32 moments) into a float32 buffer;
 //   - export: rank 0 assembles one full tensor of the exported model at a
 //     time from the ranks' shard files.
 func hostBuffers(j *Job) []plan.HostUse {
 	dp := j.Spec.Mesh.WorldSize()
-	var load, save, export int64
+	var save, export int64
 	var exportName string
 	names := make([]string, 0, len(j.Stages))
 	for id := range j.Stages {
@@ -44,7 +43,6 @@ func hostBuffers(j *Job) []plan.HostUse {
 			save = max(save, 4*u.ShardElems)
 			for _, s := range u.Slots {
 				if !s.Tied {
-					load = max(load, 4*s.ShardElems())
 					full = max(full, 4*s.Elems())
 				}
 			}
@@ -54,9 +52,6 @@ func hostBuffers(j *Job) []plan.HostUse {
 		}
 	}
 	var out []plan.HostUse
-	if load > 0 {
-		out = append(out, plan.HostUse{Name: "load", Bytes: load, Note: "a rank's rows of the largest parameter"})
-	}
 	if save > 0 {
 		out = append(out, plan.HostUse{Name: "checkpoint", Bytes: save + writerBuffer, Note: "the largest shard tensor, streamed"})
 	}

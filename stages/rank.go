@@ -11,6 +11,12 @@ import (
 	"github.com/rlpipe/rlpipe/spec"
 )
 
+// StageTime is the wall time of one run of a stage.
+type StageTime struct {
+	Stage   string  `json:"stage"`
+	Seconds float64 `json:"seconds"`
+}
+
 // Rank is one rank's run-time state: its backend, communicator and arena,
 // and the values the stages wrote (the sharded models among them).
 type Rank struct {
@@ -28,6 +34,9 @@ type Rank struct {
 	B     gpu.Backend
 	Arena *Arena
 	Step  int // 1-based training step; 0 during setup
+	// Setup holds the wall time of each setup stage, the device synced at
+	// its end, in the order they ran.
+	Setup []StageTime
 
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).
