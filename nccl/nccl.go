@@ -2,7 +2,9 @@
 // sharded (FSDP2-style) training code uses, and its pure-Go
 // implementations: an in-process loopback in which N ranks are goroutines of
 // one process working on host memory (NewLoopback), and a TCP communicator
-// whose ranks are processes, on one host or several (JoinTCP). NCCL itself
+// whose ranks are processes, on one host or several (JoinTCP), which also
+// forms the groups of a communicator's ranks, each a TCP communicator of
+// its own (Split: context parallelism's cp groups). NCCL itself
 // is bound below, in package nccl/libnccl (cgo); this package builds
 // without cgo.
 //

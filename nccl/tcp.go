@@ -32,6 +32,9 @@ type TCPConfig struct {
 	Timeout time.Duration
 	// Host names this process in errors (default: the host name).
 	Host string
+	// Name names the communicator in its errors ("cp group 1:
+	// communicator aborted: ..."); empty names none.
+	Name string
 }
 
 // DefaultJoinTimeout is how long JoinTCP waits for the other ranks when
@@ -51,6 +54,20 @@ const DefaultJoinTimeout = 5 * time.Minute
 // fails, naming the missing ranks, when they do not all join within the
 // timeout.
 func JoinTCP(ctx context.Context, cfg TCPConfig) (Comm, error) {
+	c, err := joinTCP(ctx, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// joinTCP is JoinTCP; rank 0 accepts the others on ln when it is not nil
+// (Split's groups listen on a port of the system's choosing before they
+// say where), and closes it.
+func joinTCP(ctx context.Context, cfg TCPConfig, ln *net.TCPListener) (*tcpComm, error) {
+	if ln != nil {
+		defer ln.Close()
+	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("tcp: rank %d outside [0,%d)", cfg.Rank, cfg.Size)
 	}
@@ -60,14 +77,17 @@ func JoinTCP(ctx context.Context, cfg TCPConfig) (Comm, error) {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	c := &tcpComm{rank: cfg.Rank, size: cfg.Size, host: cfg.Host, addr: cfg.Addr, broken: make(chan struct{}), peers: make([]*peer, cfg.Size)}
+	c := &tcpComm{rank: cfg.Rank, size: cfg.Size, host: cfg.Host, addr: cfg.Addr, name: cfg.Name, broken: make(chan struct{}), peers: make([]*peer, cfg.Size)}
 	if cfg.Size == 1 {
 		return c, nil
 	}
-	var err error
-	if cfg.Rank == 0 {
-		err = c.accept(ctx, cfg)
-	} else {
+	err := ctx.Err()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("tcp: rank %d on %s: %w", c.rank, c.host, err)
+	case cfg.Rank == 0:
+		err = c.accept(ctx, cfg, ln)
+	default:
 		err = c.dial(ctx, cfg)
 	}
 	if err != nil {
@@ -75,6 +95,9 @@ func JoinTCP(ctx context.Context, cfg TCPConfig) (Comm, error) {
 			if p != nil {
 				p.conn.Close()
 			}
+		}
+		if cfg.Name != "" {
+			err = fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 		return nil, err
 	}
@@ -85,6 +108,11 @@ func JoinTCP(ctx context.Context, cfg TCPConfig) (Comm, error) {
 	}
 	return c, nil
 }
+
+// hangUpGrace is how long a rank whose send to rank 0 failed waits for
+// rank 0's last word (the reason it hung up) before it blames the
+// connection.
+const hangUpGrace = 2 * time.Second
 
 // keepAlive detects a peer host that vanished (no FIN, no RST) in about
 // half a minute.
@@ -153,21 +181,19 @@ func readString(r io.Reader) (string, error) {
 	return string(b), err
 }
 
-// accept is rank 0's join: listen, take a greeting from every other rank
-// and answer all once the world is complete ("" ok, else why not).
-func (c *tcpComm) accept(ctx context.Context, cfg TCPConfig) error {
-	_, port, err := net.SplitHostPort(cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("tcp: rank 0 address %q: %w", cfg.Addr, err)
+// accept is rank 0's join: listen (on ln when not nil), take a greeting
+// from every other rank and answer all once the world is complete ("" ok,
+// else why not).
+func (c *tcpComm) accept(ctx context.Context, cfg TCPConfig, ln *net.TCPListener) error {
+	if ln == nil {
+		var err error
+		if ln, err = listenTCP(ctx, cfg.Addr); err != nil {
+			return fmt.Errorf("tcp: rank 0 on %s: %w", c.host, err)
+		}
+		defer ln.Close()
 	}
-	lc := net.ListenConfig{KeepAliveConfig: keepAlive}
-	ln, err := lc.Listen(ctx, "tcp", ":"+port)
-	if err != nil {
-		return fmt.Errorf("tcp: rank 0 on %s: %w (is another job using port %s? choose another with MASTER_PORT or RLPIPE_PORT)", c.host, err, port)
-	}
-	defer ln.Close()
 	deadline := time.Now().Add(cfg.Timeout)
-	ln.(*net.TCPListener).SetDeadline(deadline)
+	ln.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	joined := make([]hello, cfg.Size)
@@ -235,6 +261,21 @@ func (c *tcpComm) accept(ctx context.Context, cfg TCPConfig) error {
 		}
 	}
 	return nil
+}
+
+// listenTCP listens on every interface at the port of addr (host:port;
+// port 0: one the system chooses).
+func listenTCP(ctx context.Context, addr string) (*net.TCPListener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("rank 0 address %q: %w", addr, err)
+	}
+	lc := net.ListenConfig{KeepAliveConfig: keepAlive}
+	ln, err := lc.Listen(ctx, "tcp", ":"+port)
+	if err != nil {
+		return nil, fmt.Errorf("%w (is another job using port %s? choose another with MASTER_PORT or RLPIPE_PORT)", err, port)
+	}
+	return ln.(*net.TCPListener), nil
 }
 
 // missing names the ranks that have not joined.
@@ -408,13 +449,15 @@ func (p *peer) String() string {
 type tcpComm struct {
 	rank, size int
 	host, addr string
+	name       string  // the communicator's name in errors, if any
 	peers      []*peer // rank 0: every other rank by rank; others: rank 0 at [0]
 
 	mu sync.Mutex // one collective at a time
 
-	emu    sync.Mutex
-	err    error
-	broken chan struct{} // closed on abort
+	emu     sync.Mutex
+	err     error
+	aborted bool          // err is a failure, not a close
+	broken  chan struct{} // closed on abort or close
 }
 
 // Done is closed when the communicator is aborted or closed.
@@ -435,7 +478,7 @@ func (c *tcpComm) Close() error {
 		c.emu.Unlock()
 		return nil
 	}
-	c.err = fmt.Errorf("rank %d on %s: communicator closed", c.rank, c.host)
+	c.err = fmt.Errorf("%srank %d on %s: communicator closed", c.prefix(), c.rank, c.host)
 	close(c.broken)
 	c.emu.Unlock()
 	c.hangUp(frame{typ: frameClose, msg: fmt.Sprintf("rank %d on %s closed its communicator", c.rank, c.host)})
@@ -456,7 +499,8 @@ func (c *tcpComm) abort(cause error) error {
 		c.emu.Unlock()
 		return c.err
 	}
-	c.err = fmt.Errorf("communicator aborted: %w", cause)
+	c.err = fmt.Errorf("%scommunicator aborted: %w", c.prefix(), cause)
+	c.aborted = true
 	close(c.broken)
 	c.emu.Unlock()
 	c.hangUp(frame{typ: frameAbort, msg: cause.Error()})
@@ -472,6 +516,26 @@ func (c *tcpComm) hangUp(f frame) {
 		}
 	}
 	wg.Wait()
+}
+
+// prefix is the communicator's name before an error ("cp group 1: "),
+// or "".
+func (c *tcpComm) prefix() string {
+	if c.name == "" {
+		return ""
+	}
+	return c.name + ": "
+}
+
+// failure returns the communicator's error when it was aborted (nil while
+// it works and after a close).
+func (c *tcpComm) failure() error {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	if !c.aborted {
+		return nil
+	}
+	return c.err
 }
 
 func (c *tcpComm) failed() error {
@@ -569,6 +633,13 @@ func (c *tcpComm) exchange(ctx context.Context, p post) error {
 	}
 	hub := c.peers[0]
 	if err := hub.send(f); err != nil {
+		// Rank 0 hung up, maybe after saying why (an abort naming the rank
+		// that failed): let the reader take that in first.
+		select {
+		case <-c.broken:
+			return c.failed()
+		case <-time.After(hangUpGrace):
+		}
 		return c.abort(fmt.Errorf("rank %d on %s: lost %v: %v", c.rank, c.host, hub, err))
 	}
 	res, err := c.receive(ctx, hub)

@@ -50,13 +50,7 @@ func join(t *testing.T, n int, ranks []int, cfg TCPConfig) ([]Comm, []error) {
 		})
 	}
 	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
+	closeAtEnd(t, cs)
 	return cs, errs
 }
 
@@ -243,4 +237,16 @@ func TestHostRing(t *testing.T) {
 			return nil
 		}))
 	}
+}
+
+// closeAtEnd closes the test's communicators (nil ones skipped) when it
+// ends.
+func closeAtEnd(t *testing.T, cs []Comm) {
+	t.Cleanup(func() {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
 }

@@ -168,17 +168,25 @@ func NewRank(ctx context.Context, backend gpu.Backend, host nccl.Comm) (nccl.Com
 		g.abort()
 		return nil, fmt.Errorf("nccl: rank %d of %d: %w", rank, n, err)
 	}
-	if d, ok := host.(interface{ Done() <-chan struct{} }); ok {
-		g.closed = make(chan struct{})
-		go func() {
-			select {
-			case <-d.Done():
-				g.abort()
-			case <-g.closed:
-			}
-		}()
-	}
+	g.follow(host)
 	return &cudaComm{g: g, rank: rank, slot: 0, b: b}, nil
+}
+
+// follow aborts g when host fails or is closed, if host says when (the
+// TCP communicator does).
+func (g *cudaGroup) follow(host nccl.Comm) {
+	d, ok := host.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return
+	}
+	g.closed = make(chan struct{})
+	go func() {
+		select {
+		case <-d.Done():
+			g.abort()
+		case <-g.closed:
+		}
+	}()
 }
 
 // cudaGroup is the state the ranks of a CUDA communicator share.
@@ -190,6 +198,7 @@ type cudaGroup struct {
 	closed     chan struct{}
 	mu         sync.Mutex
 	aborted    bool
+	children   []*cudaGroup // communicators split from this one, aborted with it
 }
 
 func (g *cudaGroup) isAborted() bool {
@@ -218,6 +227,9 @@ func (g *cudaGroup) abort() {
 	}
 	if g.closed != nil {
 		close(g.closed)
+	}
+	for _, c := range g.children {
+		c.abort()
 	}
 }
 

@@ -11,14 +11,17 @@ static const char* rl_nccl_names[N_N] = {
 	"ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
 };
 static void* rl_nccl[N_N];
+// rl_nccl_split is ncclCommSplit, which NCCL has since 2.18 (NULL before).
+static void* rl_nccl_split;
 
 // rl_nccl_resolve_ fills the table from handle h; it returns -1 on success or
-// the index of the first missing symbol.
+// the index of the first missing symbol. ncclCommSplit is optional.
 int rl_nccl_resolve_(void* h) {
 	for (int i = 0; i < N_N; i++) {
 		rl_nccl[i] = dlsym(h, rl_nccl_names[i]);
 		if (rl_nccl[i] == NULL) return i;
 	}
+	rl_nccl_split = dlsym(h, "ncclCommSplit");
 	return -1;
 }
 const char* rl_nccl_symname_(int i) { return rl_nccl_names[i]; }
@@ -34,6 +37,12 @@ int rl_nccl_init_rank_(uintptr_t* comm, int n, const char* id, int rank) {
 	rl_nccl_id v;
 	for (int i = 0; i < RL_NCCL_ID_BYTES; i++) v.internal[i] = id[i];
 	return ((int (*)(void**, int, rl_nccl_id, int))rl_nccl[N_InitRank])((void**)comm, n, v, rank);
+}
+int rl_nccl_has_split_(void) { return rl_nccl_split != NULL; }
+// rl_nccl_comm_split_ is ncclCommSplit(c, color, key, out, NULL): the child
+// inherits c's configuration.
+int rl_nccl_comm_split_(uintptr_t c, int color, int key, uintptr_t* out) {
+	return ((int (*)(void*, int, int, void**, void*))rl_nccl_split)((void*)c, color, key, (void**)out, NULL);
 }
 int rl_nccl_abort_(uintptr_t c) { return ((int (*)(void*))rl_nccl[N_Abort])((void*)c); }
 int rl_nccl_all_gather_(uintptr_t send, uintptr_t recv, size_t count, int dt, uintptr_t c, uintptr_t s) {

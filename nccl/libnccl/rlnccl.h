@@ -11,6 +11,8 @@ int rl_nccl_init_all_(uintptr_t* comms, int n, const int* devs);
 #define RL_NCCL_ID_BYTES 128
 int rl_nccl_get_unique_id_(char* id);
 int rl_nccl_init_rank_(uintptr_t* comm, int n, const char* id, int rank);
+int rl_nccl_has_split_(void);
+int rl_nccl_comm_split_(uintptr_t c, int color, int key, uintptr_t* out);
 int rl_nccl_abort_(uintptr_t c);
 int rl_nccl_all_gather_(uintptr_t send, uintptr_t recv, size_t count, int dt, uintptr_t c, uintptr_t s);
 int rl_nccl_reduce_scatter_(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t c, uintptr_t s);

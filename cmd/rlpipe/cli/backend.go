@@ -35,11 +35,26 @@ type backendChoice struct {
 // needs its own GPU of this host. With a process per rank, the process
 // runs on the GPU of its local rank (GPU 0 when it sees one), and its
 // communicator joins the others: NCCL bootstrapped through the control
-// communicator, or that communicator itself on the CPU.
+// communicator, or that communicator itself on the CPU. With mesh.cp > 1
+// its cp group gets a TCP communicator split from the control one
+// (process.cpGroup): on the CPU it is the group's communicator, on GPUs it
+// carries the host side of the group's NCCL communicator, split from the
+// world's.
 func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, error) {
+	cp := s.Mesh.CPSize()
 	cpuChoice := backendChoice{name: "cpu"}
 	if proc != nil {
 		cpuChoice.comms = func([]gpu.Backend) ([]nccl.Comm, error) { return []nccl.Comm{proc.ctl}, nil }
+		if cp > 1 {
+			cpuChoice.cpComms = func([]gpu.Backend) ([]nccl.Comm, error) {
+				c, err := proc.cpGroup(context.Background(), cp)
+				if err != nil {
+					proc.abort(err)
+					return nil, err
+				}
+				return []nccl.Comm{c}, nil
+			}
+		}
 	}
 	switch name {
 	case "cpu":
@@ -67,7 +82,8 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			if _, err := loadNCCL(); err != nil {
 				return backendChoice{}, fmt.Errorf("--backend cuda: %d processes need NCCL: %w", proc.w.Size, err)
 			}
-			return backendChoice{
+			var rankComm nccl.Comm // the rank's NCCL communicator, which its cp group's is split from
+			choice := backendChoice{
 				name:         "cuda",
 				newBackend:   func(int) (gpu.Backend, error) { return newCUDABackend(dev) },
 				deviceMemory: func(int) (int64, bool) { return deviceMemory(dev) },
@@ -76,9 +92,32 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 					if err != nil {
 						return nil, err
 					}
+					rankComm = c
 					return []nccl.Comm{c}, nil
 				},
-			}, nil
+			}
+			if cp > 1 {
+				// Called after comms (stages.Run makes the ranks'
+				// communicators first).
+				choice.cpComms = func([]gpu.Backend) ([]nccl.Comm, error) {
+					if rankComm == nil {
+						return nil, errors.New("the cp group's NCCL communicator is split from the rank's, which is not there yet")
+					}
+					host, err := proc.cpGroup(context.Background(), cp)
+					if err != nil {
+						proc.abort(err)
+						return nil, err
+					}
+					g, err := ncclSplit(context.Background(), rankComm, host, proc.w.Rank/cp)
+					if err != nil {
+						host.Close()
+						proc.abort(err)
+						return nil, err
+					}
+					return []nccl.Comm{g}, nil // closing it closes host
+				}
+			}
+			return choice, nil
 		}
 		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return newCUDABackend(rank) }, deviceMemory: deviceMemory}
 		if world <= 1 {
@@ -91,7 +130,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			return backendChoice{}, fmt.Errorf("--backend cuda: %d ranks need NCCL: %w", world, err)
 		}
 		c.comms = ncclComms
-		if cp := s.Mesh.CPSize(); cp > 1 {
+		if cp > 1 {
 			// Each cp group gets its own NCCL communicator, whose sends
 			// and receives pass keys and values round the group's ring.
 			c.cpComms = func(bs []gpu.Backend) ([]nccl.Comm, error) { return ncclGroups(bs, cp) }

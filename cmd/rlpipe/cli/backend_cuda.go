@@ -40,11 +40,13 @@ func loadNCCL() (string, error) {
 }
 
 // ncclComms connects the GPUs of one process, ncclGroups its GPUs' cp
-// groups; ncclRank joins this process's rank to the others'.
+// groups; ncclRank joins this process's rank to the others', and
+// ncclSplit its cp group's.
 var (
 	ncclComms  = libnccl.NewComms
 	ncclGroups = libnccl.NewGroups
 	ncclRank   = libnccl.NewRank
+	ncclSplit  = libnccl.Split
 )
 
 // doctorCUDA reports the CUDA libraries and GPUs and compiles every kernel

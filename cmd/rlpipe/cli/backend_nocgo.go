@@ -29,6 +29,8 @@ func ncclGroups([]gpu.Backend, int) ([]nccl.Comm, error) { return nil, errNoNCCL
 
 func ncclRank(context.Context, gpu.Backend, nccl.Comm) (nccl.Comm, error) { return nil, errNoNCCL }
 
+func ncclSplit(context.Context, nccl.Comm, nccl.Comm, int) (nccl.Comm, error) { return nil, errNoNCCL }
+
 func doctorCUDA(env *cli, _ bool) int {
 	fmt.Fprintf(env.stdout, "%v\nbackends: cpu\n", errNoDriver)
 	return exitOK

@@ -58,6 +58,32 @@ func meshSpec(t *testing.T, dp, steps int) string {
 	return path
 }
 
+// cpSpec writes a copy of examples/tiny-cp2.yaml (cp 2) with dp cp groups
+// on one host and steps training steps, and returns its path.
+func cpSpec(t *testing.T, dp, steps int) string {
+	t.Helper()
+	path := filepath.Join("..", "..", "..", "examples", "tiny-cp2.yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer(
+		"gpus_per_node: 2", fmt.Sprintf("gpus_per_node: %d", 2*dp),
+		"path: models/", "path: "+ex+"/models/",
+		"rollouts: data/", "rollouts: "+ex+"/data/",
+		"steps: 12", fmt.Sprintf("steps: %d", steps),
+	).Replace(string(src))
+	out := filepath.Join(t.TempDir(), fmt.Sprintf("tiny-dp%d-cp2.yaml", dp))
+	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // rank is one started process of a job.
 type rank struct {
 	cmd            *exec.Cmd
@@ -152,22 +178,34 @@ func sameMetrics(t *testing.T, a, b []jobs.Metrics) {
 	}
 }
 
-// TestProcessPerRank runs the tiny recipe at dp 2 and 4 as one process and
-// as a process per rank (torchrun's environment, the CPU backend, the TCP
-// communicator), and checks that every metric agrees to 1e-4, that the
-// exports are equal, and that a run of 2 processes resumes as 2 processes.
+// TestProcessPerRank runs the tiny recipe at dp 2 and 4, and with context
+// parallelism at dp 1 × cp 2 and dp 2 × cp 2, as one process and as a
+// process per rank (torchrun's environment, the CPU backend, the TCP
+// communicator, and for cp a TCP communicator per cp group split from
+// it), and checks that every metric agrees to 1e-4, that the exports are
+// equal, and that a run of 2 processes resumes as 2 processes.
 func TestProcessPerRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, dp := range []int{2, 4} {
-		t.Run(fmt.Sprintf("dp %d", dp), func(t *testing.T) {
-			spec := meshSpec(t, dp, 4)
+	tests := []struct {
+		name  string
+		ranks int
+		spec  func(t *testing.T) string
+	}{
+		{"dp 2", 2, func(t *testing.T) string { return meshSpec(t, 2, 4) }},
+		{"dp 4", 4, func(t *testing.T) string { return meshSpec(t, 4, 4) }},
+		{"dp 1 × cp 2", 2, func(t *testing.T) string { return cpSpec(t, 1, 4) }},
+		{"dp 2 × cp 2", 4, func(t *testing.T) string { return cpSpec(t, 2, 4) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, n := tc.spec(t), tc.ranks
 			one, many := t.TempDir(), t.TempDir()
 			if code, out, errs := runCLI(t, "run", "--backend", "cpu", "--runs", one, spec); code != exitOK {
 				t.Fatalf("one process: exit %d\n%s%s", code, out, errs)
 			}
-			ranks := startRanks(t, dp, nil, "run", "--backend", "cpu", "--runs", many, spec)
+			ranks := startRanks(t, n, nil, "run", "--backend", "cpu", "--runs", many, spec)
 			for r, code := range wait(t, ranks, 2*time.Minute) {
 				if code != exitOK {
 					t.Fatalf("rank %d: exit %d\n%v", r, code, ranks[r])
@@ -186,7 +224,7 @@ func TestProcessPerRank(t *testing.T) {
 				t.Fatal(err)
 			}
 			sameMetrics(t, am, bm)
-			for r := range dp {
+			for r := range n {
 				if _, err := os.Stat(filepath.Join(checkpointPath(b.Dir(), 4), fmt.Sprintf("rank-%d", r))); err != nil {
 					t.Errorf("rank %d wrote no checkpoint shard: %v", r, err)
 				}
@@ -228,7 +266,7 @@ func TestProcessPerRank(t *testing.T) {
 
 // TestProcessFailures checks that a job of processes fails fast, and
 // says which rank, when one never arrives, when the launcher's world does
-// not match the recipe, and when one is killed.
+// not match the recipe, and when one is killed (also one of a cp group).
 func TestProcessFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -251,40 +289,52 @@ func TestProcessFailures(t *testing.T) {
 			}
 		}
 	})
-	t.Run("kill -9 of a rank", func(t *testing.T) {
-		spec := meshSpec(t, 2, 500)
-		root := t.TempDir()
-		ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", root, spec)
-		// Wait for the first step, then kill rank 1 as the OOM killer would.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			metas, _ := jobs.List(root)
-			if len(metas) == 1 {
-				if r, err := jobs.Open(root, metas[0].ID); err == nil {
-					if m, err := r.Metrics(); err == nil && len(m) > 0 {
-						break
-					}
+	for _, tc := range []struct {
+		name string
+		spec func(t *testing.T) string
+	}{
+		{"kill -9 of a rank", func(t *testing.T) string { return meshSpec(t, 2, 500) }},
+		{"kill -9 of a rank of a cp group", func(t *testing.T) string { return cpSpec(t, 1, 500) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { killRank(t, tc.spec(t)) })
+	}
+}
+
+// killRank starts a job of 2 processes running spec, kills rank 1 after
+// the first step, and checks that rank 0 fails at once naming it.
+func killRank(t *testing.T, spec string) {
+	t.Helper()
+	root := t.TempDir()
+	ranks := startRanks(t, 2, nil, "run", "--backend", "cpu", "--runs", root, spec)
+	// Wait for the first step, then kill rank 1 as the OOM killer would.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		metas, _ := jobs.List(root)
+		if len(metas) == 1 {
+			if r, err := jobs.Open(root, metas[0].ID); err == nil {
+				if m, err := r.Metrics(); err == nil && len(m) > 0 {
+					break
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no step within a minute\n%v", ranks[0])
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
-		if err := ranks[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if time.Now().After(deadline) {
+			t.Fatalf("no step within a minute\n%v", ranks[0])
 		}
-		start := time.Now()
-		codes := wait(t, ranks, 30*time.Second)
-		if codes[0] != exitFailed || !strings.Contains(ranks[0].stderr.String(), "lost rank 1 on ") {
-			t.Errorf("rank 0: exit %d after rank 1 was killed\n%v", codes[0], ranks[0])
-		}
-		t.Logf("rank 0 failed %v after the kill: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(ranks[0].stderr.String()))
-		m := onlyRun(t, root).Meta()
-		if m.Status != jobs.StatusFailed || !strings.Contains(m.Error, "lost rank 1") {
-			t.Errorf("the record says %s (%q), want failed, naming rank 1", m.Status, m.Error)
-		}
-	})
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := ranks[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	codes := wait(t, ranks, 30*time.Second)
+	if codes[0] != exitFailed || !strings.Contains(ranks[0].stderr.String(), "lost rank 1 on ") {
+		t.Errorf("rank 0: exit %d after rank 1 was killed\n%v", codes[0], ranks[0])
+	}
+	t.Logf("rank 0 failed %v after the kill: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(ranks[0].stderr.String()))
+	m := onlyRun(t, root).Meta()
+	if m.Status != jobs.StatusFailed || !strings.Contains(m.Error, "lost rank 1") {
+		t.Errorf("the record says %s (%q), want failed, naming rank 1", m.Status, m.Error)
+	}
 }
 
 // TestLaunchFiles parses the Kubernetes launch files and checks that the
@@ -338,9 +388,8 @@ func TestLaunchFiles(t *testing.T) {
 }
 
 // TestProcessCheck checks the launcher's world against the mesh: the
-// number of processes must be dp × cp, the processes on a host
-// gpus_per_node, and cp > 1 is refused under a launcher, which it does not
-// yet support.
+// number of processes must be dp × cp (cp > 1 runs a process per rank
+// too), the processes on a host gpus_per_node.
 func TestProcessCheck(t *testing.T) {
 	tests := []struct {
 		name                string
@@ -351,7 +400,10 @@ func TestProcessCheck(t *testing.T) {
 		{"dp 2", 1, 2, 2, 1, 2, 2, ""},
 		{"too few", 1, 2, 2, 1, 1, 1, "dp × cp is 2 × 1 = 2 ranks, but torchrun started 1 processes"},
 		{"per host", 2, 2, 4, 1, 4, 1, "gpus_per_node is 2, but torchrun started 1 processes on this host"},
-		{"cp", 1, 2, 1, 2, 2, 2, "context parallelism does not yet run as a process per rank"},
+		{"dp 1 × cp 2", 1, 2, 1, 2, 2, 2, ""},
+		{"dp 2 × cp 2", 1, 4, 2, 2, 4, 4, ""},
+		{"cp counts", 1, 4, 2, 2, 2, 2, "dp × cp is 2 × 2 = 4 ranks, but torchrun started 2 processes"},
+		{"cp per host", 2, 2, 2, 2, 4, 4, "gpus_per_node is 2, but torchrun started 4 processes on this host"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

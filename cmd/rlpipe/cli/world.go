@@ -17,9 +17,10 @@ import (
 // and the control communicator joining it to the others. A nil *process
 // is the default: one process runs every rank.
 type process struct {
-	w    launch.World
-	host string
-	ctl  nccl.Comm
+	w       launch.World
+	host    string
+	ctl     nccl.Comm
+	timeout time.Duration // how long joins wait for the other processes
 }
 
 // joinTimeoutEnv overrides how long a process waits for the others.
@@ -62,14 +63,12 @@ func (p *process) who() string {
 }
 
 // check reports a launcher world that does not match the spec's mesh: the
-// recipe says how many ranks run, and the launcher must start that many.
+// recipe says how many ranks run (dp × cp), and the launcher must start
+// that many.
 func (p *process) check(s *spec.Spec) error {
 	m := s.Mesh
 	if p.w.Size != m.WorldSize() {
 		return spec.Errors{spec.Errorf(m.Pos, "mesh: dp × cp is %d × %d = %d ranks, but %s started %d processes (%s); start one process per rank", m.DP, m.CPSize(), m.WorldSize(), p.w.Launcher, p.w.Size, p.w.Source)}
-	}
-	if m.CPSize() > 1 {
-		return spec.Errors{spec.Errorf(m.Pos, "mesh: cp is %d, and context parallelism does not yet run as a process per rank (%s started %d); run rlpipe once on the host, without a launcher, to start every rank", m.CP, p.w.Launcher, p.w.Size)}
 	}
 	if p.w.LocalSize > 0 && p.w.LocalSize != m.GPUsPerNode {
 		return spec.Errors{spec.Errorf(m.Pos, "mesh: gpus_per_node is %d, but %s started %d processes on this host", m.GPUsPerNode, p.w.Launcher, p.w.LocalSize)}
@@ -91,8 +90,28 @@ func (p *process) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.ctl = c
+	p.ctl, p.timeout = c, timeout
 	return nil
+}
+
+// cpGroup joins the process to its context-parallel group (mesh.cp =
+// cp > 1): the processes of its dp rank, ranks dp·cp … dp·cp+cp−1, as a
+// TCP communicator of their own whose rank is the process's cp rank. It
+// is split from the control communicator, which stays open.
+func (p *process) cpGroup(ctx context.Context, cp int) (nccl.Comm, error) {
+	dp := p.w.Rank / cp
+	name := fmt.Sprintf("cp group %d (ranks %d-%d)", dp, dp*cp, dp*cp+cp-1)
+	return nccl.Split(ctx, p.ctl, nccl.SplitConfig{Color: dp, Key: p.w.Rank % cp, Name: name, Timeout: p.timeout})
+}
+
+// abort aborts the control communicator because of err, which the other
+// processes then fail with instead of waiting for this one (in a
+// collective, or in NCCL's split of their communicators, which the
+// control communicator's failure aborts).
+func (p *process) abort(err error) {
+	if a, ok := p.ctl.(interface{ Abort(error) }); ok {
+		a.Abort(err)
+	}
 }
 
 // close leaves the job.
