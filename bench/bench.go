@@ -29,6 +29,7 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
 	"github.com/rlpipe/rlpipe/stages/rollout"
@@ -49,6 +50,7 @@ type Options struct {
 	MaxTokensPerGPU int     // micro-batch budget; 0: Seqs·TokensPerSeq (one micro-batch)
 	Precision       string  // "bf16" or "fp32"
 	Recompute       bool    // activation recomputation of decoder layers
+	RecomputeAuto   bool    // policies.recompute auto: the plan picks the layers (Recompute is then ignored)
 	Offload         bool    // the actor's params and optimizer state in pinned host memory
 	OffloadRef      bool    // the ref's params in pinned host memory
 	KLCoef          float64 // low_var_kl coefficient
@@ -124,21 +126,24 @@ type ModelInfo struct {
 
 // Workload is what one step computes.
 type Workload struct {
-	Seqs                  int     `json:"seqs"`
-	TokensPerSeq          int     `json:"tokens_per_seq"`
-	PromptTokens          int     `json:"prompt_tokens"`
-	TokensPerStep         int64   `json:"tokens_per_step"`
-	ResponseTokensPerStep int64   `json:"response_tokens_per_step"`
-	Chunk                 int     `json:"chunk"`
-	MaxTokensPerGPU       int     `json:"max_tokens_per_gpu"`
-	DP                    int     `json:"dp"`
-	Precision             string  `json:"precision"`
-	Recompute             bool    `json:"recompute"`
-	Offload               bool    `json:"offload"`
-	OffloadRef            bool    `json:"offload_ref"`
-	Layout                string  `json:"layout"`
-	KLCoef                float64 `json:"kl_coef"`
-	EntropyCoef           float64 `json:"entropy_coef"`
+	Seqs                  int    `json:"seqs"`
+	TokensPerSeq          int    `json:"tokens_per_seq"`
+	PromptTokens          int    `json:"prompt_tokens"`
+	TokensPerStep         int64  `json:"tokens_per_step"`
+	ResponseTokensPerStep int64  `json:"response_tokens_per_step"`
+	Chunk                 int    `json:"chunk"` // 0: chunk_tokens auto
+	MaxTokensPerGPU       int    `json:"max_tokens_per_gpu"`
+	DP                    int    `json:"dp"`
+	Precision             string `json:"precision"`
+	Recompute             bool   `json:"recompute"`
+	RecomputeAuto         bool   `json:"recompute_auto"`
+	// Auto are the plan's choices for what the spec left to it.
+	Auto        []plan.Choice `json:"auto,omitempty"`
+	Offload     bool          `json:"offload"`
+	OffloadRef  bool          `json:"offload_ref"`
+	Layout      string        `json:"layout"`
+	KLCoef      float64       `json:"kl_coef"`
+	EntropyCoef float64       `json:"entropy_coef"`
 }
 
 // Memory is the plan's figures and what the run measured.
@@ -233,8 +238,8 @@ func (o *Options) check() error {
 		return errors.New("no model config")
 	case o.Seqs < 1 || o.TokensPerSeq < 2 || o.PromptTokens < 1 || o.PromptTokens >= o.TokensPerSeq:
 		return fmt.Errorf("workload: need seqs >= 1 and 1 <= prompt tokens (%d) < tokens per seq (%d)", o.PromptTokens, o.TokensPerSeq)
-	case o.Chunk < 1:
-		return errors.New("chunk must be positive")
+	case o.Chunk < 0:
+		return errors.New("chunk must be positive, or 0 for auto")
 	case o.Steps < 1 || o.Warmup < 0:
 		return errors.New("need steps >= 1 and warmup >= 0")
 	case o.Precision != "bf16" && o.Precision != "fp32":
@@ -279,7 +284,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	}
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
-		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, Offload: o.Offload, OffloadRef: o.OffloadRef,
+		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -359,6 +364,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	if err != nil {
 		return err
 	}
+	res.Workload.Auto = p.Auto
 	m := &res.Memory
 	m.PlanPeakBytes, m.PlanPeakStage = p.PeakBytes, p.PeakStage
 	m.PlanDeviceArenaBytes, m.PlanReserveBytes, m.PlanDeviceTotalBytes, m.PlanHostPinnedBytes = p.DeviceArena, p.ReserveBytes(), p.DeviceTotal(), p.HostArena
@@ -483,7 +489,15 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	fmt.Fprintf(&b, "data:\n  rollouts: %s\n  global_batch_size: %d\n  samples_per_prompt: %d\n  max_tokens_per_gpu: %d\n  max_seq_len: %d\n",
 		q(rollouts), o.Seqs, o.Seqs, mtpg, o.TokensPerSeq)
 	fmt.Fprintf(&b, "train:\n  steps: %d\n  lr: 1e-6\n  betas: [0.9, 0.95]\n  grad_clip: 1.0\n", steps)
-	fmt.Fprintf(&b, "policies:\n  precision: '%s'\n  recompute: '%t'\n", q(o.Precision), o.Recompute)
+	rc := fmt.Sprintf("'%t'", o.Recompute)
+	if o.RecomputeAuto {
+		rc = "auto"
+	}
+	fmt.Fprintf(&b, "policies:\n  precision: '%s'\n  recompute: %s\n", q(o.Precision), rc)
+	chunk := "auto"
+	if o.Chunk > 0 {
+		chunk = strconv.Itoa(o.Chunk)
+	}
 	var off []string
 	if o.Offload {
 		off = append(off, `model.role == "actor"`)
@@ -520,7 +534,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
     - id: ref_logp
       uses: ref_logprob
       needs: mark_start
-      with: {model: ref, chunk_tokens: %[3]d}
+      with: {model: ref, chunk_tokens: %[3]s}
     - id: mark_ref
       uses: %[1]s
       needs: ref_logp
@@ -530,7 +544,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
       needs: [pack, ref_logp, mark_ref]
       with:
         model: actor
-        chunk_tokens: %[3]d
+        chunk_tokens: %[3]s
         eps_clip: 0.2
         kl: low_var_kl
         kl_coef: %[4]g
@@ -539,7 +553,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
       uses: %[1]s
       needs: train
       with: {run: %[2]s, mark: train}
-`, markKind, q(runID), o.Chunk, o.KLCoef, o.EntropyCoef)
+`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef)
 	return b.String()
 }
 
