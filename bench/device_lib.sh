@@ -12,3 +12,21 @@ run() {
 	timeout -k 5 "$limit" "$@" >"$D/$name.log" 2>&1
 	say "$name: rc=$? $(grep -E -- '^(ok|FAIL|PASS|--- FAIL|run )' "$D/$name.log" | tail -n 3 | tr '\n' ' ')"
 }
+
+# random_rollouts DIR GROUPS: writes DIR/rollouts.jsonl, GROUPS groups of 8
+# samples with a shared 128-token prompt and 384-token responses of random
+# ids, random rewards (seeded: the same file every time).
+random_rollouts() {
+	python3 - "$1" "$2" <<'PY'
+import json, random, sys
+w, groups = sys.argv[1], int(sys.argv[2])
+rng = random.Random(0)
+with open(f"{w}/rollouts.jsonl", "w") as f:
+    for g in range(groups):
+        prompt = [rng.randrange(1000, 20000) for _ in range(128)]
+        for _ in range(8):
+            f.write(json.dumps({"prompt_tokens": prompt, "response_tokens": [rng.randrange(1000, 20000) for _ in range(384)],
+                                "reward": rng.random(), "group": g}) + "\n")
+print("ok")
+PY
+}

@@ -21,18 +21,7 @@ rm -rf "$W" && mkdir -p "$W"
 . bench/device_lib.sh
 say "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
 python3 bench/random_init.py examples/models/qwen2.5-1.5b "$W/model" >"$D/setup.log" 2>&1
-python3 - "$W" >>"$D/setup.log" 2>&1 <<'PY'
-import json, random, sys
-w = sys.argv[1]
-rng = random.Random(0)
-with open(f"{w}/rollouts.jsonl", "w") as f:
-    for g in range(32):
-        prompt = [rng.randrange(1000, 20000) for _ in range(128)]
-        for _ in range(8):
-            f.write(json.dumps({"prompt_tokens": prompt, "response_tokens": [rng.randrange(1000, 20000) for _ in range(384)],
-                                "reward": rng.random(), "group": g}) + "\n")
-print("ok")
-PY
+random_rollouts "$W" 32 >>"$D/setup.log" 2>&1
 say "setup: rc=$? $(tail -n 1 "$D/setup.log")"
 cat >"$W/rss.yaml" <<YAML
 version: 1

@@ -91,17 +91,42 @@ func NewSafetensorsWriter(path string, specs []TensorSpec) (*SafetensorsWriter, 
 	return sw, nil
 }
 
-// Write appends the data of the next tensor, which must be name, converted
-// to its dtype (bf16 and f16 with round-to-nearest-even).
-func (sw *SafetensorsWriter) Write(name string, data []float32) error {
+// nextSpec returns the spec of the next tensor, which must be name.
+func (sw *SafetensorsWriter) nextSpec(name string) (TensorSpec, error) {
 	if sw.next >= len(sw.specs) || sw.specs[sw.next].Name != name {
 		want := "none"
 		if sw.next < len(sw.specs) {
 			want = sw.specs[sw.next].Name
 		}
-		return fmt.Errorf("write %s: tensor %q out of order (next: %s)", sw.path, name, want)
+		return TensorSpec{}, fmt.Errorf("write %s: tensor %q out of order (next: %s)", sw.path, name, want)
 	}
-	t := sw.specs[sw.next]
+	return sw.specs[sw.next], nil
+}
+
+// WriteRaw appends the data of the next tensor, which must be name, as
+// stored: little-endian elements of its dtype, written as they are.
+func (sw *SafetensorsWriter) WriteRaw(name string, data []byte) error {
+	t, err := sw.nextSpec(name)
+	if err != nil {
+		return err
+	}
+	if n := numElements(t.Shape) * int64(DTypeSize(t.DType)); n != int64(len(data)) {
+		return fmt.Errorf("write %s: tensor %q: shape %v of %s has %d bytes, data has %d", sw.path, name, t.Shape, t.DType, n, len(data))
+	}
+	if _, err := sw.w.Write(data); err != nil {
+		return fmt.Errorf("write %s: tensor %q: %w", sw.path, name, err)
+	}
+	sw.next++
+	return nil
+}
+
+// Write appends the data of the next tensor, which must be name, converted
+// to its dtype (bf16 and f16 with round-to-nearest-even).
+func (sw *SafetensorsWriter) Write(name string, data []float32) error {
+	t, err := sw.nextSpec(name)
+	if err != nil {
+		return err
+	}
 	if n := numElements(t.Shape); n != int64(len(data)) {
 		return fmt.Errorf("write %s: tensor %q: shape %v has %d elements, data has %d", sw.path, name, t.Shape, n, len(data))
 	}

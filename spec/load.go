@@ -25,7 +25,7 @@ var (
 	modelKeys    = []string{"role", "path", "copy_of"}
 	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "cp", "gpu", "host_memory"}
 	dataKeys     = []string{"rollouts", "prompts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
-	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every"}
+	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every", "checkpoint_async"}
 	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
 	stagesKeys   = []string{"setup", "step"}
 	stageKeys    = []string{"id", "uses", "needs", "with", "when"}
@@ -611,6 +611,7 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 		}
 	}
 	intIn(d, f, "checkpoint_every", 0, MaxSteps, &t.CheckpointEvery)
+	d.boolField(f, "checkpoint_async", &t.CheckpointAsync)
 }
 
 // quoteList formats list as "a", "b" or "c".

@@ -198,6 +198,10 @@ type Train struct {
 	Decay           string  // "constant" (default), "linear", "cosine"
 	DecaySteps      int     // optimizer updates until the decay reaches MinLR; default Spec.TotalUpdates() (0 when that is 0, in a partial spec)
 	CheckpointEvery int     // steps between checkpoints; 0 = only at the end
+	// CheckpointAsync copies the shards into a pinned host snapshot at a
+	// checkpoint and writes the files in the background while training
+	// goes on; default false.
+	CheckpointAsync bool
 	Pos             Pos
 }
 

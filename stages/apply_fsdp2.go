@@ -102,6 +102,14 @@ func (s *ApplyFSDP2) program(p *prog) {
 		st.AdamM = p.persistentBytes(s.Model+".adam_m", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 		st.AdamV = p.persistentBytes(s.Model+".adam_v", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 	}
+	if p.job.Spec.Train.CheckpointAsync {
+		bytes := paramBytes
+		if m.Trainable {
+			st.SnapM, st.SnapV = paramBytes, paramBytes+gradBytes
+			bytes += 2 * gradBytes
+		}
+		st.Snapshot = p.persistentBytes(s.Model+".snapshot", plan.IO, true, bytes)
+	}
 	p.do(func() error { return loadShards(p, st, src, staging.t) })
 	p.out("weights", st)
 }

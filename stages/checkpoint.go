@@ -18,15 +18,17 @@ import (
 // rankDir is the directory of rank r's shard file in a checkpoint.
 func rankDir(dir string, r int) string { return filepath.Join(dir, fmt.Sprintf("rank-%d", r)) }
 
+// shardTensor is one tensor of a checkpoint: its name, its view of the
+// rank's state, and its view of the model's snapshot (empty without
+// train.checkpoint_async).
+type shardTensor struct {
+	name    string
+	t, snap gpu.Tensor
+}
+
 // shardTensors lists the rank's persistent state as named flat views.
-func (r *Rank) shardTensors() []struct {
-	name string
-	t    gpu.Tensor
-} {
-	var out []struct {
-		name string
-		t    gpu.Tensor
-	}
+func (r *Rank) shardTensors() []shardTensor {
+	var out []shardTensor
 	shards := r.shards()
 	names := make([]string, 0, len(shards))
 	for n := range shards {
@@ -36,45 +38,52 @@ func (r *Rank) shardTensors() []struct {
 	for _, n := range names {
 		st := shards[n]
 		for _, u := range st.Units {
-			add := func(kind string, buf *ref, off int64, dt gpu.DType) {
+			add := func(kind string, buf *ref, off, snapOff int64, dt gpu.DType) {
 				if buf == nil {
 					return
 				}
 				t, err := section(buf.t, off, dt, u.ShardElems)
-				if err == nil {
-					out = append(out, struct {
-						name string
-						t    gpu.Tensor
-					}{fmt.Sprintf("%s.%s.%s", n, kind, u.Name), t})
+				if err != nil {
+					return
 				}
+				s := shardTensor{name: fmt.Sprintf("%s.%s.%s", n, kind, u.Name), t: t}
+				if st.Snapshot != nil {
+					if s.snap, err = section(st.Snapshot.t, snapOff, dt, u.ShardElems); err != nil {
+						return
+					}
+				}
+				out = append(out, s)
 			}
-			add("params", st.Params, u.Off, u.Master)
-			add("adam_m", st.AdamM, u.GradOff, gpu.F32)
-			add("adam_v", st.AdamV, u.GradOff, gpu.F32)
+			add("params", st.Params, u.Off, u.Off, u.Master)
+			add("adam_m", st.AdamM, u.GradOff, st.SnapM+u.GradOff, gpu.F32)
+			add("adam_v", st.AdamV, u.GradOff, st.SnapV+u.GradOff, gpu.F32)
 		}
 	}
 	return out
 }
 
-// SaveShards writes the rank's shards into checkpoint directory dir,
-// streamed: one shard tensor at a time goes through host memory.
-func (r *Rank) SaveShards(dir string) error {
-	list := r.shardTensors()
+// checkpointSpecs are the safetensors specs of a checkpoint's tensors.
+func checkpointSpecs(list []shardTensor) []model.TensorSpec {
 	specs := make([]model.TensorSpec, len(list))
-	largest := 0
 	for i, s := range list {
 		dt := model.F32
 		if s.t.DType == gpu.BF16 {
 			dt = model.BF16
 		}
 		specs[i] = model.TensorSpec{Name: s.name, DType: dt, Shape: []int64{int64(s.t.Numel())}}
+	}
+	return specs
+}
+
+// SaveShards writes the rank's shards into checkpoint directory dir,
+// streamed: one shard tensor at a time goes through host memory.
+func (r *Rank) SaveShards(dir string) error {
+	list := r.shardTensors()
+	largest := 0
+	for _, s := range list {
 		largest = max(largest, s.t.Numel())
 	}
-	path := filepath.Join(rankDir(dir, r.ID), model.SingleFileName)
-	if err := mkdirAll(filepath.Dir(path)); err != nil {
-		return err
-	}
-	w, err := model.NewSafetensorsWriter(path, specs)
+	w, err := newShardWriter(dir, r.ID, checkpointSpecs(list))
 	if err != nil {
 		return err
 	}
@@ -88,6 +97,65 @@ func (r *Rank) SaveShards(dir string) error {
 		if err := w.Write(s.name, data); err != nil {
 			w.Abort()
 			return err
+		}
+	}
+	return w.Close()
+}
+
+// newShardWriter starts rank's shard file of checkpoint directory dir.
+func newShardWriter(dir string, rank int, specs []model.TensorSpec) (*model.SafetensorsWriter, error) {
+	path := filepath.Join(rankDir(dir, rank), model.SingleFileName)
+	if err := mkdirAll(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	return model.NewSafetensorsWriter(path, specs)
+}
+
+// HasSnapshot reports whether the rank's shards have snapshot buffers
+// (train.checkpoint_async).
+func (r *Rank) HasSnapshot() bool {
+	list := r.shardTensors()
+	return len(list) > 0 && !list[0].snap.Empty()
+}
+
+// Snapshot copies the rank's shards into their pinned snapshot buffers
+// and returns when the copies are done: the state of the step that just
+// ended, which SaveSnapshot then writes while the rank trains on. It
+// needs train.checkpoint_async, and the previous SaveSnapshot finished.
+func (r *Rank) Snapshot() error {
+	for _, s := range r.shardTensors() {
+		if s.snap.Empty() {
+			return fmt.Errorf("no snapshot buffer for %s (train.checkpoint_async is off)", s.name)
+		}
+		src, err := r.Arena.Readable(s.t)
+		if err != nil {
+			return err
+		}
+		if err := r.B.Copy(s.snap, src); err != nil {
+			return fmt.Errorf("snapshot of %s: %w", s.name, err)
+		}
+	}
+	return r.B.Sync()
+}
+
+// SaveSnapshot writes the snapshot Snapshot took into checkpoint directory
+// dir, in SaveShards' format. It reads only the snapshot's host memory, as
+// stored (no conversion), so it may run in the background while the rank
+// computes; the next Snapshot must wait for it.
+func (r *Rank) SaveSnapshot(dir string) error {
+	list := r.shardTensors()
+	w, err := newShardWriter(dir, r.ID, checkpointSpecs(list))
+	if err != nil {
+		return err
+	}
+	for _, s := range list {
+		b, err := s.snap.HostBytes()
+		if err == nil {
+			err = w.WriteRaw(s.name, b)
+		}
+		if err != nil {
+			w.Abort()
+			return fmt.Errorf("saving %s: %w", s.name, err)
 		}
 	}
 	return w.Close()

@@ -363,6 +363,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	}
 	defer arena.Free(b)
 	r := newRank(id, comm, b, arena)
+	defer r.bg.Wait() // before the arena is freed
 	r.Control = control
 	if cp != nil {
 		r.CP = cp

@@ -3,6 +3,7 @@ package stages
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -34,6 +35,8 @@ type Rank struct {
 	B     gpu.Backend
 	Arena *Arena
 	Step  int // 1-based training step; 0 during setup
+	// bg tracks the rank's background work (Background).
+	bg sync.WaitGroup
 	// Setup holds the wall time of each setup stage, the device synced at
 	// its end, in the order they ran.
 	Setup []StageTime
@@ -83,6 +86,18 @@ func (r *Rank) scratch(n int) []float32 {
 		r.host = make([]float32, n)
 	}
 	return r.host[:n]
+}
+
+// Background runs fn in a goroutine that the rank's run waits for before
+// it frees the rank's memory: work on the rank's host buffers that goes on
+// after the step that started it, such as writing a checkpoint from its
+// snapshot.
+func (r *Rank) Background(fn func()) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		fn()
+	}()
 }
 
 // dpRank is the rank's data-parallel rank: which share of the batch it

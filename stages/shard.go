@@ -16,6 +16,11 @@ type ShardState struct {
 	Grads  *ref // fp32, one section per unit; nil unless trainable
 	AdamM  *ref
 	AdamV  *ref
+	// Snapshot is pinned host memory holding a copy of Params, AdamM and
+	// AdamV (at offsets 0, SnapM and SnapV) for a checkpoint written in
+	// the background (train.checkpoint_async); nil without.
+	Snapshot     *ref
+	SnapM, SnapV int64
 }
 
 // Unit is one FSDP unit of a model on one rank.

@@ -62,26 +62,7 @@ func meshSpec(t *testing.T, dp, steps int) string {
 // on one host and steps training steps, and returns its path.
 func cpSpec(t *testing.T, dp, steps int) string {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "examples", "tiny-cp2.yaml")
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.NewReplacer(
-		"gpus_per_node: 2", fmt.Sprintf("gpus_per_node: %d", 2*dp),
-		"path: models/", "path: "+ex+"/models/",
-		"rollouts: data/", "rollouts: "+ex+"/data/",
-		"steps: 12", fmt.Sprintf("steps: %d", steps),
-	).Replace(string(src))
-	out := filepath.Join(t.TempDir(), fmt.Sprintf("tiny-dp%d-cp2.yaml", dp))
-	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return exampleVariant(t, "tiny-cp2.yaml", "gpus_per_node: 2", fmt.Sprintf("gpus_per_node: %d", 2*dp), "steps: 12", fmt.Sprintf("steps: %d", steps))
 }
 
 // rank is one started process of a job.

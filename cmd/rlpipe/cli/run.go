@@ -186,6 +186,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 	}
 	opts.DeviceMemory = choice.deviceMemory
 	every := l.spec.Train.CheckpointEvery
+	saves := &saver{rec: rec, runDir: info.Dir, log: log, pending: map[int]*pendingSave{}}
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop
 		if r.ID == 0 {
@@ -206,10 +207,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 			log.Warn().Int("step", sr.Step).Int("rank", r.ID).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
 				Msg("while the trainer slept, the process held more device memory than the plan keeps")
 		}
-		if !save {
-			return nil
-		}
-		return checkpoint(ctx, rec, info.Dir, r, sr.Step)
+		return saves.afterStep(ctx, r, sr.Step, save, sr.Step == stopAt || sr.Stop)
 	}
 	env.graceful.Store(true)
 	res, err := stages.Run(ctx, l.job, p, opts)
@@ -410,39 +408,6 @@ func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name,
 		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint, from checkpoint step %d)\n", exported, step)
 	}
 	return exitOK
-}
-
-// checkpointPath is the directory of the checkpoint of step in run
-// directory dir.
-func checkpointPath(dir string, step int) string {
-	return filepath.Join(dir, jobs.CheckpointsDir, fmt.Sprintf("step-%d", step))
-}
-
-// checkpoint saves every rank's shards at step and commits the checkpoint
-// once all ranks have written. Rank 0 holds the record (rec); the others
-// know only its directory.
-func checkpoint(ctx context.Context, rec *jobs.Run, runDir string, r *stages.Rank, step int) error {
-	dir := checkpointPath(runDir, step)
-	if r.ID == 0 {
-		d, err := rec.CheckpointDir(step)
-		if err != nil {
-			return err
-		}
-		dir = d
-	}
-	if err := r.Control.Barrier(ctx); err != nil {
-		return err
-	}
-	if err := r.SaveShards(dir); err != nil {
-		return err
-	}
-	if err := r.Control.Barrier(ctx); err != nil {
-		return err
-	}
-	if r.ID == 0 {
-		return rec.CommitCheckpoint(step)
-	}
-	return nil
 }
 
 // recordStep appends the step's update lines and its summary line.
