@@ -17,8 +17,8 @@ func TestParseGPU(t *testing.T) {
 		bytes int64
 		bad   bool
 	}{
-		{in: "h100-80g", name: "h100-80g", bytes: 85520809984},
-		{in: "H200-141G", name: "h200-141g", bytes: 143771 << 20},
+		{in: "h100-80g", name: "h100-80g", bytes: 85017493504},
+		{in: "H200-141G", name: "h200-141g", bytes: 150109880320},
 		{in: "a100-80g", name: "a100-80g", bytes: 81920 << 20},
 		{in: "a100-40g", name: "a100-40g", bytes: 40960 << 20},
 		{in: "l40s-48g", name: "l40s-48g", bytes: 46068 << 20},

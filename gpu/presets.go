@@ -10,15 +10,21 @@ import (
 
 const mib = 1 << 20
 
-// Presets maps GPU names to their memory in bytes: the total that NVML
-// reports for the device (nvidia-smi "Total" in MiB × 2^20), which is less
-// than the marketing figure because of reserved memory.
+// Presets maps GPU names to their memory in bytes: what a process can
+// allocate, CUDA's total (cuDeviceTotalMem, torch's total_memory), which is
+// NVML's total less the memory the driver reserves. The H100 and H200
+// figures were read on the device machines (torch.cuda.get_device_properties
+// in bench/results/*/peer-*.json; on the H100, nvidia-smi -q -d MEMORY
+// shows Total 81559 MiB, Reserved 480 MiB). The A100 and L40S figures are
+// NVML totals, not measured here: the driver's reserve (about 0.5 GiB on
+// the H100) is not subtracted, so a plan within that of the figure may not
+// allocate.
 var Presets = map[string]int64{
-	"h100-80g":  81559 * mib,  // H100 SXM/PCIe 80GB: 85520809984 bytes.
-	"h200-141g": 143771 * mib, // H200 141GB.
-	"a100-80g":  81920 * mib,  // A100 80GB.
-	"a100-40g":  40960 * mib,  // A100 40GB.
-	"l40s-48g":  46068 * mib,  // L40S 48GB.
+	"h100-80g":  85017493504,  // H100 80GB HBM3: 81079.5 MiB (NVML total 81559 MiB).
+	"h200-141g": 150109880320, // H200 141GB.
+	"a100-80g":  81920 * mib,  // A100 80GB (NVML total).
+	"a100-40g":  40960 * mib,  // A100 40GB (NVML total).
+	"l40s-48g":  46068 * mib,  // L40S 48GB (NVML total).
 }
 
 // PresetNames returns the preset names in sorted order.

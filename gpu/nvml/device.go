@@ -11,9 +11,13 @@ var ErrNoDriver = errors.New("nvml: no NVIDIA driver found")
 
 // Device is one GPU as NVML reports it.
 type Device struct {
-	Index       int
-	Name        string
-	UUID        string
-	MemoryBytes int64 // total memory
+	Index int
+	Name  string
+	UUID  string
+	// MemoryBytes is the memory a process can use: the total less what the
+	// driver reserves (NVML's v2 memory query; the total where the driver
+	// lacks it). It equals CUDA's total (cuDeviceTotalMem).
+	MemoryBytes int64
+	TotalBytes  int64 // the total, reserved memory included (nvidia-smi's Total)
 	UsedBytes   int64
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Best against best on one GPU, in one call: for each model, the PyTorch
+# FSDP2 peer without activation checkpointing and with it (the wrapper, or
+# HF's own if the wrapper fails), and rlpipe with recompute auto (the plan's
+# fastest configuration that fits) and with every layer recomputed; then
+# each side's fastest train run that finished, their ratio, and
+# bench/compare.py's table (tokens/s, MFU, memory) of the two. Build first:
+#
+#   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
+#
+# Knobs: FAIR_MODELS ("qwen2.5-1.5b qwen2.5-3b"), FAIR_BUDGET_S (540).
+# JSON, logs (tarred) and best.md to $OUT.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/fair-out}
+mkdir -p "$OUT/logs"
+MODELS=${FAIR_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
+BUDGET=${FAIR_BUDGET_S:-540}
+C=${RLBENCH_CACHE:-/tmp/rbc}
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+go() { # NAME LIMIT CMD...: run under what is left of the budget
+	local n=$1 limit=$2
+	shift 2
+	local left=$((BUDGET - SECONDS - 5))
+	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
+	((limit > left)) && limit=$left
+	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
+	local rc=$?
+	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
+	return $rc
+}
+for m in $MODELS; do
+	cfg=examples/models/$m/config.json
+	go "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
+	go "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
+		go "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"
+	go "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
+	go "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
+done
+python3 - "$OUT" $MODELS >"$OUT/best.md" 2>&1 <<'PY'
+import glob, json, os, shutil, subprocess, sys
+out, models = sys.argv[1], sys.argv[2:]
+os.makedirs(f"{out}/best", exist_ok=True)
+def tps(r, stage):
+    return ((r.get(stage) or {}).get("tokens_per_s") or 0.0)
+def ok(r):
+    return r.get("status", "ok") == "ok" and tps(r, "train") > 0
+print("| model | side | run | train tok/s | ref_logprob tok/s |")
+print("|---|---|---|---|---|")
+best = {}
+for m in models:
+    for side in ("peer", "rlpipe"):
+        runs = []
+        for p in sorted(glob.glob(f"{out}/{side}-{m}-*.json")):
+            r = json.load(open(p))
+            name = os.path.basename(p)[len(side) + len(m) + 2:-5]
+            print(f"| {m} | {side} | {name} | {tps(r, 'train'):,.0f} | {tps(r, 'ref_logprob'):,.0f} |" if ok(r) else f"| {m} | {side} | {name} | failed: {(r.get('error') or '?').splitlines()[-1][:80]} | |")
+            if ok(r):
+                runs.append((tps(r, "train"), p, name, r))
+        if runs:
+            best[(m, side)] = max(runs)
+            shutil.copy(best[(m, side)][1], f"{out}/best/{side}-{m}.json")
+print()
+for m in models:
+    p, q = best.get((m, "peer")), best.get((m, "rlpipe"))
+    if p and q:
+        print(f"{m}: best against best, train {q[0]:,.0f} ({q[2]}) / {p[0]:,.0f} ({p[2]}) = {q[0] / p[0]:.2f}x; "
+              f"ref_logprob {tps(q[3], 'ref_logprob'):,.0f} / {tps(p[3], 'ref_logprob'):,.0f} = {tps(q[3], 'ref_logprob') / max(tps(p[3], 'ref_logprob'), 1):.2f}x")
+print()
+files = sorted(glob.glob(f"{out}/best/*.json"))
+if files:
+    print(subprocess.run([sys.executable, "bench/compare.py", *files], capture_output=True, text=True).stdout)
+PY
+cat "$OUT/best.md"
+(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
