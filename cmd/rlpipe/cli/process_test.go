@@ -37,25 +37,7 @@ func TestMain(m *testing.M) {
 // host and steps training steps, and returns its path.
 func meshSpec(t *testing.T, dp, steps int) string {
 	t.Helper()
-	src, err := os.ReadFile(tinySpec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := filepath.Abs(filepath.Dir(tinySpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.NewReplacer(
-		"gpus_per_node: 1", fmt.Sprintf("gpus_per_node: %d", dp),
-		"path: models/", "path: "+ex+"/models/",
-		"rollouts: data/", "rollouts: "+ex+"/data/",
-		"steps: 12", fmt.Sprintf("steps: %d", steps),
-	).Replace(string(src))
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("tiny-dp%d.yaml", dp))
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", fmt.Sprintf("gpus_per_node: %d", dp), "steps: 12", fmt.Sprintf("steps: %d", steps))
 }
 
 // cpSpec writes a copy of examples/tiny-cp2.yaml (cp 2) with dp cp groups
@@ -178,6 +160,10 @@ func TestProcessPerRank(t *testing.T) {
 		{"dp 4", 4, func(t *testing.T) string { return meshSpec(t, 4, 4) }},
 		{"dp 1 × cp 2", 2, func(t *testing.T) string { return cpSpec(t, 1, 4) }},
 		{"dp 2 × cp 2", 4, func(t *testing.T) string { return cpSpec(t, 2, 4) }},
+		{"dp 2, checkpoints in the background", 2, func(t *testing.T) string {
+			return exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "gpus_per_node: 2", "steps: 12", "steps: 4",
+				"checkpoint_every: 6", "checkpoint_every: 2\n  checkpoint_async: true")
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,6 +194,22 @@ func TestProcessPerRank(t *testing.T) {
 			for r := range n {
 				if _, err := os.Stat(filepath.Join(checkpointPath(b.Dir(), 4), fmt.Sprintf("rank-%d", r))); err != nil {
 					t.Errorf("rank %d wrote no checkpoint shard: %v", r, err)
+				}
+			}
+			if strings.Contains(tc.name, "background") {
+				// The processes agreed over TCP when every background
+				// write had finished: both checkpoints are committed, and
+				// hold what one process wrote.
+				for _, step := range []int{2, 4} {
+					for r := range n {
+						f := filepath.Join(fmt.Sprintf("rank-%d", r), "model.safetensors")
+						if !bytes.Equal(readAll(t, filepath.Join(checkpointPath(a.Dir(), step), f)), readAll(t, filepath.Join(checkpointPath(b.Dir(), step), f))) {
+							t.Errorf("step %d, rank %d: the checkpoint differs from one process's", step, r)
+						}
+					}
+				}
+				if cks, err := b.Checkpoints(); err != nil || len(cks) != 2 {
+					t.Errorf("committed checkpoints %+v (%v), want steps 2 and 4", cks, err)
 				}
 			}
 			ea := readAll(t, filepath.Join(a.Dir(), "export", "actor", "model.safetensors"))
