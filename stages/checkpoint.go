@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -123,7 +124,9 @@ func (r *Rank) HasSnapshot() bool {
 // ended, which SaveSnapshot then writes while the rank trains on. It
 // needs train.checkpoint_async, and the previous SaveSnapshot finished.
 func (r *Rank) Snapshot() error {
-	for _, s := range r.shardTensors() {
+	list := r.shardTensors()
+	r.snapped = nil
+	for _, s := range list {
 		if s.snap.Empty() {
 			return fmt.Errorf("no snapshot buffer for %s (train.checkpoint_async is off)", s.name)
 		}
@@ -135,15 +138,23 @@ func (r *Rank) Snapshot() error {
 			return fmt.Errorf("snapshot of %s: %w", s.name, err)
 		}
 	}
-	return r.B.Sync()
+	if err := r.B.Sync(); err != nil {
+		return err
+	}
+	r.snapped = list
+	return nil
 }
 
 // SaveSnapshot writes the snapshot Snapshot took into checkpoint directory
 // dir, in SaveShards' format. It reads only the snapshot's host memory, as
-// stored (no conversion), so it may run in the background while the rank
-// computes; the next Snapshot must wait for it.
+// stored (no conversion), and the list of tensors Snapshot made, not the
+// rank's values, so it may run in the background while the rank computes
+// (started after Snapshot returned); the next Snapshot must wait for it.
 func (r *Rank) SaveSnapshot(dir string) error {
-	list := r.shardTensors()
+	list := r.snapped
+	if list == nil {
+		return errors.New("no snapshot to save")
+	}
 	w, err := newShardWriter(dir, r.ID, checkpointSpecs(list))
 	if err != nil {
 		return err

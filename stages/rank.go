@@ -37,6 +37,8 @@ type Rank struct {
 	Step  int // 1-based training step; 0 during setup
 	// bg tracks the rank's background work (Background).
 	bg sync.WaitGroup
+	// snapped lists the tensors of the last Snapshot, for SaveSnapshot.
+	snapped []shardTensor
 	// Setup holds the wall time of each setup stage, the device synced at
 	// its end, in the order they ran.
 	Setup []StageTime

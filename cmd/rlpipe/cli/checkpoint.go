@@ -117,9 +117,10 @@ func (s *saver) settle(ctx context.Context, r *stages.Rank, wait bool) error {
 	// [unfinished, failed] summed over the ranks.
 	state := nccl.Bytes(make([]byte, 8))
 	flags := gpu.Tensor{Mem: state, DType: gpu.F32, Shape: []int{2}}
+	var werr error // the write's error, read only once it has finished
 	select {
 	case <-p.done:
-		if p.err != nil {
+		if werr = p.err; werr != nil {
 			putF32(state[4:], 1)
 		}
 	default:
@@ -130,8 +131,8 @@ func (s *saver) settle(ctx context.Context, r *stages.Rank, wait bool) error {
 	}
 	unfinished, failed := getF32(state), getF32(state[4:])
 	switch {
-	case p.err != nil:
-		return fmt.Errorf("checkpoint of step %d: %w", p.step, p.err)
+	case werr != nil:
+		return fmt.Errorf("checkpoint of step %d: %w", p.step, werr)
 	case failed > 0:
 		return fmt.Errorf("checkpoint of step %d: %g rank(s) could not write their shards", p.step, failed)
 	case unfinished > 0:
