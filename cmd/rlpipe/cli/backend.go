@@ -156,11 +156,7 @@ func deviceMemory(index int) (bytes int64, ok bool) {
 }
 
 func cmdDoctor(_ context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe doctor [--force]\n\nReports the CUDA driver, NVRTC, cuBLASLt and NCCL versions and where they\nwere found, the GPUs (CUDA and NVML), and compiles every kernel once for GPU 0\n(filling the kernel cache). Without a driver it says so: the CPU backend\nneeds none of it.\n\n")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("doctor", "Usage: rlpipe doctor [--force]\n\nReports the CUDA driver, NVRTC, cuBLASLt and NCCL versions and where they\nwere found, the GPUs (CUDA and NVML), and compiles every kernel once for GPU 0\n(filling the kernel cache). Without a driver it says so: the CPU backend\nneeds none of it.\n\n")
 	force := fs.Bool("force", false, "recompile kernels that are already cached")
 	if code, ok := parseFlags(fs, env, args); !ok {
 		return code

@@ -1,17 +1,17 @@
-// Package cli is the rlpipe command line: validate, plan, graph, run, jobs,
-// stages, doctor, version. cmd/rlpipe is a two-line main around Main; a
+// Package cli is the rlpipe command line: validate, plan, graph, run,
+// export, logprobs, jobs, stages, doctor, version, help, completion. cmd/rlpipe is a two-line main around Main; a
 // build of rlpipe with extra stage plugins is the same main with the
 // plugins' packages imported for their init-time stages.Register calls.
 package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +49,9 @@ type cli struct {
 	// graceful is set while a run can stop at its next step boundary;
 	// stop is set when a signal asked it to.
 	graceful, stop atomic.Bool
+	// describe, when set, receives a command's flags and the names of
+	// its positional arguments instead of running it (see parseFlags).
+	describe func(fs *flag.FlagSet, names []string)
 }
 
 func commands() []command {
@@ -62,16 +65,18 @@ func commands() []command {
 		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
 		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
-		{"version", "print the version", cmdVersion},
+		{"version", "print the version (also rlpipe --version)", cmdVersion},
+		{"help", "print this help, or a command's (rlpipe help COMMAND)", cmdHelp},
+		{"completion", "print a shell completion script: bash, zsh or fish", cmdCompletion},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "rlpipe: declarative RL post-training pipelines.\n\nUsage:\n  rlpipe <command> [flags] [args]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'rlpipe <command> -h' for a command's flags.\n")
+	fmt.Fprintf(w, "\nFlags may come before or after a command's arguments; -- ends them.\nRun 'rlpipe <command> -h' for a command's flags.\n")
 }
 
 func newLogger(w io.Writer) zerolog.Logger {
@@ -116,40 +121,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // main runs the command of args.
 func (env *cli) main(ctx context.Context, args []string) int {
-	stderr, stdout := env.stderr, env.stdout
 	if len(args) == 0 {
-		usage(stderr)
+		usage(env.stderr)
 		return exitUsage
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		usage(stdout)
+	switch {
+	case isHelp(args[0]):
+		usage(env.stdout)
 		return exitOK
+	case args[0] == "--version" || args[0] == "-version":
+		return cmdVersion(ctx, env, args[1:])
 	}
+	c, ok := lookup(args[0])
+	if !ok {
+		if strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(env.stderr, "rlpipe: unknown flag %s before the command (see 'rlpipe -h')\n", args[0])
+		} else {
+			fmt.Fprintf(env.stderr, "rlpipe: unknown command %q (see 'rlpipe -h')\n", args[0])
+		}
+		return exitUsage
+	}
+	return c.run(ctx, env, args[1:])
+}
+
+// lookup returns the command called name.
+func lookup(name string) (command, bool) {
 	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(ctx, env, args[1:])
+		if c.name == name {
+			return c, true
 		}
 	}
-	fmt.Fprintf(stderr, "rlpipe: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return exitUsage
+	return command{}, false
 }
 
-// parseFlags parses a subcommand's flags; it returns (code, false) when the
-// command should stop (help asked, or a usage error).
-func parseFlags(fs *flag.FlagSet, env *cli, args []string) (int, bool) {
-	fs.SetOutput(env.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
+func cmdVersion(_ context.Context, env *cli, args []string) int {
+	fs := newFlagSet("version", "Usage: rlpipe version\n       rlpipe --version\n\nPrints the version of rlpipe.\n")
+	if code, ok := parseFlags(fs, env, args); !ok {
+		return code
 	}
-	return 0, true
-}
-
-func cmdVersion(_ context.Context, env *cli, _ []string) int {
 	fmt.Fprintf(env.stdout, "rlpipe %s\n", version)
 	return exitOK
+}
+
+func cmdHelp(ctx context.Context, env *cli, args []string) int {
+	fs := newFlagSet("help", "Usage: rlpipe help [COMMAND]\n\nPrints the list of commands, or a command's usage and flags (as rlpipe COMMAND -h).\n")
+	if code, ok := parseFlags(fs, env, args, "COMMAND?"); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		usage(env.stdout)
+		return exitOK
+	}
+	c, ok := lookup(fs.Arg(0))
+	if !ok {
+		return env.argError(fs, "unknown command %q", fs.Arg(0))
+	}
+	return c.run(ctx, env, []string{"-h"})
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"path/filepath"
 
@@ -11,9 +10,7 @@ import (
 )
 
 func cmdExport(_ context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, `Usage: rlpipe export [flags] RUN
+	fs := newFlagSet("export", `Usage: rlpipe export [flags] RUN
 
 Writes a model of a run as an HF checkpoint (config.json + model.safetensors)
 from one of the run's committed checkpoints: the latest, or --step N. RUN is
@@ -21,22 +18,16 @@ a run id, an id prefix, or the run's directory. It reads the checkpoint's
 shard files on the host and needs no GPU.
 
 `)
-		fs.PrintDefaults()
-	}
 	root := fs.String("runs", jobs.DefaultRoot, "directory of run records")
 	step := fs.Int("step", 0, "the checkpoint's step (default: the latest)")
 	name := fs.String("model", "actor", "the model to export")
 	dtype := fs.String("dtype", "", "dtype of the exported weights: bf16, fp16, fp32 (default: the config's)")
 	out := fs.String("out", "", "output directory (default: RUN/export/MODEL-step-N)")
-	if code, ok := parseFlags(fs, env, args); !ok {
+	if code, ok := parseFlags(fs, env, args, "RUN"); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
-	}
 	if *step < 0 {
-		return env.usageError("--step: %d is negative", *step)
+		return env.usageError("--step %d: must be at least 1 (0, the default, is the latest checkpoint)", *step)
 	}
 	if *dtype != "" {
 		if _, err := stages.ExportDType(*dtype); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -19,9 +18,7 @@ import (
 )
 
 func cmdLogprobs(ctx context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("logprobs", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, `Usage: rlpipe logprobs [flags] MODEL_DIR DATA.jsonl
+	fs := newFlagSet("logprobs", `Usage: rlpipe logprobs [flags] MODEL_DIR DATA.jsonl
 
 Computes, with rlpipe's own forward, the per-token log-probs and entropies of
 every response token of the rollout file's samples under the HF checkpoint
@@ -38,8 +35,6 @@ the fraction of tokens with exp(x) > --tis-cap (what truncated importance
 sampling would clip); and the mean entropy over all response tokens.
 
 `)
-		fs.PrintDefaults()
-	}
 	temperature := fs.Float64("temperature", 1, "the rollout temperature: log-probs of softmax(z/T)")
 	precision := fs.String("precision", "bf16", "compute dtype of every layer: bf16 or fp32")
 	backend := backendFlag(fs)
@@ -50,12 +45,8 @@ sampling would clip); and the mean entropy over all response tokens.
 	batch := fs.Int("batch", 256, "samples per forward pass over the file")
 	chunk := fs.Int("chunk-tokens", stages.DefaultChunkTokens, "rows whose logits are materialised at once")
 	tisCap := fs.Float64("tis-cap", rl.DefaultTISCap, "the importance-weight cap whose exceedance the summary counts")
-	if code, ok := parseFlags(fs, env, args); !ok {
+	if code, ok := parseFlags(fs, env, args, "MODEL_DIR", "DATA.jsonl"); !ok {
 		return code
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return exitUsage
 	}
 	switch {
 	case !(*temperature > 0) || math.IsInf(*temperature, 0):

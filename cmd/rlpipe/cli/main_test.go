@@ -140,7 +140,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad --export-dtype", []string{"run", "--runs", "testdata/no-runs", "--export-dtype", "int8", tinySpec}, exitUsage, "--export-dtype"},
 		{"bad --backend", []string{"run", "--runs", "testdata/no-runs", "--backend", "tpu", tinySpec}, exitUsage, "--backend"},
 		{"bad --export model", []string{"run", "--runs", "testdata/no-runs", "--export", "critic", tinySpec}, exitUsage, "no apply_fsdp2 stage shards model \"critic\""},
-		{"plan needs one file", []string{"plan"}, exitUsage, "Usage"},
+		{"plan needs one file", []string{"plan"}, exitUsage, "missing SPEC.yaml"},
 		{"stages lists kinds", []string{"stages"}, exitOK, "update_ref"},
 		{"version", []string{"version"}, exitOK, "rlpipe"},
 		{"run needs weights and data", []string{"run", "--runs", "testdata/no-runs", filepath.Join("..", "..", "..", "examples", "qwen2.5-0.5b-grpo-1gpu.yaml")}, exitInvalid, "no model.safetensors"},

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -13,45 +11,34 @@ import (
 )
 
 func cmdValidate(_ context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe validate [--gpu G] SPEC.yaml\n\nChecks everything rlpipe run checks before it starts, in one pass: the spec,\nits models' config.json and weights, the stages' parameters, the DAG and its\ndata edges, every policy over every model and layer, every when over the\nrun's steps, and the rollout file. Prints every problem with file:line:col\nand exits %d when there is one.\n\n", exitInvalid)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("validate", fmt.Sprintf("Usage: rlpipe validate [--gpu G] [--json] SPEC.yaml\n\nChecks everything rlpipe run checks before it starts, in one pass: the spec,\nits models' config.json and weights, the stages' parameters, the DAG and its\ndata edges, every policy over every model and layer, every when over the\nrun's steps, and the rollout file. Prints every problem with file:line:col\nand exits %d when there is one.\n\n", exitInvalid))
 	g := gpuFlag(fs)
-	if code, ok := parseFlags(fs, env, args); !ok {
+	asJSON := fs.Bool("json", false, `print the result as JSON on stdout: {"ok": true, ...}, or {"ok": false, "errors": [{"file", "line", "col", "message"}, ...]}`)
+	if code, ok := parseFlags(fs, env, args, "SPEC.yaml"); !ok {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	if err := checkGPUFlag(*g); err != nil {
 		return env.usageError("%v", err)
 	}
-	l, err := load(fs.Arg(0), *g, stages.CheckRun)
-	if err != nil {
+	path := fs.Arg(0)
+	l, err := load(path, *g, stages.CheckRun)
+	switch {
+	case *asJSON:
+		return env.validateJSON(path, l, err)
+	case err != nil:
 		return env.report(err)
 	}
-	fmt.Fprintf(env.stdout, "%s: ok (%d models, %d setup + %d step stages)\n", fs.Arg(0), len(l.spec.Models), len(l.spec.Setup), len(l.spec.Step))
+	fmt.Fprintf(env.stdout, "%s: ok (%d models, %d setup + %d step stages)\n", path, len(l.spec.Models), len(l.spec.Setup), len(l.spec.Step))
 	return exitOK
 }
 
 func cmdPlan(_ context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe plan [--gpu G] [--json] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nExit code %d when the job does not fit.\n\n", exitNoFit)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("plan", fmt.Sprintf("Usage: rlpipe plan [--gpu G] [--host-memory B] [--json] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nExit code %d when the job does not fit.\n\n", exitNoFit))
 	g := gpuFlag(fs)
 	asJSON := fs.Bool("json", false, "print the whole plan (ops, buffers with offsets and lifetimes, budget) as JSON")
 	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against (default: the spec's mesh.host_memory)")
-	if code, ok := parseFlags(fs, env, args); !ok {
+	if code, ok := parseFlags(fs, env, args, "SPEC.yaml"); !ok {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	if err := checkGPUFlag(*g); err != nil {
 		return env.usageError("%v", err)
@@ -88,9 +75,7 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 			Total  int64       `json:"device_total_bytes"`
 			*plan.Plan
 		}{h, fits, p.DeviceTotal(), p}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSON(env.stdout, out); err != nil {
 			return env.report(err)
 		}
 	} else if err := p.Render(env.stdout, h); err != nil {
@@ -119,19 +104,14 @@ func header(l *loaded) plan.Header {
 }
 
 func cmdGraph(_ context.Context, env *cli, args []string) int {
-	fs := flag.NewFlagSet("graph", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: rlpipe graph [--json | --dot] SPEC.yaml\n\nPrints the stage DAG: setup and step phases in execution order, then the\ndata edges (producer.output -> consumer.input, and their type) and the order\nthat reads of a model's weights as at the step's start impose.\n\n")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("graph", "Usage: rlpipe graph [--json | --dot] SPEC.yaml\n\nPrints the stage DAG: setup and step phases in execution order, then the\ndata edges (producer.output -> consumer.input, and their type) and the order\nthat reads of a model's weights as at the step's start impose.\n\n")
 	asJSON := fs.Bool("json", false, "print the graph as JSON")
 	asDot := fs.Bool("dot", false, "print the graph in Graphviz dot")
-	if code, ok := parseFlags(fs, env, args); !ok {
+	if code, ok := parseFlags(fs, env, args, "SPEC.yaml"); !ok {
 		return code
 	}
-	if fs.NArg() != 1 || (*asJSON && *asDot) {
-		fs.Usage()
-		return exitUsage
+	if *asJSON && *asDot {
+		return env.argError(fs, "--json and --dot exclude each other")
 	}
 	s, err := spec.Load(fs.Arg(0))
 	if err != nil {
@@ -156,7 +136,11 @@ func cmdGraph(_ context.Context, env *cli, args []string) int {
 	return exitOK
 }
 
-func cmdStages(_ context.Context, env *cli, _ []string) int {
+func cmdStages(_ context.Context, env *cli, args []string) int {
+	fs := newFlagSet("stages", "Usage: rlpipe stages\n\nLists the registered stage kinds: name, phase (setup or step) and what each does.\n")
+	if code, ok := parseFlags(fs, env, args); !ok {
+		return code
+	}
 	for _, k := range stages.Kinds() {
 		fmt.Fprintf(env.stdout, "%-14s %-6s %s\n", k.Name, k.Phase, k.Doc)
 	}
