@@ -153,6 +153,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 	}
 	first := info.First
 	log := zerolog.New(logWriter(env)).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", proc.rank()).Logger()
+	fileLog := zerolog.Nop() // the run log alone: for what the CLI also prints itself
 	if rec != nil {
 		logf, err := rec.LogFile()
 		if err != nil {
@@ -160,12 +161,16 @@ its current step, with a checkpoint; a second signal aborts at once.
 		}
 		defer logf.Close()
 		log = zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+		fileLog = zerolog.New(logf).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
 	}
 	if info.Skip {
 		if rec == nil {
 			return exitOK // rank 0 writes the export
 		}
 		return env.finishExport(rec, l, log, *exportModel, *exportDType)
+	}
+	if rec != nil {
+		announce(env.stderr, rec, l, p, choice.name, first, stopAt, total)
 	}
 	log.Info().Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.WorldSize()).Int("processes", max(1, proc.size())).Int("first_step", first).Int("steps", total).
 		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
@@ -220,7 +225,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 		}
 		if rec != nil {
 			_ = rec.SetStatus(status, err)
-			log.Error().Err(err).Msg("run failed")
+			fileLog.Error().Err(err).Msg("run failed") // printed once, below
 			fmt.Fprintf(env.stderr, "rlpipe: %srun %s failed: %v\n", proc.who(), rec.ID()[:8], err)
 		} else {
 			fmt.Fprintf(env.stderr, "rlpipe: %srun failed: %v\n", proc.who(), err)
@@ -408,6 +413,20 @@ func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name,
 		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint, from checkpoint step %d)\n", exported, step)
 	}
 	return exitOK
+}
+
+// announce tells the user, as the run starts, where its record is, what
+// runs it, and what the plan chose where the spec left it to planning.
+func announce(w io.Writer, rec *jobs.Run, l *loaded, p *plan.Plan, backend string, first, last, total int) {
+	m := l.spec.Mesh
+	cp := ""
+	if m.CPSize() > 1 {
+		cp = fmt.Sprintf(" × cp %d", m.CPSize())
+	}
+	fmt.Fprintf(w, "rlpipe: run %s, steps %d-%d of %d, on %s: %d rank(s), dp %d%s; record %s\n", rec.ID()[:8], first, last, total, backend, m.WorldSize(), m.DP, cp, rec.Dir())
+	for _, c := range p.Auto {
+		fmt.Fprintf(w, "rlpipe: plan: %s of %s: %s (%s)\n", c.Key, c.Subject, c.Value, c.Why)
+	}
 }
 
 // recordStep appends the step's update lines and its summary line.

@@ -39,10 +39,15 @@ func onlyRun(t *testing.T, root string) *jobs.Run {
 // writes any committed checkpoint.
 func TestRunResumeExport(t *testing.T) {
 	whole, halves, signaled := t.TempDir(), t.TempDir(), t.TempDir()
-	if code, out, errs := runCLI(t, "run", "--runs", whole, tinySpec); code != exitOK {
+	code, out, errs := runCLI(t, "run", "--runs", whole, tinySpec)
+	if code != exitOK {
 		t.Fatalf("run exit %d\n%s%s", code, out, errs)
 	}
-	code, out, errs := runCLI(t, "run", "--runs", halves, "--steps", "5", tinySpec)
+	// The run says where its record is as it starts, before any step.
+	if first := strings.SplitN(errs, "\n", 2)[0]; !strings.HasPrefix(first, "rlpipe: run ") || !strings.Contains(first, "on cpu: 1 rank(s), dp 1; record "+whole) {
+		t.Errorf("the run's first line is %q, want its record announced", first)
+	}
+	code, out, errs = runCLI(t, "run", "--runs", halves, "--steps", "5", tinySpec)
 	if code != exitOK || !strings.Contains(out, "stopped: steps 1-5 of 12") {
 		t.Fatalf("run --steps 5: exit %d\n%s%s", code, out, errs)
 	}
