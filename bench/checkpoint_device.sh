@@ -13,15 +13,10 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ckpt-out}
-D=$OUT/ckpt
-W=/tmp/rlpipe-ckpt
-mkdir -p "$D"
-D=$(realpath "$D")
-rm -rf "$W" && mkdir -p "$W"
 . bench/device_lib.sh
+workdir ckpt
 say "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader); $(df -h /tmp | tail -n 1)"
-python3 bench/random_init.py examples/models/qwen2.5-1.5b "$W/model" >"$D/setup.log" 2>&1
-random_rollouts "$W" 192 >>"$D/setup.log" 2>&1
+random_job qwen2.5-1.5b 192
 cat >"$W/ckpt.yaml" <<YAML
 version: 1
 name: ckpt-1.5b

@@ -1,5 +1,23 @@
-# device_lib.sh: the helpers the device scripts share. Source it after
-# setting D, the directory logs and summary.txt go to.
+# device_lib.sh: the helpers the device scripts share. Source it, then set
+# D, the directory logs and summary.txt go to (or call workdir).
+
+# workdir NAME: D=$OUT/NAME (made, absolute) for the logs, and a fresh,
+# empty work directory W=/tmp/rlpipe-NAME.
+workdir() {
+	D=$OUT/$1
+	W=/tmp/rlpipe-$1
+	mkdir -p "$D"
+	D=$(realpath "$D")
+	rm -rf "$W" && mkdir -p "$W"
+}
+
+# random_job MODEL GROUPS: a random-init bf16 checkpoint of
+# examples/models/MODEL in $W/model and GROUPS groups of rollouts in
+# $W/rollouts.jsonl (random_rollouts), logged to $D/setup.log.
+random_job() {
+	python3 bench/random_init.py "examples/models/$1" "$W/model" >"$D/setup.log" 2>&1 &&
+		random_rollouts "$W" "$2" >>"$D/setup.log" 2>&1
+}
 
 # say prints a timestamped line and appends it to $D/summary.txt.
 say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$D/summary.txt"; }

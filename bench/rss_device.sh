@@ -13,15 +13,10 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rss-out}
-D=$OUT/rss
-W=/tmp/rlpipe-rss
-mkdir -p "$D"
-D=$(realpath "$D")
-rm -rf "$W" && mkdir -p "$W"
 . bench/device_lib.sh
+workdir rss
 say "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
-python3 bench/random_init.py examples/models/qwen2.5-1.5b "$W/model" >"$D/setup.log" 2>&1
-random_rollouts "$W" 32 >>"$D/setup.log" 2>&1
+random_job qwen2.5-1.5b 32
 say "setup: rc=$? $(tail -n 1 "$D/setup.log")"
 cat >"$W/rss.yaml" <<YAML
 version: 1

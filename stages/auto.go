@@ -109,39 +109,54 @@ func Plan(j *Job) (*plan.Plan, error) {
 	if len(trained) == 0 && len(chunked) == 0 {
 		return planOnce(j)
 	}
-	budget := j.GPU.Bytes
-	total := func() (int64, error) {
-		p, err := planOnce(j)
-		if err != nil {
-			return 0, err
-		}
-		return p.DeviceTotal(), nil
-	}
 	rows := cpRows(j)
 	for _, id := range chunked {
 		a.chunks[id] = min(DefaultChunkTokens, rows)
 	}
+	sr := &search{j: j, a: a, budget: j.GPU.Bytes}
 	var choices []plan.Choice
 	if len(trained) > 0 {
-		c, err := chooseRecompute(a, trained, budget, total)
+		c, err := sr.chooseRecompute(trained)
 		if err != nil {
 			return nil, err
 		}
 		choices = append(choices, c...)
 	}
 	for _, id := range chunked {
-		c, err := chooseChunk(a, id, rows, budget, total)
+		c, err := sr.chooseChunk(id, rows)
 		if err != nil {
 			return nil, err
 		}
 		choices = append(choices, c)
 	}
-	p, err := planOnce(j)
+	p, err := sr.plan()
 	if err != nil {
 		return nil, err
 	}
 	p.Auto = choices
 	return p, nil
+}
+
+// search makes the auto choices of a job against its GPU's budget. It
+// keeps the plan of the choices as they stand, so that no state of them
+// is planned twice.
+type search struct {
+	j      *Job
+	a      *autoChoices
+	budget int64
+	cur    *plan.Plan // the plan of the choices as they stand; nil: not planned yet
+}
+
+// plan returns the plan of the choices as they stand.
+func (s *search) plan() (*plan.Plan, error) {
+	if s.cur == nil {
+		p, err := planOnce(s.j)
+		if err != nil {
+			return nil, err
+		}
+		s.cur = p
+	}
+	return s.cur, nil
 }
 
 // chooseRecompute sets the fewest recomputed layers with which the job's
@@ -151,26 +166,33 @@ func Plan(j *Job) (*plan.Plan, error) {
 // needs at once (recomputing it saves only what the head holds while they
 // would be kept). So the bisection runs over 1 to L-1 and L is tried on
 // its own. When nothing fits, k is the count with the smallest total.
-func chooseRecompute(a *autoChoices, trained map[string]int, budget int64, total func() (int64, error)) ([]plan.Choice, error) {
+func (s *search) chooseRecompute(trained map[string]int) ([]plan.Choice, error) {
 	most := 0
 	for _, n := range trained {
 		most = max(most, n)
 	}
 	set := func(k int) {
 		for name, n := range trained {
-			a.recompute[name] = min(k, n)
+			s.a.recompute[name] = min(k, n)
 		}
 	}
-	at := map[int]int64{}
+	at := map[int]*plan.Plan{} // by layers recomputed, the plans tried
 	try := func(k int) (bool, error) {
 		set(k)
-		t, err := total()
-		at[k] = t
-		return t <= budget, err
+		s.cur = nil
+		p, err := s.plan()
+		if err != nil {
+			return false, err
+		}
+		at[k] = p
+		return p.DeviceTotal() <= s.budget, nil
 	}
 	ok, err := try(0)
-	if err != nil || ok || most == 0 {
-		return recomputeChoices(a, trained, 0, at, budget), err
+	if err != nil {
+		return nil, err
+	}
+	if ok || most == 0 {
+		return recomputeChoices(s.a, trained, 0, at, s.budget), nil
 	}
 	k, inner := 0, false
 	if most > 1 {
@@ -199,7 +221,7 @@ func chooseRecompute(a *autoChoices, trained map[string]int, budget int64, total
 			return nil, err
 		}
 		k = most
-		if t, tried := at[most-1]; !ok && tried && t < at[most] {
+		if p, tried := at[most-1]; !ok && tried && p.DeviceTotal() < at[most].DeviceTotal() {
 			k = most - 1
 		}
 	}
@@ -209,12 +231,14 @@ func chooseRecompute(a *autoChoices, trained map[string]int, budget int64, total
 		}
 	}
 	set(k)
-	return recomputeChoices(a, trained, k, at, budget), nil
+	s.cur = at[k]
+	return recomputeChoices(s.a, trained, k, at, s.budget), nil
 }
 
 // recomputeChoices describes the layers each trained model recomputes
-// with k chosen, at holding the device totals tried by layer count.
-func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]int64, budget int64) []plan.Choice {
+// with k chosen, at holding the plans tried by layer count.
+func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]*plan.Plan, budget int64) []plan.Choice {
+	total := func(k int) string { return plan.GiB(at[k].DeviceTotal()) }
 	names := make([]string, 0, len(trained))
 	for name := range trained {
 		names = append(names, name)
@@ -230,14 +254,14 @@ func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]
 		switch {
 		case n == 0:
 			c.Value = fmt.Sprintf("none of %d layers", trained[name])
-			c.Why = fmt.Sprintf("every layer's activations fit: %s of %s GiB", plan.GiB(at[0]), plan.GiB(budget))
-		case at[k] > budget:
+			c.Why = fmt.Sprintf("every layer's activations fit: %s of %s GiB", total(0), plan.GiB(budget))
+		case at[k].DeviceTotal() > budget:
 			if n == trained[name] {
 				c.Value = fmt.Sprintf("all %d layers", n)
 			}
-			c.Why = fmt.Sprintf("the least memory, and the job still needs %s of %s GiB", plan.GiB(at[k]), plan.GiB(budget))
+			c.Why = fmt.Sprintf("the least memory, and the job still needs %s of %s GiB", total(k), plan.GiB(budget))
 		default:
-			c.Why = fmt.Sprintf("the fewest that fit: %s of %s GiB; %d would need %s", plan.GiB(at[k]), plan.GiB(budget), k-1, plan.GiB(at[k-1]))
+			c.Why = fmt.Sprintf("the fewest that fit: %s of %s GiB; %d would need %s", total(k), plan.GiB(budget), k-1, total(k-1))
 		}
 		out = append(out, c)
 	}
@@ -246,34 +270,34 @@ func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]
 
 // chooseChunk doubles stage id's chunk from its start while the job fits,
 // up to rows (the rows of a micro-batch).
-func chooseChunk(a *autoChoices, id string, rows int, budget int64, total func() (int64, error)) (plan.Choice, error) {
+func (s *search) chooseChunk(id string, rows int) (plan.Choice, error) {
 	c := plan.Choice{Key: "chunk_tokens", Subject: "stage " + id}
-	cur := a.chunks[id]
-	t, err := total()
+	cur := s.a.chunks[id]
+	p, err := s.plan()
 	if err != nil {
 		return c, err
 	}
 	var why []string
 	for cur < rows {
 		next := min(2*cur, rows)
-		a.chunks[id] = next
-		nt, err := total()
+		s.a.chunks[id], s.cur = next, nil
+		np, err := s.plan()
 		if err != nil {
 			return c, err
 		}
-		if nt > budget {
-			a.chunks[id] = cur
-			why = append(why, fmt.Sprintf("%d would need %s of %s GiB", next, plan.GiB(nt), plan.GiB(budget)))
+		if np.DeviceTotal() > s.budget {
+			s.a.chunks[id], s.cur = cur, p
+			why = append(why, fmt.Sprintf("%d would need %s of %s GiB", next, plan.GiB(np.DeviceTotal()), plan.GiB(s.budget)))
 			break
 		}
-		cur, t = next, nt
+		cur, p = next, np
 	}
 	c.Value = fmt.Sprintf("%d rows", cur)
 	if cur == rows {
 		why = append([]string{"a whole micro-batch"}, why...)
 	}
-	if t > budget {
-		why = append(why, fmt.Sprintf("the job does not fit: %s of %s GiB", plan.GiB(t), plan.GiB(budget)))
+	if t := p.DeviceTotal(); t > s.budget {
+		why = append(why, fmt.Sprintf("the job does not fit: %s of %s GiB", plan.GiB(t), plan.GiB(s.budget)))
 	}
 	c.Why = strings.Join(why, "; ")
 	return c, nil

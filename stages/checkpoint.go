@@ -112,13 +112,6 @@ func newShardWriter(dir string, rank int, specs []model.TensorSpec) (*model.Safe
 	return model.NewSafetensorsWriter(path, specs)
 }
 
-// HasSnapshot reports whether the rank's shards have snapshot buffers
-// (train.checkpoint_async).
-func (r *Rank) HasSnapshot() bool {
-	list := r.shardTensors()
-	return len(list) > 0 && !list[0].snap.Empty()
-}
-
 // Snapshot copies the rank's shards into their pinned snapshot buffers
 // and returns when the copies are done: the state of the step that just
 // ended, which SaveSnapshot then writes while the rank trains on. It

@@ -41,9 +41,6 @@ func TestSnapshot(t *testing.T) {
 		dir := t.TempDir()
 		at := func(what string) string { return filepath.Join(dir, what) }
 		opts := RunOptions{Steps: 2, AfterStep: func(r *Rank, sr StepResult) error {
-			if !r.HasSnapshot() {
-				t.Error("no snapshot with train.checkpoint_async")
-			}
 			switch sr.Step {
 			case 1:
 				if err := r.SaveShards(at("step1")); err != nil {

@@ -18,6 +18,5 @@ type Device struct {
 	// driver reserves (NVML's v2 memory query; the total where the driver
 	// lacks it). It equals CUDA's total (cuDeviceTotalMem).
 	MemoryBytes int64
-	TotalBytes  int64 // the total, reserved memory included (nvidia-smi's Total)
 	UsedBytes   int64
 }

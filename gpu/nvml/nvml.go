@@ -35,14 +35,14 @@ func Devices() (devs []Device, err error) {
 		// The v2 query also says what the driver reserves; what is left is
 		// the total CUDA reports (cuDeviceTotalMem), all a process can use.
 		if mem, ret := d.GetMemoryInfo_v2(); ret == gonvml.SUCCESS {
-			devs = append(devs, Device{Index: i, Name: name, UUID: uuid, MemoryBytes: int64(mem.Total - mem.Reserved), TotalBytes: int64(mem.Total), UsedBytes: int64(mem.Used)})
+			devs = append(devs, Device{Index: i, Name: name, UUID: uuid, MemoryBytes: int64(mem.Total - mem.Reserved), UsedBytes: int64(mem.Used)})
 			continue
 		}
 		mem, ret := d.GetMemoryInfo()
 		if ret != gonvml.SUCCESS {
 			return nil, fmt.Errorf("nvml: device %d memory: %s", i, gonvml.ErrorString(ret))
 		}
-		devs = append(devs, Device{Index: i, Name: name, UUID: uuid, MemoryBytes: int64(mem.Total), TotalBytes: int64(mem.Total), UsedBytes: int64(mem.Used)})
+		devs = append(devs, Device{Index: i, Name: name, UUID: uuid, MemoryBytes: int64(mem.Total), UsedBytes: int64(mem.Used)})
 	}
 	return devs, nil
 }

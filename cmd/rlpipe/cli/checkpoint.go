@@ -33,6 +33,7 @@ func checkpointPath(dir string, step int) string {
 // committed. A checkpoint is committed only once every rank's file is
 // synced and in place: a crash before leaves the previous one.
 type saver struct {
+	async   bool      // train.checkpoint_async
 	rec     *jobs.Run // rank 0's record (nil on the other processes)
 	runDir  string
 	log     zerolog.Logger
@@ -52,7 +53,7 @@ type pendingSave struct {
 // background write, and saves a checkpoint when save is set. final is the
 // run's last step (or a stop), after which nothing may be left pending.
 func (s *saver) afterStep(ctx context.Context, r *stages.Rank, step int, save, final bool) error {
-	if !r.HasSnapshot() {
+	if !s.async {
 		if !save {
 			return nil
 		}

@@ -3,41 +3,12 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/jobs"
 )
-
-// exampleVariant writes a copy of examples/NAME whose model and rollout
-// paths point at the examples and whose text has the replacements of
-// pairs, and returns its path.
-func exampleVariant(t *testing.T, name string, pairs ...string) string {
-	t.Helper()
-	path := filepath.Join("..", "..", "..", "examples", name)
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.NewReplacer("path: models/", "path: "+ex+"/models/", "rollouts: data/", "rollouts: "+ex+"/data/").Replace(string(src))
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if !strings.Contains(text, pairs[i]) {
-			t.Fatalf("%s has no %q", name, pairs[i])
-		}
-		text = strings.Replace(text, pairs[i], pairs[i+1], 1)
-	}
-	out := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestAsyncCheckpoint runs the tiny recipe (one rank, and dp 2 in one
 // process) with a checkpoint every 2 steps, written at the step's end and

@@ -191,7 +191,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 	}
 	opts.DeviceMemory = choice.deviceMemory
 	every := l.spec.Train.CheckpointEvery
-	saves := &saver{rec: rec, runDir: info.Dir, log: log, pending: map[int]*pendingSave{}}
+	saves := &saver{async: l.spec.Train.CheckpointAsync, rec: rec, runDir: info.Dir, log: log, pending: map[int]*pendingSave{}}
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop
 		if r.ID == 0 {

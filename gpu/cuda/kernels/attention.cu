@@ -95,25 +95,23 @@ struct Spans {
     lo = qk[2 * i];
     hi = qk[2 * i + 1];
   }
-  __device__ __forceinline__ void block_keys(int q0, int tq, int& lo, int& hi) const {
+  // span_union is the union [lo, hi) of the non-empty ranges r[2i],
+  // r[2i+1] of rows i in [i0, i1); lo > hi when all are empty.
+  __device__ __forceinline__ static void span_union(const int* r, int i0, int i1, int& lo, int& hi) {
     lo = 0x7fffffff;
     hi = 0;
-    for (int i = q0; i < min(q0 + FBQ, tq); i++) {
-      if (qk[2 * i] < qk[2 * i + 1]) {
-        lo = min(lo, qk[2 * i]);
-        hi = max(hi, qk[2 * i + 1]);
+    for (int i = i0; i < i1; i++) {
+      if (r[2 * i] < r[2 * i + 1]) {
+        lo = min(lo, r[2 * i]);
+        hi = max(hi, r[2 * i + 1]);
       }
     }
   }
+  __device__ __forceinline__ void block_keys(int q0, int tq, int& lo, int& hi) const {
+    span_union(qk, q0, min(q0 + FBQ, tq), lo, hi);
+  }
   __device__ __forceinline__ void block_queries(int k0, int tk, int& lo, int& hi) const {
-    lo = 0x7fffffff;
-    hi = 0;
-    for (int j = k0; j < min(k0 + BK, tk); j++) {
-      if (kq[2 * j] < kq[2 * j + 1]) {
-        lo = min(lo, kq[2 * j]);
-        hi = max(hi, kq[2 * j + 1]);
-      }
-    }
+    span_union(kq, k0, min(k0 + BK, tk), lo, hi);
   }
 };
 
