@@ -131,8 +131,12 @@ type fields struct {
 	path  string
 	m     map[string]field
 	order []string
-	bad   bool // the node was not a mapping; missing keys are not reported
+	bad   bool     // the node was not a mapping; missing keys are not reported
+	defs  []keyDef // the definitions of the keys, for a mapping of the spec
 }
+
+// def returns the definition of key, a key of a mapping of the spec.
+func (f *fields) def(key string) *keyDef { return lookupKey(f.defs, key) }
 
 // get returns the resolved value of key, or nil when key is absent.
 func (f *fields) get(key string) *yaml.Node {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,18 +17,6 @@ import (
 
 // Version is the spec version this package reads.
 const Version = 1
-
-// The keys each mapping of the spec accepts, in documentation order.
-var (
-	topKeys      = []string{"version", "name", "models", "mesh", "data", "train", "policies", "stages"}
-	modelKeys    = []string{"role", "path", "copy_of"}
-	meshKeys     = []string{"nodes", "gpus_per_node", "dp", "cp", "gpu", "host_memory"}
-	dataKeys     = []string{"rollouts", "prompts", "global_batch_size", "samples_per_prompt", "rollout_batch_size", "max_tokens_per_gpu", "max_seq_len", "temperature"}
-	trainKeys    = []string{"steps", "ppo_epochs", "shuffle", "shuffle_groups", "seed", "lr", "min_lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps", "warmup_init_lr", "decay", "decay_steps", "checkpoint_every", "checkpoint_async"}
-	policiesKeys = []string{"offload", "offload_optimizer", "precision", "recompute"}
-	stagesKeys   = []string{"setup", "step"}
-	stageKeys    = []string{"id", "uses", "needs", "with", "when"}
-)
 
 var (
 	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -93,9 +80,19 @@ func (d *decoder) spec(root *yaml.Node) *Spec {
 		return nil
 	}
 	top := d.mapping(root, root, "", topKeys)
-	d.require(top, "version", "name")
+	var scalars, sections []string
+	for _, k := range topDefs {
+		switch {
+		case !k.required:
+		case k.typ == typeMapping:
+			sections = append(sections, k.name)
+		default:
+			scalars = append(scalars, k.name)
+		}
+	}
+	d.require(top, scalars...)
 	bad := map[string]bool{}
-	for _, k := range []string{"models", "data", "train"} {
+	for _, k := range sections {
 		if top.get(k) == nil && !top.bad {
 			d.errorf(root, "missing required key %q", k) // a null section is reported inside it
 			bad[k] = true
@@ -149,11 +146,13 @@ func (d *decoder) spec(root *yaml.Node) *Spec {
 	return s
 }
 
-// section returns the pairs of the top-level mapping under key and the
-// position of that key.
-func (d *decoder) section(top *fields, key string, known []string) (*fields, Pos) {
+// section returns the pairs of the top-level mapping under key, checked
+// against the keys topDefs defines for it, and the position of that key.
+func (d *decoder) section(top *fields, key string) (*fields, Pos) {
 	k := top.keyNode(key)
-	f := d.mapping(top.get(key), k, key, known)
+	defs := lookupKey(topDefs, key).keys
+	f := d.mapping(top.get(key), k, key, keyNames(defs))
+	f.defs = defs
 	if k == nil {
 		return f, Pos{}
 	}
@@ -181,15 +180,16 @@ const (
 )
 
 // intIn decodes the integer under key into out and checks that it lies in
-// [lo, hi]. It returns the value node (nil when the key is absent) and
-// whether the value is valid; an invalid value has been reported and leaves
-// out unchanged.
-func intIn[T int | int64](d *decoder, f *fields, key string, lo, hi int64, out *T) (*yaml.Node, bool) {
+// the bounds the key's definition gives. It returns the value node (nil
+// when the key is absent) and whether the value is valid; an invalid value
+// has been reported and leaves out unchanged.
+func intIn[T int | int64](d *decoder, f *fields, key string, out *T) (*yaml.Node, bool) {
 	n := f.get(key)
 	if n == nil {
 		return nil, false
 	}
-	v, ok := d.boundedInt(n, join(f.path, key), lo, hi)
+	k := f.def(key)
+	v, ok := d.boundedInt(n, join(f.path, key), k.min, k.max)
 	if ok {
 		*out = T(v)
 	}
@@ -224,32 +224,39 @@ func (d *decoder) boundedInt(n *yaml.Node, path string, lo, hi int64) (int64, bo
 	return 0, false
 }
 
-// floatField decodes the number under key into out, like intField.
+// floatField decodes the number under key into out and reports it when it
+// lies outside the range the key's definition gives; it stores it in out
+// all the same. It returns the value node (nil when the key is absent or
+// not a number) and whether the value is a number (true when absent).
 func (d *decoder) floatField(f *fields, key string, out *float64) (n *yaml.Node, ok bool) {
 	n = f.get(key)
 	if n == nil {
 		return nil, true
 	}
-	v, ok := d.floatValue(n, join(f.path, key))
+	path := join(f.path, key)
+	v, ok := d.floatValue(n, path)
 	if !ok {
 		return nil, false
 	}
 	*out = v
+	d.inRange(n, path, v, f.def(key).rng)
 	return n, true
 }
 
-// positive reports a number field that is not > 0.
-func (d *decoder) positive(n *yaml.Node, path string, v float64) {
-	if n != nil && !(v > 0) {
-		d.errorf(n, "%s: must be greater than 0, got %s", path, n.Value)
+// inRange reports the number v at n when it lies outside r.
+func (d *decoder) inRange(n *yaml.Node, path string, v float64, r numRange) {
+	var msg string
+	switch {
+	case r == positiveNumber && !(v > 0):
+		msg = "must be greater than 0"
+	case r == nonNegativeNumber && v < 0:
+		msg = "must not be negative"
+	case r == unitNumber && (v < 0 || v >= 1):
+		msg = "must be in [0, 1)"
+	default:
+		return
 	}
-}
-
-// nonNegative reports a number field below 0.
-func (d *decoder) nonNegative(n *yaml.Node, path string, v float64) {
-	if n != nil && v < 0 {
-		d.errorf(n, "%s: must not be negative, got %s", path, n.Value)
-	}
+	d.errorf(n, "%s: %s, got %s", path, msg, n.Value)
 }
 
 // resolvePath resolves a path of the spec against the spec's directory.
@@ -262,7 +269,7 @@ func resolvePath(dir, p string) string {
 
 // models decodes `models:`.
 func (d *decoder) models(s *Spec, top *fields) {
-	f, _ := d.section(top, "models", nil)
+	f, _ := d.section(top, "models")
 	if f.bad || top.get("models") == nil {
 		return
 	}
@@ -289,8 +296,8 @@ func (d *decoder) models(s *Spec, top *fields) {
 		switch n := mf.get("role"); {
 		case !isNull(n):
 			if v, ok := d.stringValue(n, path+".role"); ok {
-				if v != "actor" && v != "ref" {
-					d.errorf(n, "%s.role: want \"actor\" or \"ref\", got %q", path, v)
+				if !contains(roles, v) {
+					d.errorf(n, "%s.role: want %s, got %q", path, quoteList(roles), v)
 				} else {
 					m.Role = v
 				}
@@ -356,14 +363,14 @@ func (d *decoder) models(s *Spec, top *fields) {
 
 // mesh decodes `mesh:`.
 func (d *decoder) mesh(s *Spec, top *fields) {
-	f, pos := d.section(top, "mesh", meshKeys)
+	f, pos := d.section(top, "mesh")
 	m := &s.Mesh
 	m.Nodes, m.GPUsPerNode, m.Pos = 1, 1, pos
-	nodesN, nodesOK := intIn(d, f, "nodes", 1, MaxNodes, &m.Nodes)
-	gpusN, gpusOK := intIn(d, f, "gpus_per_node", 1, MaxGPUsPerNode, &m.GPUsPerNode)
+	nodesN, nodesOK := intIn(d, f, "nodes", &m.Nodes)
+	gpusN, gpusOK := intIn(d, f, "gpus_per_node", &m.GPUsPerNode)
 	worldOK := (nodesN == nil || nodesOK) && (gpusN == nil || gpusOK)
 	m.CP = 1
-	cpN, cpOK := intIn(d, f, "cp", 1, MaxDP, &m.CP)
+	cpN, cpOK := intIn(d, f, "cp", &m.CP)
 	if cpN != nil && cpOK && worldOK && m.WorldSize()%m.CP != 0 {
 		d.errorf(cpN, "mesh.cp: must divide nodes × gpus_per_node = %d, got %d", m.WorldSize(), m.CP)
 		cpOK = false
@@ -374,7 +381,7 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 		m.CP = 1
 	}
 	m.DP = 0
-	if dpN, dpOK := intIn(d, f, "dp", 1, MaxDP, &m.DP); dpN == nil {
+	if dpN, dpOK := intIn(d, f, "dp", &m.DP); dpN == nil {
 		if worldOK && m.WorldSize()%m.CP == 0 {
 			m.DP = m.WorldSize() / m.CP
 		}
@@ -386,11 +393,12 @@ func (d *decoder) mesh(s *Spec, top *fields) {
 		}
 	}
 	if n := f.get("gpu"); n != nil {
+		k := f.def("gpu")
 		switch {
 		case n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float" && bigIntRE.MatchString(n.Value)):
 			if strings.HasPrefix(n.Value, "-") || n.ShortTag() == "!!int" && isZero(n) {
 				d.errorf(n, "mesh.gpu: a memory size must be a positive byte count, got %s", n.Value)
-			} else if v, ok := d.boundedInt(n, "mesh.gpu", 1, MaxGPUBytes); ok {
+			} else if v, ok := d.boundedInt(n, "mesh.gpu", k.min, k.max); ok {
 				m.GPU = strconv.FormatInt(v, 10)
 			}
 		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
@@ -423,9 +431,9 @@ func isZero(n *yaml.Node) bool {
 // data decodes `data:`. It reports whether the batch sizes are all valid,
 // so that Spec.UpdatesPerStep can be computed.
 func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
-	f, pos := d.section(top, "data", dataKeys)
+	f, pos := d.section(top, "data")
 	if top.get("data") != nil {
-		d.require(f, "global_batch_size", "max_tokens_per_gpu")
+		d.require(f, requiredKeys(f.defs)...)
 	}
 	x := &s.Data
 	x.Pos, x.SamplesPerPrompt, x.Temperature = pos, 1, 1
@@ -443,8 +451,8 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 			}
 		}
 	}
-	gbsN, gbsOK := intIn(d, f, "global_batch_size", 1, MaxGlobalBatchSize, &x.GlobalBatchSize)
-	sppN, sppOK := intIn(d, f, "samples_per_prompt", 1, MaxSamplesPerPrompt, &x.SamplesPerPrompt)
+	gbsN, gbsOK := intIn(d, f, "global_batch_size", &x.GlobalBatchSize)
+	sppN, sppOK := intIn(d, f, "samples_per_prompt", &x.SamplesPerPrompt)
 	sppOK = sppOK || sppN == nil
 	groupsOK := gbsOK && sppOK && x.GlobalBatchSize%x.SamplesPerPrompt == 0
 	if gbsOK && sppOK && !groupsOK {
@@ -459,7 +467,7 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 		d.fail("data.global_batch_size")
 		d.errorf(gbsN, "data.global_batch_size (%d) must be a multiple of mesh.dp (%d)", x.GlobalBatchSize, s.Mesh.DP)
 	}
-	rbsN, rbsOK := intIn(d, f, "rollout_batch_size", 1, MaxRolloutSamples, &x.RolloutBatchSize)
+	rbsN, rbsOK := intIn(d, f, "rollout_batch_size", &x.RolloutBatchSize)
 	d.facts.defaultRollout = rbsN == nil
 	switch {
 	case rbsN == nil:
@@ -482,10 +490,10 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 			batchOK = groupsOK
 		}
 	}
-	mtN, mtOK := intIn(d, f, "max_tokens_per_gpu", 1, MaxTokens, &x.MaxTokensPerGPU)
+	mtN, mtOK := intIn(d, f, "max_tokens_per_gpu", &x.MaxTokensPerGPU)
 	x.MaxSeqLen = 0
 	cp := max(s.Mesh.CP, 1)
-	if msN, msOK := intIn(d, f, "max_seq_len", 1, MaxTokens, &x.MaxSeqLen); msN == nil {
+	if msN, msOK := intIn(d, f, "max_seq_len", &x.MaxSeqLen); msN == nil {
 		x.MaxSeqLen = min(MaxSeqFits(x.MaxTokensPerGPU, cp), MaxTokens)
 	} else if msOK && mtN != nil && mtOK && SeqRows(x.MaxSeqLen, cp) > x.MaxTokensPerGPU {
 		d.fail("data.max_seq_len")
@@ -496,8 +504,7 @@ func (d *decoder) data(s *Spec, top *fields) (batchOK bool) {
 				x.MaxSeqLen, SeqRows(x.MaxSeqLen, cp), cp, x.MaxTokensPerGPU, MaxSeqFits(x.MaxTokensPerGPU, cp))
 		}
 	}
-	tN, _ := d.floatField(f, "temperature", &x.Temperature)
-	d.positive(tN, "data.temperature", x.Temperature)
+	d.floatField(f, "temperature", &x.Temperature)
 	return batchOK
 }
 
@@ -518,15 +525,15 @@ func (d *decoder) boolField(f *fields, key string, out *bool) (*yaml.Node, bool)
 // train decodes `train:`. batchOK says whether the data section's batch
 // sizes are valid, so that the optimizer updates of the run are known.
 func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
-	f, pos := d.section(top, "train", trainKeys)
+	f, pos := d.section(top, "train")
 	if top.get("train") != nil {
-		d.require(f, "steps")
+		d.require(f, requiredKeys(f.defs)...)
 	}
 	t := &s.Train
 	t.Pos, t.PPOEpochs, t.Seed = pos, 1, 1
 	t.LR, t.Betas, t.Eps, t.GradClip, t.Decay = 1e-6, [2]float64{0.9, 0.95}, 1e-8, 1.0, "constant"
-	stepsN, stepsOK := intIn(d, f, "steps", 1, MaxSteps, &t.Steps)
-	epN, epOK := intIn(d, f, "ppo_epochs", 1, MaxPPOEpochs, &t.PPOEpochs)
+	stepsN, stepsOK := intIn(d, f, "steps", &t.Steps)
+	epN, epOK := intIn(d, f, "ppo_epochs", &t.PPOEpochs)
 	updatesOK := stepsOK && (epN == nil || epOK) && batchOK
 	if updatesOK && s.TotalUpdates() > MaxUpdates {
 		d.fail("train.steps")
@@ -539,12 +546,10 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 		d.fail("train.shuffle_groups")
 		d.errorf(sgN, "train.shuffle_groups: true needs shuffle: true (without shuffling, every epoch visits the samples in rollout order)")
 	}
-	intIn(d, f, "seed", 0, math.MaxInt64, &t.Seed)
-	lrN, lrOK := d.floatField(f, "lr", &t.LR)
-	d.positive(lrN, "train.lr", t.LR)
+	intIn(d, f, "seed", &t.Seed)
+	_, lrOK := d.floatField(f, "lr", &t.LR)
 	lrOK = lrOK && t.LR > 0
 	minN, _ := d.floatField(f, "min_lr", &t.MinLR)
-	d.nonNegative(minN, "train.min_lr", t.MinLR)
 	if minN != nil && lrOK && t.MinLR > t.LR {
 		d.fail("train.min_lr")
 		d.errorf(minN, "train.min_lr (%g) must not exceed lr (%g)", t.MinLR, t.LR)
@@ -560,24 +565,18 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 			for i, c := range n.Content {
 				path := fmt.Sprintf("train.betas[%d]", i)
 				if v, ok := d.floatValue(c, path); ok {
-					if v < 0 || v >= 1 {
-						d.errorf(resolve(c), "%s: must be in [0, 1), got %s", path, resolve(c).Value)
-					}
+					d.inRange(resolve(c), path, v, f.def("betas").rng)
 					t.Betas[i] = v
 				}
 			}
 		}
 	}
-	epsN, _ := d.floatField(f, "eps", &t.Eps)
-	d.positive(epsN, "train.eps", t.Eps)
-	wdN, _ := d.floatField(f, "weight_decay", &t.WeightDecay)
-	d.nonNegative(wdN, "train.weight_decay", t.WeightDecay)
-	gcN, _ := d.floatField(f, "grad_clip", &t.GradClip)
-	d.nonNegative(gcN, "train.grad_clip", t.GradClip)
-	wsN, wsOK := intIn(d, f, "warmup_steps", 0, MaxUpdates, &t.WarmupSteps)
+	d.floatField(f, "eps", &t.Eps)
+	d.floatField(f, "weight_decay", &t.WeightDecay)
+	d.floatField(f, "grad_clip", &t.GradClip)
+	wsN, wsOK := intIn(d, f, "warmup_steps", &t.WarmupSteps)
 	wsOK = wsOK || wsN == nil
 	wiN, _ := d.floatField(f, "warmup_init_lr", &t.WarmupInitLR)
-	d.nonNegative(wiN, "train.warmup_init_lr", t.WarmupInitLR)
 	if wiN != nil && lrOK && t.WarmupInitLR > t.LR {
 		d.fail("train.warmup_init_lr")
 		d.errorf(wiN, "train.warmup_init_lr (%g) must not exceed lr (%g)", t.WarmupInitLR, t.LR)
@@ -593,7 +592,7 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 			}
 		}
 	}
-	dsN, dsOK := intIn(d, f, "decay_steps", 0, MaxUpdates, &t.DecaySteps)
+	dsN, dsOK := intIn(d, f, "decay_steps", &t.DecaySteps)
 	dsOK = dsOK || dsN == nil
 	byDefault := t.DecaySteps == 0
 	d.facts.defaultDecay = byDefault
@@ -610,7 +609,7 @@ func (d *decoder) train(s *Spec, top *fields, batchOK bool) {
 			d.errorf(dsN, "train.decay_steps (%d) must exceed warmup_steps (%d) for %s decay", t.DecaySteps, t.WarmupSteps, t.Decay)
 		}
 	}
-	intIn(d, f, "checkpoint_every", 0, MaxSteps, &t.CheckpointEvery)
+	intIn(d, f, "checkpoint_every", &t.CheckpointEvery)
 	d.boolField(f, "checkpoint_async", &t.CheckpointAsync)
 }
 
@@ -642,7 +641,7 @@ func (d *decoder) expr(f *fields, key string, kind reflect.Kind) *Expr {
 
 // policies decodes `policies:`.
 func (d *decoder) policies(s *Spec, top *fields) {
-	f, _ := d.section(top, "policies", policiesKeys)
+	f, _ := d.section(top, "policies")
 	p := &s.Policies
 	p.Offload = d.expr(f, "offload", reflect.Bool)
 	p.OffloadOptimizer = d.expr(f, "offload_optimizer", reflect.Bool)
@@ -665,7 +664,7 @@ func (d *decoder) policies(s *Spec, top *fields) {
 
 // stages decodes `stages:`.
 func (d *decoder) stages(s *Spec, top *fields) {
-	f, _ := d.section(top, "stages", stagesKeys)
+	f, _ := d.section(top, "stages")
 	ids := map[string]*yaml.Node{}
 	for _, phase := range []Phase{Setup, Step} {
 		n := f.get(string(phase))
@@ -696,7 +695,7 @@ func (d *decoder) stage(e *yaml.Node, phase Phase, path string, ids map[string]*
 		return nil
 	}
 	f := d.mapping(e, e, path, stageKeys)
-	d.require(f, "id", "uses")
+	d.require(f, requiredKeys(stageDefs)...)
 	st := &Stage{Phase: phase, Pos: d.pos(e)}
 	if n := f.get("id"); !isNull(n) {
 		if v, ok := d.stringValue(n, path+".id"); ok {

@@ -64,6 +64,7 @@ func commands() []command {
 		{"logprobs", "a model's per-token log-probs of a rollout file, and their mismatch with the rollout's", cmdLogprobs},
 		{"jobs", "list run records, or show one", cmdJobs},
 		{"stages", "list the registered stage kinds", cmdStages},
+		{"schema", "print the JSON Schema of the job spec, for editors", cmdSchema},
 		{"doctor", "report CUDA, NVRTC, cuBLASLt and GPUs; compile every kernel", cmdDoctor},
 		{"version", "print the version (also rlpipe --version)", cmdVersion},
 		{"help", "print this help, or a command's (rlpipe help COMMAND)", cmdHelp},
