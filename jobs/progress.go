@@ -26,7 +26,28 @@ func F(name string, value float64) Field { return Field{Name: name, Value: value
 const (
 	FieldLoss       = "loss"
 	FieldTokensPerS = "tok/s"
+	FieldReward     = "reward"   // the mean reward of the step's rollouts
+	FieldKL         = "kl"       // the KL to the reference policy
+	FieldEntropy    = "entropy"  // the policy's entropy
+	FieldClipFrac   = "clipfrac" // the share of tokens whose ratio was clipped
 )
+
+// termFields are the fields the terminal line shows, in the order it
+// shows them, with their labels. When the line does not fit, they go in
+// the order of drop (after the bar, before the ETA): the clip fraction
+// (0 in on-policy runs of one update per step), tokens per second, loss,
+// entropy, KL; the reward stays longest.
+var termFields = []struct {
+	name, label string
+	drop        int
+}{
+	{FieldTokensPerS, "tok/s", 2},
+	{FieldReward, "reward", 6},
+	{FieldLoss, "loss", 3},
+	{FieldKL, "kl", 5},
+	{FieldEntropy, "ent", 4},
+	{FieldClipFrac, "clip", 1},
+}
 
 // defaultWidth is the terminal width assumed when it cannot be found.
 const defaultWidth = 80
@@ -43,22 +64,33 @@ func IsTerminal(f *os.File) bool {
 
 // Progress reports training progress. On a terminal it redraws one line
 // in place (carriage return) with a bar, step/total, percentage, tokens
-// per second, loss and ETA, fitted to the terminal width; otherwise it
-// writes one plain line per update, suitable for logs. Its methods are safe
+// per second, the RL metrics (reward, loss, KL, entropy, clip fraction)
+// and ETA, fitted to the terminal width; otherwise it writes one plain
+// line per update with every field, suitable for logs. Its methods are safe
 // for concurrent use; write errors are kept for Err and otherwise ignored.
 type Progress struct {
-	mu      sync.Mutex
-	w       io.Writer
+	display
 	total   int
-	term    bool
-	width   func() int
-	now     func() time.Time
 	start   time.Time
 	base    int // step before the first update: rate counts from here
 	started bool
 	last    int
+	// fit is the index of the candidate line last drawn at fitWidth
+	// columns (see termLine).
+	fit, fitWidth int
+	done          bool
+}
+
+// display is the output Progress and SetupProgress share: a writer, on a
+// terminal the line redrawn in place and the terminal's width, the clock,
+// and the first write error. Their methods hold mu.
+type display struct {
+	mu      sync.Mutex
+	w       io.Writer
+	term    bool
+	width   func() int
+	now     func() time.Time
 	lastLen int // length of the line on screen
-	done    bool
 	err     error
 }
 
@@ -66,43 +98,76 @@ type Progress struct {
 // (0 if unknown). isTerminal selects the redrawn line; pass
 // IsTerminal(f) for a file. The clock for rate and ETA starts now.
 func NewProgress(w io.Writer, total int, isTerminal bool) *Progress {
-	p := &Progress{w: w, total: total, term: isTerminal, now: time.Now}
-	p.width = func() int { return defaultWidth }
-	if f, ok := w.(*os.File); ok && isTerminal {
-		p.width = func() int {
-			if n := termWidth(f); n > 0 {
-				return n
-			}
-			if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
-				return n
-			}
-			return defaultWidth
-		}
-	}
+	p := &Progress{display: display{w: w, term: isTerminal, now: time.Now, width: widthOf(w, isTerminal)}, total: total}
 	p.start = p.now()
 	return p
 }
 
-// SetWidth fixes the terminal width instead of asking the terminal.
-func (p *Progress) SetWidth(n int) {
+// widthOf returns the function that finds the width of terminal w: asked
+// from the terminal, else $COLUMNS, else defaultWidth (always, when w is
+// not a terminal file).
+func widthOf(w io.Writer, isTerminal bool) func() int {
+	f, ok := w.(*os.File)
+	if !ok || !isTerminal {
+		return func() int { return defaultWidth }
+	}
+	return func() int {
+		if n := termWidth(f); n > 0 {
+			return n
+		}
+		if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+			return n
+		}
+		return defaultWidth
+	}
+}
+
+// Restart starts the clock for rate, ETA and elapsed time again, now: for
+// a run whose setup (loading and sharding) took a while before its first
+// step.
+func (p *Progress) Restart() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.start = p.now()
+}
+
+// SetWidth fixes the terminal width instead of asking the terminal.
+func (d *display) SetWidth(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if n <= 0 {
 		n = defaultWidth
 	}
-	p.width = func() int { return n }
+	d.width = func() int { return n }
 }
 
 // Err returns the first error met writing to the underlying writer.
-func (p *Progress) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
+func (d *display) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
 }
 
-// Update reports that step has completed, with fields to show (loss and
-// tok/s among them, see FieldLoss and FieldTokensPerS; Metrics.Fields
-// gives them all). The first update sets the base for the rate, so a
+// write sends s to the writer, keeping the first error.
+func (d *display) write(s string) {
+	if _, err := io.WriteString(d.w, s); err != nil && d.err == nil {
+		d.err = err
+	}
+}
+
+// redraw replaces the terminal's line with line.
+func (d *display) redraw(line string) {
+	pad := ""
+	if n := d.lastLen - len(line); n > 0 {
+		pad = strings.Repeat(" ", n)
+	}
+	d.write("\r" + line + pad)
+	d.lastLen = len(line)
+}
+
+// Update reports that step has completed, with fields to show (the
+// terminal line shows those named by the Field constants; a plain line
+// shows them all, in order). The first update sets the base for the rate, so a
 // resumed run's ETA counts only the steps run since NewProgress.
 func (p *Progress) Update(step int, fields ...Field) {
 	p.mu.Lock()
@@ -117,13 +182,7 @@ func (p *Progress) Update(step int, fields ...Field) {
 	p.last = step
 	now := p.now()
 	if p.term {
-		line := p.termLine(step, fields, now)
-		pad := ""
-		if n := p.lastLen - len(line); n > 0 {
-			pad = strings.Repeat(" ", n)
-		}
-		p.write("\r" + line + pad)
-		p.lastLen = len(line)
+		p.redraw(p.termLine(step, fields, now))
 		return
 	}
 	p.write(p.plainLine(step, fields, now) + "\n")
@@ -155,13 +214,6 @@ func (p *Progress) Done() {
 		fmt.Fprintf(&b, "stopped at step %d after %s\n", p.last, elapsed)
 	}
 	p.write(b.String())
-}
-
-// write sends s to the writer, keeping the first error.
-func (p *Progress) write(s string) {
-	if _, err := io.WriteString(p.w, s); err != nil && p.err == nil {
-		p.err = err
-	}
 }
 
 // percent returns the completed share of total, clamped to [0, 100].
@@ -206,22 +258,25 @@ func (p *Progress) plainLine(step int, fields []Field, now time.Time) string {
 
 // termLine formats the redrawn line, at most width-1 characters so that
 // the terminal never wraps it:
-// "[=====>              ] 3/10  30%  12.3k tok/s  loss 0.4312  ETA 1m05s".
-// When space runs short the bar goes first, then tokens per second, then
-// loss, then the ETA.
+// "[=====>              ] 3/10  30%  12.3k tok/s  reward 0.5  loss 0.4312  kl 0.001  ent 1.2  clip 0.01  ETA 1m05s".
+// When space runs short the bar shrinks, then goes, then the fields go by
+// their priority (see termFields), then the ETA.
 func (p *Progress) termLine(step int, fields []Field, now time.Time) string {
 	avail := p.width() - 1
 	core := fmt.Sprintf("%d/%d %3d%%", step, p.total, p.percent(step))
 	if p.total <= 0 {
 		core = fmt.Sprintf("step %d", step)
 	}
-	var tokS, loss string
+	shown := make([]string, len(termFields))
 	for _, f := range fields {
-		switch f.Name {
-		case FieldTokensPerS:
-			tokS = formatHuman(f.Value) + " tok/s"
-		case FieldLoss:
-			loss = "loss " + formatNum(f.Value)
+		for i, tf := range termFields {
+			switch {
+			case f.Name != tf.name:
+			case f.Name == FieldTokensPerS:
+				shown[i] = formatHuman(f.Value) + " tok/s"
+			default:
+				shown[i] = tf.label + " " + formatNum(f.Value)
+			}
 		}
 	}
 	eta := ""
@@ -230,30 +285,49 @@ func (p *Progress) termLine(step int, fields []Field, now time.Time) string {
 	} else if p.total > 0 {
 		eta = "ETA --"
 	}
-	join := func(c ...string) string {
+	// line joins core, the fields not dropped at level drop, and eta.
+	line := func(drop int, eta string) string {
 		parts := []string{core}
-		for _, s := range c {
-			if s != "" {
+		for i, s := range shown {
+			if s != "" && termFields[i].drop > drop {
 				parts = append(parts, s)
 			}
 		}
+		if eta != "" {
+			parts = append(parts, eta)
+		}
 		return strings.Join(parts, "  ")
 	}
-	// The bar has a fixed width so that it does not jump between redraws;
-	// it is the first thing to go when the line does not fit.
-	barW := 20
-	if avail >= 119 { // a terminal of 120 columns or more
-		barW = 40
-	}
-	full := join(tokS, loss, eta)
-	if p.total > 0 && len(full)+barW+3 <= avail {
-		return bar(step, p.total, barW) + " " + full
-	}
-	for _, text := range []string{full, join(loss, eta), join(eta), core} {
-		if len(text) <= avail {
-			return text
+	// The candidates, best first: the line with a bar of a fixed width (40
+	// on a terminal of 120 columns or more, else 20), then of 10, then
+	// without a bar, then with fewer fields, then the core alone. A redraw
+	// at the same width takes none better than the last one drawn, so that
+	// what went for a long value does not come and go between redraws.
+	var cands []string
+	full := line(0, eta)
+	if p.total > 0 {
+		barW := 20
+		if avail >= 119 {
+			barW = 40
+		}
+		for _, w := range []int{barW, 10} {
+			cands = append(cands, bar(step, p.total, w)+" "+full)
 		}
 	}
+	for drop := 0; drop <= len(termFields); drop++ {
+		cands = append(cands, line(drop, eta))
+	}
+	cands = append(cands, core)
+	if avail != p.fitWidth {
+		p.fit, p.fitWidth = 0, avail
+	}
+	for i := p.fit; i < len(cands); i++ {
+		if len(cands[i]) <= avail {
+			p.fit = i
+			return cands[i]
+		}
+	}
+	p.fit = len(cands) - 1
 	return core[:max(0, min(len(core), avail))]
 }
 

@@ -37,6 +37,10 @@ func runProgress(total int, term bool, width int, steps []step) string {
 
 func TestProgress(t *testing.T) {
 	fields := func(loss, tps float64) []Field { return []Field{F("loss", loss), F("tok/s", tps)} }
+	// A live GRPO step: the RL metrics among the others.
+	rl := []step{{time.Second, 3, []Field{F("loss", -0.005461), F("reward", 0.53125), F("adv_logp", 0.001714), F("kl", 0.005263),
+		F("entropy", 1.234), F("clipfrac", 0.0123), F("grad_norm", 0.7375), F("lr", 0.003), F("tok/s", 3944)}}}
+	rlTail := "\nstopped at step 3/12 after 2s\n"
 	three := []step{
 		{10 * time.Second, 1, fields(0.6931, 12345)},
 		{10 * time.Second, 2, fields(0.5, 1.5e6)},
@@ -76,7 +80,7 @@ func TestProgress(t *testing.T) {
 			name: "terminal", total: 3, term: true, width: 80, steps: three,
 			want: "\r[======>             ] 1/3  33%  12.3k tok/s  loss 0.6931  ETA 20s" +
 				"\r[=============>      ] 2/3  66%  1.5M tok/s  loss 0.5  ETA 10s    " +
-				"\r[====================] 3/3 100%  999 tok/s  loss 0.25  ETA 0s " +
+				"\r[====================] 3/3 100%  999 tok/s  loss 0.25  kl 0.0012  ETA 0s" +
 				"\ndone 3/3 steps in 31s\n",
 		},
 		{
@@ -101,6 +105,57 @@ func TestProgress(t *testing.T) {
 			name: "terminal default width", total: 100, term: true, steps: []step{{time.Second, 50, fields(1, 1)}},
 			want: "\r[==========>         ] 50/100  50%  1 tok/s  loss 1  ETA 50s\n" +
 				"stopped at step 50/100 after 2s\n",
+		},
+		{
+			name: "plain RL", total: 12, steps: rl,
+			want: "step 3/12 (25%) loss=-0.005461 reward=0.5312 adv_logp=0.001714 kl=0.005263 entropy=1.234 clipfrac=0.0123 grad_norm=0.7375 lr=0.003 tok/s=3944 eta=9s elapsed=1s" + rlTail,
+		},
+		{
+			name: "terminal RL wide", total: 12, term: true, width: 160, steps: rl,
+			want: "\r[==========>                             ] 3/12  25%  3.9k tok/s  reward 0.5312  loss -0.005461  kl 0.005263  ent 1.234  clip 0.0123  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL shrinks the bar", total: 12, term: true, width: 120, steps: rl,
+			want: "\r[==>       ] 3/12  25%  3.9k tok/s  reward 0.5312  loss -0.005461  kl 0.005263  ent 1.234  clip 0.0123  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL drops the bar", total: 12, term: true, width: 100, steps: rl,
+			want: "\r3/12  25%  3.9k tok/s  reward 0.5312  loss -0.005461  kl 0.005263  ent 1.234  clip 0.0123  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL drops clipfrac", total: 12, term: true, width: 90, steps: rl,
+			want: "\r3/12  25%  3.9k tok/s  reward 0.5312  loss -0.005461  kl 0.005263  ent 1.234  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL drops tok/s", total: 12, term: true, width: 80, steps: rl,
+			want: "\r3/12  25%  reward 0.5312  loss -0.005461  kl 0.005263  ent 1.234  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL drops loss", total: 12, term: true, width: 60, steps: rl,
+			want: "\r3/12  25%  reward 0.5312  kl 0.005263  ent 1.234  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL drops entropy", total: 12, term: true, width: 50, steps: rl,
+			want: "\r3/12  25%  reward 0.5312  kl 0.005263  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL keeps the reward", total: 12, term: true, width: 40, steps: rl,
+			want: "\r3/12  25%  reward 0.5312  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal RL keeps the ETA", total: 12, term: true, width: 30, steps: rl,
+			want: "\r3/12  25%  ETA 9s" + rlTail,
+		},
+		{
+			name: "terminal keeps what it dropped", total: 12, term: true, width: 60, steps: []step{
+				{time.Second, 1, []Field{F("loss", 0), F("kl", 0)}},
+				{time.Second, 2, []Field{F("loss", -0.005461), F("kl", 0.005263)}},
+				{time.Second, 3, []Field{F("loss", 0), F("kl", 0)}},
+			},
+			want: "\r[=>                  ] 1/12   8%  loss 0  kl 0  ETA 11s" +
+				"\r2/12  16%  loss -0.005461  kl 0.005263  ETA 10s        " +
+				"\r3/12  25%  loss 0  kl 0  ETA 9s                " +
+				"\nstopped at step 3/12 after 4s\n",
 		},
 		{
 			name: "terminal unknown total", total: 0, term: true, width: 80, steps: []step{{time.Second, 7, fields(1, 2500)}},
@@ -169,5 +224,22 @@ func TestIsTerminal(t *testing.T) {
 	p := NewProgress(f, 1, false)
 	if w := p.width(); w != defaultWidth {
 		t.Errorf("width = %d", w)
+	}
+}
+
+// TestProgressRestart checks that the clock restarted after a long setup
+// counts only the steps' time.
+func TestProgressRestart(t *testing.T) {
+	var b strings.Builder
+	clk := &fakeClock{t: t0}
+	p := NewProgress(&b, 3, false)
+	p.now = clk.Now
+	p.start = clk.Now()
+	clk.Advance(40 * time.Second) // loading and sharding
+	p.Restart()
+	clk.Advance(10 * time.Second)
+	p.Update(1)
+	if want := "step 1/3 (33%) eta=20s elapsed=10s\n"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

@@ -123,6 +123,7 @@ func (s *ApplyFSDP2) program(p *prog) {
 // the device copies the previous one out of the other.
 func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.WorldSize()
+	load := newShardLoad(p, st, src.Checkpoint)
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
 		if r != nil {
 			if err := b.Zero(r.t); err != nil {
@@ -203,6 +204,7 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 			if err := b.Copy(dst, stg); err != nil {
 				return fmt.Errorf("loading %s: %w", s.Name, err)
 			}
+			load.add(bytes)
 			if whole {
 				if err := stream.Sync(); err != nil {
 					return err

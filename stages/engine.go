@@ -153,6 +153,11 @@ type RunOptions struct {
 	// step, which AfterStep sees with StepResult.Stop set, and Result.Last
 	// tells the step.
 	Stop func() bool
+	// Progress, when not nil, receives every rank's setup events (see
+	// SetupEvent): each setup stage's start, progress and finish, then
+	// the end of the rank's setup. It is called from the ranks'
+	// goroutines, concurrently, and should return quickly.
+	Progress func(SetupEvent)
 }
 
 // StepResult is what one training step produced on a rank.
@@ -381,15 +386,22 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	}
 	defer r.Side.Close()
 	res.Ranks[id] = r
+	r.setup = newSetupReporter(opts.Progress, id, j.Spec.Mesh.WorldSize())
 	runStage := func(ctx context.Context, n *rt.Node) error {
 		if err := arena.StartStage(n.Stage.ID); err != nil {
 			return err
 		}
 		t0 := time.Now()
+		setup := n.Stage.Phase == spec.Setup
+		if setup {
+			r.setup.start(n.Stage, j.Stages[n.Stage.ID])
+		}
 		err := j.Stages[n.Stage.ID].Run(ctx, &RunContext{Job: j, Stage: n.Stage, Node: n, Rank: r})
-		if err == nil && n.Stage.Phase == spec.Setup {
-			err = b.Sync()
-			r.Setup = append(r.Setup, StageTime{Stage: n.Stage.ID, Seconds: time.Since(t0).Seconds()})
+		if err == nil && setup {
+			if err = b.Sync(); err == nil {
+				r.Setup = append(r.Setup, StageTime{Stage: n.Stage.ID, Seconds: time.Since(t0).Seconds()})
+				r.setup.finish(time.Since(t0).Seconds())
+			}
 		}
 		return err
 	}
@@ -402,6 +414,7 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 			return fmt.Errorf("rank %d: resume: %w", id, err)
 		}
 	}
+	r.setup.done()
 	for step := first; step <= steps; step++ {
 		r.Step = step
 		if opts.Profile {

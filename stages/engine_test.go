@@ -226,7 +226,8 @@ func TestPolicyVariants(t *testing.T) {
 //
 // The tiny checkpoint is stored in fp32; copies of it in bf16 and f16 check
 // that the shards are loaded from each stored dtype exactly (the device
-// converts the raw rows).
+// converts the raw rows). Two cases export with a small max shard size: the
+// tensors come back as exactly from the shards, through the index.
 func TestExportRoundTrip(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	dirs := map[string]string{model.F32: ""}
@@ -236,7 +237,8 @@ func TestExportRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		dp    int
 		dtype string
-	}{{1, model.F32}, {2, model.F32}, {4, model.F32}, {1, model.BF16}, {4, model.BF16}, {2, model.F16}} {
+		shard int64 // max shard size; 0: the default, one file
+	}{{1, model.F32, 0}, {2, model.F32, 100_000}, {4, model.F32, 0}, {1, model.BF16, 40_000}, {4, model.BF16, 0}, {2, model.F16, 0}} {
 		dp := c.dp
 		s, err := spec.Load(path)
 		if err != nil {
@@ -256,12 +258,16 @@ func TestExportRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if err := ExportHF(j.Models["actor"], dp, res.Export, dir, "fp32"); err != nil {
+		e, err := ExportHF(j.Models["actor"], dp, res.Export, dir, ExportOptions{DType: "fp32", MaxShardSize: c.shard})
+		if err != nil {
 			t.Fatal(err)
 		}
 		got, err := model.OpenCheckpoint(dir)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if sharded := got.Index != ""; sharded != (c.shard > 0) || len(got.Files) != len(e.Weights)-btoi(sharded) {
+			t.Errorf("dp %d, max shard size %d: %d files (index %q), export says %v", dp, c.shard, len(got.Files), got.Index, e.Weights)
 		}
 		want := j.Models["actor"].Checkpoint
 		if len(got.Names()) != len(want.Names()) {
@@ -437,17 +443,17 @@ func TestExportCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		fromMemory, fromFiles := filepath.Join(dir, "mem"), filepath.Join(dir, "files")
-		if err := ExportHF(j.Models["actor"], dp, res.Export, fromMemory, "fp32"); err != nil {
+		if _, err := ExportHF(j.Models["actor"], dp, res.Export, fromMemory, ExportOptions{DType: "fp32"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ExportCheckpoint(j, "actor", ckpt, fromFiles, "fp32"); err != nil {
+		if _, err := ExportCheckpoint(j, "actor", ckpt, fromFiles, ExportOptions{DType: "fp32"}); err != nil {
 			t.Fatal(err)
 		}
 		a, b := readFile(t, filepath.Join(fromMemory, "model.safetensors")), readFile(t, filepath.Join(fromFiles, "model.safetensors"))
 		if a != b {
 			t.Errorf("dp %d: the export from the checkpoint differs from the export from memory", dp)
 		}
-		if err := ExportCheckpoint(j, "ref", ckpt, filepath.Join(dir, "ref"), ""); err != nil {
+		if _, err := ExportCheckpoint(j, "ref", ckpt, filepath.Join(dir, "ref"), ExportOptions{}); err != nil {
 			t.Errorf("dp %d: exporting the frozen ref: %v", dp, err)
 		}
 	}

@@ -263,7 +263,7 @@ func TestPushWeights(t *testing.T) {
 				}
 			}
 			want := filepath.Join(dir, "export")
-			if err := ExportHF(j.Models["actor"], dp, res.Export, want, "fp32"); err != nil {
+			if _, err := ExportHF(j.Models["actor"], dp, res.Export, want, ExportOptions{DType: "fp32"}); err != nil {
 				t.Fatal(err)
 			}
 			if readFile(t, filepath.Join(link, "config.json")) != readFile(t, filepath.Join(want, "config.json")) {

@@ -58,6 +58,7 @@ func (s *LoadHF) program(p *prog) {
 		if m.Checkpoint == nil {
 			return fmt.Errorf("model %q: %s has config.json but no model.safetensors: rlpipe run needs the weights", s.Model, m.Dir)
 		}
+		p.reportCheckpoint(m.Checkpoint)
 		return nil
 	})
 	p.out("checkpoint", m)

@@ -42,6 +42,8 @@ type Rank struct {
 	// Setup holds the wall time of each setup stage, the device synced at
 	// its end, in the order they ran.
 	Setup []StageTime
+	// setup sends the rank's setup events (RunOptions.Progress; nil: none).
+	setup *setupReporter
 
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).

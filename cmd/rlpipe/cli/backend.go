@@ -5,11 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime"
+	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/nvml"
 	"github.com/rlpipe/rlpipe/nccl"
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
+	"github.com/rlpipe/rlpipe/stages"
 )
 
 // backendFlag registers --backend on fs.
@@ -28,6 +32,11 @@ type backendChoice struct {
 	cpComms      func(bs []gpu.Backend) ([]nccl.Comm, error)
 	deviceMemory func(rank int) (int64, bool)
 	name         string
+	// gpus are the GPUs of this host that the process's ranks run on (the
+	// CUDA backend); fallback is set when --backend auto found none and
+	// chose the CPU.
+	gpus     []int
+	fallback bool
 }
 
 // chooseBackend resolves --backend for spec s. In one process (proc nil),
@@ -63,6 +72,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 		n, err := cudaDeviceCount()
 		if err != nil || n == 0 {
 			if name == "auto" && (err == nil || errors.Is(err, errNoDriver)) {
+				cpuChoice.fallback = true
 				return cpuChoice, nil
 			}
 			if err == nil {
@@ -85,6 +95,7 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			var rankComm nccl.Comm // the rank's NCCL communicator, which its cp group's is split from
 			choice := backendChoice{
 				name:         "cuda",
+				gpus:         []int{dev},
 				newBackend:   func(int) (gpu.Backend, error) { return newCUDABackend(dev) },
 				deviceMemory: func(int) (int64, bool) { return deviceMemory(dev) },
 				comms: func(bs []gpu.Backend) ([]nccl.Comm, error) {
@@ -120,6 +131,9 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 			return choice, nil
 		}
 		c := backendChoice{name: "cuda", newBackend: func(rank int) (gpu.Backend, error) { return newCUDABackend(rank) }, deviceMemory: deviceMemory}
+		for r := range world {
+			c.gpus = append(c.gpus, r)
+		}
 		if world <= 1 {
 			return c, nil
 		}
@@ -139,6 +153,66 @@ func chooseBackend(name string, s *spec.Spec, proc *process) (backendChoice, err
 	default:
 		return backendChoice{}, fmt.Errorf("--backend: unknown backend %q (cpu, cuda, auto)", name)
 	}
+}
+
+// describe names the devices the process's ranks run on: "cpu (16
+// threads)" ("cpu (16 threads, 8 per rank)" for several ranks), or the
+// GPUs with NVML's names, "GPU 0 (NVIDIA H100 80GB HBM3)", "GPUs 0-7
+// (8× NVIDIA H100 80GB HBM3)". threads is a rank's share of the CPU
+// (RunOptions.Threads; 0: the process's cores over its ranks), ranks the
+// ranks the process runs.
+func (c backendChoice) describe(threads, ranks int) string {
+	if c.name != "cuda" {
+		if threads <= 0 {
+			threads = max(1, runtime.GOMAXPROCS(0)/max(1, ranks))
+			if ranks > 1 {
+				return fmt.Sprintf("cpu (%d threads, %d per rank)", runtime.GOMAXPROCS(0), threads)
+			}
+		}
+		return fmt.Sprintf("cpu (%d threads)", threads)
+	}
+	if len(c.gpus) == 0 {
+		return "cuda"
+	}
+	names := map[string]int{}
+	var order []string
+	if devs, err := nvml.Devices(); err == nil {
+		for _, g := range c.gpus {
+			if g < len(devs) {
+				if names[devs[g].Name] == 0 {
+					order = append(order, devs[g].Name)
+				}
+				names[devs[g].Name]++
+			}
+		}
+	}
+	var which []string
+	for _, n := range order {
+		if names[n] > 1 {
+			n = fmt.Sprintf("%d× %s", names[n], n)
+		}
+		which = append(which, n)
+	}
+	ids := fmt.Sprintf("GPU %d", c.gpus[0])
+	if last := c.gpus[len(c.gpus)-1]; len(c.gpus) > 1 {
+		ids = fmt.Sprintf("GPUs %d-%d", c.gpus[0], last)
+	}
+	if len(which) == 0 {
+		return ids
+	}
+	return ids + " (" + strings.Join(which, ", ") + ")"
+}
+
+// fallbackNotice is the warning for a run that --backend auto put on the
+// CPU, no CUDA device found, although g, what the job was planned for,
+// is a GPU: the plan was checked against that GPU's memory, not the
+// host's. It is empty when there is nothing to say.
+func fallbackNotice(c backendChoice, g stages.GPU) string {
+	if !c.fallback || g.Name == "cpu" {
+		return ""
+	}
+	return fmt.Sprintf("no CUDA device found, so the CPU backend runs this job planned for %s (%s, %s GiB): its arena is in host memory (--backend cuda requires a GPU)",
+		g.Name, g.Source, plan.GiB(g.Bytes))
 }
 
 // deviceMemory reads the device memory the process uses on GPU index, from

@@ -62,7 +62,7 @@ func (s *saver) afterStep(ctx context.Context, r *stages.Rank, step int, save, f
 			return err
 		}
 		if r.ID == 0 {
-			s.log.Info().Int("step", step).Float64("seconds", time.Since(t0).Seconds()).Str("dir", checkpointPath(s.runDir, step)).Msg("checkpoint saved")
+			s.log.Info().Str("event", "checkpoint_saved").Int("step", step).Float64("seconds", time.Since(t0).Seconds()).Str("dir", checkpointPath(s.runDir, step)).Msg("checkpoint saved")
 		}
 		return nil
 	}
@@ -89,7 +89,7 @@ func (s *saver) afterStep(ctx context.Context, r *stages.Rank, step int, save, f
 		p.err = r.SaveSnapshot(dir)
 	})
 	if r.ID == 0 {
-		s.log.Info().Int("step", step).Float64("seconds", time.Since(t0).Seconds()).Msg("checkpoint snapshot taken")
+		s.log.Info().Str("event", "checkpoint_snapshot").Int("step", step).Float64("seconds", time.Since(t0).Seconds()).Msg("checkpoint snapshot taken")
 	}
 	if final {
 		return s.settle(ctx, r, true)
@@ -148,7 +148,7 @@ func (s *saver) settle(ctx context.Context, r *stages.Rank, wait bool) error {
 	if err := s.rec.CommitCheckpoint(p.step); err != nil {
 		return err
 	}
-	s.log.Info().Int("step", p.step).Float64("seconds", time.Since(p.start).Seconds()).Str("dir", checkpointPath(s.runDir, p.step)).Msg("checkpoint saved")
+	s.log.Info().Str("event", "checkpoint_saved").Int("step", p.step).Float64("seconds", time.Since(p.start).Seconds()).Str("dir", checkpointPath(s.runDir, p.step)).Msg("checkpoint saved")
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rlpipe/rlpipe/jobs"
@@ -43,6 +45,14 @@ the run's directory. A run whose training finished but whose export did
 not is resumed to write the export. SIGINT or SIGTERM stops a run after
 its current step, with a checkpoint; a second signal aborts at once.
 
+As it runs it shows the setup's progress (models loaded and sharded),
+then the steps' with their RL metrics: a line redrawn in place on a
+terminal, plain lines otherwise. --json prints the run's events instead,
+as JSON lines on stdout (run started, setup stage started, progress and
+finished, setup finished, step, checkpoint snapshot taken and saved,
+export written, run finished, run failed, run stopped by a signal): the
+events the run log records; see docs/running.md.
+
 `)
 	g := gpuFlag(fs)
 	backend := backendFlag(fs)
@@ -51,6 +61,7 @@ its current step, with a checkpoint; a second signal aborts at once.
 	steps := fs.Int("steps", 0, "stop after this step, 1 to train.steps (0: train.steps)")
 	exportModel := fs.String("export", "actor", "model to export as an HF checkpoint at the end (empty: none)")
 	exportDType := fs.String("export-dtype", "", "dtype of the exported weights: bf16, fp16, fp32 (default: the config's)")
+	asJSON := fs.Bool("json", false, "print the run's events as JSON lines on stdout instead of the progress display")
 	if code, ok := parseFlags(fs, env, args, "SPEC.yaml?"); !ok {
 		return code
 	}
@@ -151,39 +162,65 @@ its current step, with a checkpoint; a second signal aborts at once.
 		defer rec.Close()
 	}
 	first := info.First
-	log := zerolog.New(logWriter(env)).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", proc.rank()).Logger()
-	fileLog := zerolog.Nop() // the run log alone: for what the CLI also prints itself
+	// Human messages go to stderr; with --json, stdout carries the run's
+	// events alone.
+	human, events := env.stdout, io.Discard
+	if *asJSON {
+		human, events = env.stderr, zerolog.SyncWriter(env.stdout)
+	}
+	var logf io.Writer
 	if rec != nil {
-		logf, err := rec.LogFile()
+		f, err := rec.LogFile()
 		if err != nil {
 			return env.report(err)
 		}
-		defer logf.Close()
-		log = zerolog.New(zerolog.MultiLevelWriter(logWriter(env), logf)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
-		fileLog = zerolog.New(logf).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+		defer f.Close()
+		logf = f
 	}
+	log, quiet := runLoggers(env, logf, events, rec, proc)
 	if info.Skip {
 		if rec == nil {
 			return exitOK // rank 0 writes the export
 		}
-		return env.finishExport(rec, l, log, *exportModel, *exportDType)
+		return env.finishExport(rec, l, runOutput{log, quiet, human}, *exportModel, *exportDType)
 	}
-	if rec != nil {
-		announce(env.stderr, rec, l, p, choice.name, first, stopAt, total)
-	}
-	log.Info().Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Int("ranks", l.spec.Mesh.WorldSize()).Int("processes", max(1, proc.size())).Int("first_step", first).Int("steps", total).
-		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
-
-	progOut := env.stderr
-	if rec == nil {
-		progOut = io.Discard // rank 0 shows the progress
-	}
-	prog := jobs.NewProgress(progOut, total, rec != nil && isTerminal(env.stderr))
 	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, CPComms: choice.cpComms, Stop: env.stop.Load}
 	if proc != nil {
 		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
 		// The host's cores are shared by the processes on it.
 		opts.Threads = max(1, runtime.GOMAXPROCS(0)/max(1, proc.w.LocalSize))
+	}
+	devices := choice.describe(opts.Threads, l.spec.Mesh.WorldSize())
+	if rec != nil {
+		announce(env.stderr, rec, l, p, choice.name, devices, first, stopAt, total)
+		if notice := fallbackNotice(choice, l.job.GPU); notice != "" {
+			fmt.Fprintf(env.stderr, "rlpipe: warning: %s\n", notice)
+			quiet.Warn().Str("event", "backend_fallback").Str("gpu", l.job.GPU.Name).Msg(notice)
+		}
+	}
+	started := time.Now()
+	idFull := ""
+	if rec != nil {
+		idFull = rec.ID()
+	}
+	log.Info().Str("event", "run_started").Str("id", idFull).Str("dir", info.Dir).Str("spec", specPath).Str("backend", choice.name).Str("devices", devices).
+		Int("ranks", l.spec.Mesh.WorldSize()).Int("processes", max(1, proc.size())).Int("first_step", first).Int("last_step", stopAt).Int("steps", total).
+		Int("updates_per_step", l.spec.UpdatesPerStep()).Int64("seed", l.spec.Train.Seed).Str("arena", plan.GiB(p.DeviceArena)+" GiB").Msg("run started")
+
+	// Rank 0's process shows the progress, on stderr unless --json.
+	progOut, showBar := env.stderr, isTerminal(env.stderr)
+	if rec == nil || *asJSON {
+		progOut, showBar = io.Discard, false
+	}
+	prog := jobs.NewProgress(progOut, total, showBar)
+	var setup *jobs.SetupProgress
+	if rec != nil {
+		local := l.spec.Mesh.WorldSize()
+		if proc != nil {
+			local = 1
+		}
+		setup = jobs.NewSetupProgress(progOut, setupStages(l.job), local, showBar)
+		opts.Progress = setupReporter(log, setup, prog, local)
 	}
 	if info.ResumeDir != "" {
 		opts.Resume = func(r *stages.Rank) error { return r.LoadShards(info.ResumeDir) }
@@ -191,21 +228,21 @@ its current step, with a checkpoint; a second signal aborts at once.
 	opts.DeviceMemory = choice.deviceMemory
 	every := l.spec.Train.CheckpointEvery
 	saves := &saver{async: l.spec.Train.CheckpointAsync, rec: rec, runDir: info.Dir, log: log, pending: map[int]*pendingSave{}}
+	var tokens int64 // rank 0's steps' tokens
 	opts.AfterStep = func(r *stages.Rank, sr stages.StepResult) error {
 		save := sr.Step == stopAt || (every > 0 && sr.Step%every == 0) || sr.Stop
 		if r.ID == 0 {
-			if err := recordStep(rec, sr, choice.name == "cuda"); err != nil {
+			m, err := recordStep(rec, sr, choice.name == "cuda")
+			if err != nil {
 				return err
 			}
-			m := metricsOf(sr)
-			fields := []jobs.Field{jobs.F("loss", m.Loss)}
-			if r, ok := m.Extra["reward_mean"]; ok { // a live loop: the reward of this step's rollouts
-				fields = append(fields, jobs.F("reward", r))
+			tokens += m.Tokens
+			prog.Update(sr.Step, stepFields(m)...)
+			line, err := json.Marshal(m)
+			if err != nil {
+				return err
 			}
-			fields = append(fields, jobs.F("adv_logp", m.Extra["adv_logp"]), jobs.F("kl", m.KL),
-				jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
-			prog.Update(sr.Step, fields...)
-			log.Debug().Int("step", sr.Step).Float64("loss", m.Loss).Float64("tok/s", m.TokensPerS).Msg("step")
+			log.Info().Str("event", "step").Int("step", sr.Step).RawJSON("metrics", line).Msg("step")
 		}
 		if got, ok := sr.Stats.Values["asleep_device_bytes"]; ok && got > sr.Stats.Values["asleep_plan_bytes"] {
 			log.Warn().Int("step", sr.Step).Int("rank", r.ID).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
@@ -216,15 +253,18 @@ its current step, with a checkpoint; a second signal aborts at once.
 	env.graceful.Store(true)
 	res, err := stages.Run(ctx, l.job, p, opts)
 	env.graceful.Store(false)
+	if setup != nil {
+		setup.Done() // a setup that failed leaves its line drawn
+	}
 	prog.Done()
 	if err != nil {
 		status := jobs.StatusFailed
 		if errors.Is(err, context.Canceled) {
 			status = jobs.StatusCanceled
 		}
+		quiet.Error().Str("event", "run_failed").Str("status", string(status)).Err(err).Msg("run failed") // printed once, below
 		if rec != nil {
 			_ = rec.SetStatus(status, err)
-			fileLog.Error().Err(err).Msg("run failed") // printed once, below
 			fmt.Fprintf(env.stderr, "rlpipe: %srun %s failed: %v\n", proc.who(), rec.ID()[:8], err)
 		} else {
 			fmt.Fprintf(env.stderr, "rlpipe: %srun failed: %v\n", proc.who(), err)
@@ -240,8 +280,8 @@ its current step, with a checkpoint; a second signal aborts at once.
 		}
 		err := fmt.Errorf("stopped by a signal after step %d, with a checkpoint; resume with rlpipe run --resume %s", res.Last, rec.ID()[:8])
 		_ = rec.SetStatus(jobs.StatusStopped, err)
-		log.Warn().Int("step", res.Last).Msg("run stopped by a signal")
-		fmt.Fprintf(env.stdout, "run %s stopped: steps %d-%d of %d (%v)\n  record:  %s\n", rec.ID()[:8], first, res.Last, total, err, rec.Dir())
+		log.Warn().Str("event", "run_stopped").Int("step", res.Last).Int("first_step", first).Float64("seconds", time.Since(started).Seconds()).Int64("tokens", tokens).Msg("run stopped by a signal")
+		fmt.Fprintf(human, "run %s stopped: steps %d-%d of %d (%v)\n  record:  %s\n", rec.ID()[:8], first, res.Last, total, err, rec.Dir())
 		return exitCanceled
 	}
 	if rec == nil {
@@ -257,13 +297,16 @@ its current step, with a checkpoint; a second signal aborts at once.
 		res = nil
 		debug.FreeOSMemory()
 		exported = filepath.Join(rec.Dir(), "export", *exportModel)
-		if err := stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, *exportDType); err != nil {
+		t0 := time.Now()
+		if _, err := stages.ExportCheckpoint(l.job, *exportModel, checkpointPath(rec.Dir(), stopAt), exported, stages.ExportOptions{DType: *exportDType}); err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
+			quiet.Error().Str("event", "run_failed").Str("status", string(jobs.StatusFailed)).Err(err).Msg("run failed") // printed once, by report
 			return env.report(err)
 		}
 		if err := rec.SetExported(exported); err != nil {
 			return env.report(err)
 		}
+		log.Info().Str("event", "export_written").Str("model", *exportModel).Int("step", stopAt).Str("dir", exported).Float64("seconds", time.Since(t0).Seconds()).Msg("export written")
 	}
 	final := jobs.StatusSucceeded
 	if stopAt < total {
@@ -272,10 +315,12 @@ its current step, with a checkpoint; a second signal aborts at once.
 	if err := rec.SetStatus(final, nil); err != nil {
 		return env.report(err)
 	}
-	fmt.Fprintf(env.stdout, "run %s %s: steps %d-%d of %d, arena high-water %d bytes (planned peak %d)\n", rec.ID()[:8], final, first, stopAt, total, hw, p.PeakBytes)
-	fmt.Fprintf(env.stdout, "  record:  %s\n", rec.Dir())
+	log.Info().Str("event", "run_finished").Str("status", string(final)).Int("first_step", first).Int("last_step", stopAt).Int("steps", total).
+		Float64("seconds", time.Since(started).Seconds()).Int64("tokens", tokens).Int64("high_water_bytes", hw).Int64("planned_peak_bytes", p.PeakBytes).Str("export", exported).Msg("run finished")
+	fmt.Fprintf(human, "run %s %s: steps %d-%d of %d, arena high-water %d bytes (planned peak %d)\n", rec.ID()[:8], final, first, stopAt, total, hw, p.PeakBytes)
+	fmt.Fprintf(human, "  record:  %s\n", rec.Dir())
 	if exported != "" {
-		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint)\n", exported)
+		fmt.Fprintf(human, "  export:  %s (HF checkpoint)\n", exported)
 	}
 	return exitOK
 }
@@ -384,7 +429,7 @@ func recordSpec(rec *jobs.Run) (*spec.Spec, error) {
 // finishExport writes the export of a run whose training finished (its
 // latest checkpoint is at the last step) but whose export did not, from
 // that checkpoint's files.
-func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name, dtype string) int {
+func (env *cli) finishExport(rec *jobs.Run, l *loaded, out runOutput, name, dtype string) int {
 	step, dir, pending, err := rec.PendingExport()
 	if err != nil {
 		return env.report(err)
@@ -395,55 +440,157 @@ func (env *cli) finishExport(rec *jobs.Run, l *loaded, log zerolog.Logger, name,
 	var exported string
 	if name != "" && pending {
 		exported = filepath.Join(rec.Dir(), "export", name)
-		if err := stages.ExportCheckpoint(l.job, name, dir, exported, dtype); err != nil {
+		t0 := time.Now()
+		if _, err := stages.ExportCheckpoint(l.job, name, dir, exported, stages.ExportOptions{DType: dtype}); err != nil {
 			_ = rec.SetStatus(jobs.StatusFailed, err)
+			out.quiet.Error().Str("event", "run_failed").Str("status", string(jobs.StatusFailed)).Err(err).Msg("run failed") // printed once, by report
 			return env.report(err)
 		}
 		if err := rec.SetExported(exported); err != nil {
 			return env.report(err)
 		}
+		out.log.Info().Str("event", "export_written").Str("model", name).Int("step", step).Str("dir", exported).Float64("seconds", time.Since(t0).Seconds()).Msg("export written")
 	}
 	if err := rec.SetStatus(jobs.StatusSucceeded, nil); err != nil {
 		return env.report(err)
 	}
-	log.Info().Int("step", step).Str("export", exported).Msg("training had finished; export written")
-	fmt.Fprintf(env.stdout, "run %s succeeded: training had finished at step %d\n  record:  %s\n", rec.ID()[:8], step, rec.Dir())
+	out.log.Info().Str("event", "run_finished").Str("status", string(jobs.StatusSucceeded)).Int("last_step", step).Str("export", exported).Msg("run finished")
+	fmt.Fprintf(out.human, "run %s succeeded: training had finished at step %d\n  record:  %s\n", rec.ID()[:8], step, rec.Dir())
 	if exported != "" {
-		fmt.Fprintf(env.stdout, "  export:  %s (HF checkpoint, from checkpoint step %d)\n", exported, step)
+		fmt.Fprintf(out.human, "  export:  %s (HF checkpoint, from checkpoint step %d)\n", exported, step)
 	}
 	return exitOK
 }
 
+// runOutput is where a run reports. log writes the run's events to the
+// terminal (warnings and errors), the run log (everything) and, with
+// --json, stdout (info and above); quiet writes them to the last two
+// alone, for what the CLI prints itself; human takes the summary lines
+// (stdout, or stderr with --json).
+type runOutput struct {
+	log, quiet zerolog.Logger
+	human      io.Writer
+}
+
+// runLoggers returns the loggers of runOutput. file is the run log (rank
+// 0's process; nil on the others, which log warnings and errors alone)
+// and events the JSON lines of --json (io.Discard without).
+func runLoggers(env *cli, file, events io.Writer, rec *jobs.Run, proc *process) (log, quiet zerolog.Logger) {
+	if file == nil {
+		log = zerolog.New(zerolog.MultiLevelWriter(logWriter(env), events)).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", proc.rank()).Logger()
+		quiet = zerolog.New(events).Level(zerolog.WarnLevel).With().Timestamp().Int("rank", proc.rank()).Logger()
+		return log, quiet
+	}
+	jsonLines := &zerolog.FilteredLevelWriter{Writer: zerolog.LevelWriterAdapter{Writer: events}, Level: zerolog.InfoLevel}
+	log = zerolog.New(zerolog.MultiLevelWriter(logWriter(env), file, jsonLines)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+	quiet = zerolog.New(zerolog.MultiLevelWriter(file, jsonLines)).With().Timestamp().Str("run", rec.ID()[:8]).Logger()
+	return log, quiet
+}
+
 // announce tells the user, as the run starts, where its record is, what
-// runs it, and what the plan chose where the spec left it to planning.
-func announce(w io.Writer, rec *jobs.Run, l *loaded, p *plan.Plan, backend string, first, last, total int) {
+// runs it (the backend and its devices), and what the plan chose where
+// the spec left it to planning.
+func announce(w io.Writer, rec *jobs.Run, l *loaded, p *plan.Plan, backend, devices string, first, last, total int) {
 	m := l.spec.Mesh
 	cp := ""
 	if m.CPSize() > 1 {
 		cp = fmt.Sprintf(" × cp %d", m.CPSize())
 	}
 	fmt.Fprintf(w, "rlpipe: run %s, steps %d-%d of %d, on %s: %d rank(s), dp %d%s; record %s\n", rec.ID()[:8], first, last, total, backend, m.WorldSize(), m.DP, cp, rec.Dir())
+	fmt.Fprintf(w, "rlpipe: devices: %s\n", devices)
 	for _, c := range p.Auto {
 		fmt.Fprintf(w, "rlpipe: plan: %s of %s: %s (%s)\n", c.Key, c.Subject, c.Value, c.Why)
 	}
 }
 
-// recordStep appends the step's update lines and its summary line.
-func recordStep(rec *jobs.Run, sr stages.StepResult, cuda bool) error {
+// recordStep appends the step's update lines and its summary line, which
+// it returns.
+func recordStep(rec *jobs.Run, sr stages.StepResult, cuda bool) (jobs.Metrics, error) {
 	for _, u := range sr.Stats.Updates {
 		m := jobs.Metrics{Step: sr.Step, Update: u.Index + 1, Epoch: u.Epoch, MiniBatch: u.MiniBatch, GradNorm: u.GradNorm, LR: u.LR, Tokens: u.Tokens}
 		fillLoss(&m, u.Values)
 		if err := rec.AppendUpdate(m); err != nil {
-			return err
+			return m, err
 		}
 	}
 	m := metricsOf(sr)
+	m.Time = time.Now()
 	if cuda {
 		if n, ok := deviceMemory(0); ok {
 			m.Extra["nvml_bytes"] = float64(n)
 		}
 	}
-	return rec.AppendMetrics(m)
+	return m, rec.AppendMetrics(m)
+}
+
+// stepFields are the values of step metrics m the progress display shows:
+// the loss, the reward of a live loop's rollouts, the RL metrics, then
+// the others worth a look.
+func stepFields(m jobs.Metrics) []jobs.Field {
+	fields := []jobs.Field{jobs.F(jobs.FieldLoss, m.Loss)}
+	if r, ok := m.Extra["reward_mean"]; ok {
+		fields = append(fields, jobs.F(jobs.FieldReward, r))
+	}
+	fields = append(fields, jobs.F(jobs.FieldKL, m.KL), jobs.F(jobs.FieldEntropy, m.Entropy), jobs.F(jobs.FieldClipFrac, m.ClipFrac))
+	if a, ok := m.Extra["adv_logp"]; ok {
+		fields = append(fields, jobs.F("adv_logp", a))
+	}
+	return append(fields, jobs.F("grad_norm", m.GradNorm), jobs.F("lr", m.LR), jobs.F(jobs.FieldTokensPerS, m.TokensPerS))
+}
+
+// setupStages counts the job's setup stages.
+func setupStages(j *stages.Job) int {
+	n := 0
+	for _, st := range j.Order {
+		if st.Phase == spec.Setup {
+			n++
+		}
+	}
+	return n
+}
+
+// setupReporter returns the RunOptions.Progress of a run: it shows the
+// setup on sp, logs each stage's start, progress (at sp's rate) and
+// finish, and once the local ranks' setup is done, ends sp, restarts
+// prog's clock and logs the setup's end.
+func setupReporter(log zerolog.Logger, sp *jobs.SetupProgress, prog *jobs.Progress, local int) func(stages.SetupEvent) {
+	var (
+		mu    sync.Mutex // the ranks call it concurrently; events stay in order
+		ready int
+	)
+	stage := func(event string, s jobs.SetupStatus) *zerolog.Event {
+		e := log.Info().Str("event", event).Str("stage", s.Stage).Str("uses", s.Uses).Str("model", s.Model).Int("index", s.Index).Int("ranks", s.Ranks)
+		if event == "setup_stage_started" {
+			return e
+		}
+		return e.Int("tensors", s.Tensors).Int("total_tensors", s.TotalTensors).Int64("bytes", s.Bytes).Int64("total_bytes", s.TotalBytes).
+			Float64("share", s.Share).Int("ranks_done", s.RanksDone).Float64("seconds", s.Seconds)
+	}
+	return func(ev stages.SetupEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Kind {
+		case stages.SetupStarted:
+			if s, ok := sp.Start(ev.Rank, ev.Stage, ev.Uses, ev.Model); ok {
+				stage("setup_stage_started", s).Msg("setup stage started")
+			}
+		case stages.SetupProgress:
+			if s, ok := sp.Advance(ev.Rank, ev.Stage, ev.Tensors, ev.TotalTensors, ev.Bytes, ev.TotalBytes); ok {
+				stage("setup_stage_progress", s).Msg("setup stage progress")
+			}
+		case stages.SetupFinished:
+			sp.Advance(ev.Rank, ev.Stage, ev.Tensors, ev.TotalTensors, ev.Bytes, ev.TotalBytes)
+			if s, ok := sp.Finish(ev.Rank, ev.Stage, ev.Seconds); ok {
+				stage("setup_stage_finished", s).Msg("setup stage finished")
+			}
+		case stages.SetupDone:
+			if ready++; ready == local {
+				sp.Done()
+				prog.Restart()
+				log.Info().Str("event", "setup_finished").Float64("seconds", ev.Seconds).Msg("setup finished")
+			}
+		}
+	}
 }
 
 // metricsOf turns a step result into the run record's metrics line.
