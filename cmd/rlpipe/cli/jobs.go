@@ -4,32 +4,63 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/rlpipe/rlpipe/jobs"
+	"github.com/rlpipe/rlpipe/jobs/report"
+	"github.com/rlpipe/rlpipe/model"
 )
 
 func cmdJobs(_ context.Context, env *cli, args []string) int {
-	fs := newFlagSet("jobs", "Usage: rlpipe jobs list [--runs DIR] [--json]\n       rlpipe jobs show [--runs DIR] [--json] RUN\n\nLists run records, or shows one: its status, metrics and checkpoints. A run\nwhose process died without recording its end shows as interrupted. RUN is\na run id, an id prefix, or the run's directory.\n\n")
+	fs := newFlagSet("jobs", "Usage: rlpipe jobs list [--runs DIR] [--json]\n       rlpipe jobs show [--runs DIR] [--json] RUN\n       rlpipe jobs report [--runs DIR] [-o FILE] RUN\n\nLists run records, or shows one: its status, metrics and checkpoints. A run\nwhose process died without recording its end shows as interrupted. RUN is\na run id, an id prefix, or the run's directory.\n\nreport writes one self-contained HTML page of a run: its training curves\n(loss, reward, KL, entropy, clipfrac, grad norm, lr, tokens/s) and its\nplanned against its measured memory, with the plan's memory timeline; by\ndefault to report.html in the run's directory.\n\n")
 	root := fs.String("runs", jobs.DefaultRoot, "directory of run records")
 	asJSON := fs.Bool("json", false, "print the records as JSON: list, an array of run.json records; show, the record with its dir, checkpoints and metrics")
-	if code, ok := parseFlags(fs, env, args, "list|show", "RUN?"); !ok {
+	out := fs.String("o", "", "report: the file to write the page to (default: report.html in the run's directory)")
+	if code, ok := parseFlags(fs, env, args, "list|show|report", "RUN?"); !ok {
 		return code
 	}
-	switch sub := fs.Arg(0); {
+	sub := fs.Arg(0)
+	if *out != "" && sub != "report" {
+		return env.argError(fs, "-o is for jobs report")
+	}
+	if *asJSON && sub == "report" {
+		return env.argError(fs, "--json is for jobs list and jobs show")
+	}
+	switch {
 	case sub == "list" && fs.NArg() == 1:
 		return jobsList(env, *root, *asJSON)
 	case sub == "list":
 		return env.argError(fs, "unexpected argument %q", fs.Arg(1))
 	case sub == "show" && fs.NArg() == 2:
 		return jobsShow(env, *root, fs.Arg(1), *asJSON)
-	case sub == "show":
+	case sub == "report" && fs.NArg() == 2:
+		return jobsReport(env, *root, fs.Arg(1), *out)
+	case sub == "show" || sub == "report":
 		return env.argError(fs, "missing RUN")
 	default:
-		return env.argError(fs, "unknown subcommand %q (list, show)", sub)
+		return env.argError(fs, "unknown subcommand %q (list, show, report)", sub)
 	}
+}
+
+// jobsReport writes the report of the run id (an id, id prefix or
+// directory) under root to out, or to report.html in the run's directory.
+func jobsReport(env *cli, root, id, out string) int {
+	r, err := openRun(root, id)
+	if err != nil {
+		return env.report(err)
+	}
+	if out == "" {
+		out = filepath.Join(r.Dir(), report.FileName)
+	}
+	if err := model.WriteFileAtomic(out, 0o644, func(w io.Writer) error { return report.Write(w, r) }); err != nil {
+		return env.report(err)
+	}
+	fmt.Fprintf(env.stdout, "report of run %s written to %s\n", r.ID()[:8], out)
+	return exitOK
 }
 
 // jobsList prints the run records under root.

@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages"
@@ -33,9 +35,10 @@ func cmdValidate(_ context.Context, env *cli, args []string) int {
 }
 
 func cmdPlan(_ context.Context, env *cli, args []string) int {
-	fs := newFlagSet("plan", fmt.Sprintf("Usage: rlpipe plan [--gpu G] [--host-memory B] [--json] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nExit code %d when the job does not fit.\n\n", exitNoFit))
+	fs := newFlagSet("plan", fmt.Sprintf("Usage: rlpipe plan [--gpu G] [--host-memory B] [--json] [--html FILE] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nWith --html it also writes the memory timeline, one self-contained HTML\npage: the bytes in use at every op, stacked by category, the peak and the\nbudget marked. Exit code %d when the job does not fit.\n\n", exitNoFit))
 	g := gpuFlag(fs)
 	asJSON := fs.Bool("json", false, "print the whole plan (ops, buffers with offsets and lifetimes, budget) as JSON")
+	htmlOut := fs.String("html", "", "also write the memory timeline (bytes in use at every op, by category) as a self-contained HTML page to this file")
 	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against (default: the spec's mesh.host_memory)")
 	if code, ok := parseFlags(fs, env, args, "SPEC.yaml"); !ok {
 		return code
@@ -68,6 +71,13 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 		h.HostBytes, h.HostSource = ram, "spec mesh.host_memory"
 	}
 	fits := p.Fits(h.GPUBytes) && (ram == 0 || p.FitsHost(h.RanksPerHost, ram))
+	if *htmlOut != "" {
+		if err := model.WriteFileAtomic(*htmlOut, 0o644, func(w io.Writer) error { return p.WriteTimeline(w, h) }); err != nil {
+			return env.report(err)
+		}
+		// stdout may be the JSON a program reads: say it on stderr.
+		fmt.Fprintf(env.stderr, "rlpipe: memory timeline written to %s\n", *htmlOut)
+	}
 	if *asJSON {
 		out := struct {
 			Header plan.Header `json:"job"`
