@@ -64,6 +64,10 @@ type Options struct {
 	Seed          int64
 	PlanOnly      bool // resolve and plan the job, run nothing (no weights are written)
 	Profile       bool // time every op (syncing the backend at each op boundary) and report the last step's breakdown
+	// SyncHostOptimizer finishes the offloaded actor's host AdamW within
+	// its op instead of overlapping it with the next ops
+	// (stages.RunOptions.SyncHostOptimizer); the results are the same.
+	SyncHostOptimizer bool
 
 	// Progress, when set, is called with the partial result after every
 	// step and once at the end (to write it out as the run goes).
@@ -138,12 +142,14 @@ type Workload struct {
 	Recompute             bool   `json:"recompute"`
 	RecomputeAuto         bool   `json:"recompute_auto"`
 	// Auto are the plan's choices for what the spec left to it.
-	Auto        []plan.Choice `json:"auto,omitempty"`
-	Offload     bool          `json:"offload"`
-	OffloadRef  bool          `json:"offload_ref"`
-	Layout      string        `json:"layout"`
-	KLCoef      float64       `json:"kl_coef"`
-	EntropyCoef float64       `json:"entropy_coef"`
+	Auto       []plan.Choice `json:"auto,omitempty"`
+	Offload    bool          `json:"offload"`
+	OffloadRef bool          `json:"offload_ref"`
+	// SyncHostOptimizer: the host AdamW did not overlap the next ops.
+	SyncHostOptimizer bool    `json:"sync_host_optimizer,omitempty"`
+	Layout            string  `json:"layout"`
+	KLCoef            float64 `json:"kl_coef"`
+	EntropyCoef       float64 `json:"entropy_coef"`
 }
 
 // Memory is the plan's figures and what the run measured.
@@ -210,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Impl: "rlpipe", Status: "running", Backend: o.Backend, Warmup: o.Warmup, Steps: o.Steps,
 		Started: time.Now().UTC(), GoMaxProcs: goruntime.GOMAXPROCS(0), LastMetrics: map[string]float64{}, StageS: map[string]float64{}}
 	res.Config = o.Config
-	res.Workload.Offload, res.Workload.OffloadRef = o.Offload, o.OffloadRef
+	res.Workload.Offload, res.Workload.OffloadRef, res.Workload.SyncHostOptimizer = o.Offload, o.OffloadRef, o.SyncHostOptimizer
 	err := run(ctx, o, res)
 	switch {
 	case (err == nil || errors.Is(err, errBudget)) && o.PlanOnly:
@@ -284,7 +290,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	}
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
-		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef,
+		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -390,7 +396,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 	}
 	var backendName string
-	opts := stages.RunOptions{Steps: total, Profile: o.Profile}
+	opts := stages.RunOptions{Steps: total, Profile: o.Profile, SyncHostOptimizer: o.SyncHostOptimizer}
 	if s.Mesh.DP > 1 {
 		opts.Comms = reg.comms // nil: the loopback, on host memory
 	}

@@ -79,6 +79,9 @@ func checkpointSpecs(list []shardTensor) []model.TensorSpec {
 // SaveShards writes the rank's shards into checkpoint directory dir,
 // streamed: one shard tensor at a time goes through host memory.
 func (r *Rank) SaveShards(dir string) error {
+	if err := r.settle(); err != nil {
+		return err
+	}
 	list := r.shardTensors()
 	largest := 0
 	for _, s := range list {
@@ -117,6 +120,9 @@ func newShardWriter(dir string, rank int, specs []model.TensorSpec) (*model.Safe
 // ended, which SaveSnapshot then writes while the rank trains on. It
 // needs train.checkpoint_async, and the previous SaveSnapshot finished.
 func (r *Rank) Snapshot() error {
+	if err := r.settle(); err != nil {
+		return err
+	}
 	list := r.shardTensors()
 	r.snapped = nil
 	for _, s := range list {
@@ -178,6 +184,9 @@ func (r *Rank) download(dst []float32, t gpu.Tensor) error {
 // LoadShards restores the rank's shards from checkpoint directory dir,
 // written by SaveShards on a run of the same spec and mesh.
 func (r *Rank) LoadShards(dir string) error {
+	if err := r.settle(); err != nil {
+		return err
+	}
 	ck, err := model.OpenCheckpoint(rankDir(dir, r.ID))
 	if err != nil {
 		return err
@@ -209,6 +218,9 @@ func (r *Rank) shardRows(name string, view func(st *ShardState, u *Unit, s model
 	st := r.shards()[name]
 	if st == nil {
 		return nil, fmt.Errorf("model %q is not sharded on rank %d", name, r.ID)
+	}
+	if err := st.settle(); err != nil {
+		return nil, err
 	}
 	out := ShardRows{}
 	for _, u := range st.Units {

@@ -248,6 +248,9 @@ func (d *decoder) gather(i int, tag string) *ref {
 			b, comm = b.On(side), comm.On(side)
 		}
 		for k, s := range u.Slots {
+			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
+				return err
+			}
 			src, err := d.st.paramShard(u, s)
 			if err != nil {
 				return err
@@ -560,6 +563,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 		for k, s := range u.Slots {
 			full, err := grad.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
 			if err != nil {
+				return err
+			}
+			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
 			}
 			dst, err := d.st.fp32Shard(d.st.Grads, u, s)

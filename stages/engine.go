@@ -132,6 +132,12 @@ type RunOptions struct {
 	Steps int
 	// Resume, when set, is called on every rank after setup to restore state.
 	Resume func(r *Rank) error
+	// SyncHostOptimizer makes the optimizer step that runs on the host
+	// (a model whose params and optimizer state are both offloaded) finish
+	// within its op, instead of going on in the background while the device
+	// runs the next ops: the results are the same, only slower; for
+	// comparisons.
+	SyncHostOptimizer bool
 	// Profile times every op (see Rank.Profile) and reports the step's
 	// breakdown in StepResult.Profile.
 	Profile bool
@@ -380,7 +386,15 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	if opts.DeviceMemory != nil {
 		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
 	}
-	r.Host = cpu.NewWithThreads(opts.Threads)
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	r.Host = cpu.NewWithThreads(threads)
+	// The host AdamW that goes on in the background leaves a core to the
+	// goroutine that issues the device's work.
+	r.hostBackground = cpu.NewWithThreads(max(1, threads-1))
+	r.syncHostOptimizer = opts.SyncHostOptimizer
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)
 	}
@@ -450,6 +464,13 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 		stop, err := stopAll(ctx, id, control, opts.Stop)
 		if err != nil {
 			return fmt.Errorf("rank %d: after step %d: %w", id, step, err)
+		}
+		if stop || step == steps {
+			// The run's last step ends when its host optimizer updates
+			// have: they count in its wall time, and their errors in it.
+			if err := r.settle(); err != nil {
+				return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+			}
 		}
 		hw, _ := arena.HighWater()
 		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens, Profile: r.Profile, Stop: stop && step < steps}

@@ -69,6 +69,7 @@ func respBound(sp *spec.Spec) int {
 // rank of its cp group whose rows score it), and downloads it.
 func (s *LogProb) program(p *prog) {
 	b, _ := p.in("batch").(*Batch)
+	p.unitWise = true // the decoder waits for each unit's pending update
 	st, _ := p.in("weights").(*ShardState)
 	if p.err != nil {
 		return

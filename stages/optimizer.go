@@ -26,8 +26,9 @@ const (
 // updates every unit's shard. When the master params and the optimizer
 // state are all offloaded, the grad norm, clipping and AdamW run on the
 // host (Rank.Host), where that memory is, after the device has finished the
-// step's grads; when only the optimizer state is offloaded, the device
-// updates each unit through staging buffers.
+// step's grads, and AdamW goes on in the background, unit by unit, while the
+// device runs what comes next (host_update.go); when only the optimizer
+// state is offloaded, the device updates each unit through staging buffers.
 func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 	st := d.st
 	p.op("grad norm + AdamW")
@@ -48,6 +49,11 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 	}
 	p.do(func() error {
 		r, b, ob := p.r, p.r.B, p.r.B
+		// The previous update's AdamW has finished on every unit this
+		// rank's micro-batches gathered; a rank with none gathered none.
+		if err := st.settle(); err != nil {
+			return err
+		}
 		if d.adder != nil {
 			if err := d.adder.wait(); err != nil {
 				return err
@@ -96,9 +102,23 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 		if math.IsNaN(norm) || math.IsInf(norm, 0) {
 			return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
 		}
-		for _, u := range st.Units {
-			if err := adamw(ob, p, st, u, stage, coef, lr, up.Index+1); err != nil {
-				return fmt.Errorf("AdamW on %s: %w", u.Name, err)
+		step := func(u *Unit) error { return adamw(ob, p, st, u, stage, coef, lr, up.Index+1) }
+		switch {
+		case onHost && (r.Profile != nil || r.syncHostOptimizer):
+			r.startHostUpdate(p.ctx, st, step)
+			if err := st.settle(); err != nil {
+				return err
+			}
+		case onHost:
+			// AdamW runs on the host's cores while the device goes on; each
+			// unit's next reader waits for that unit (host_update.go).
+			bg := r.hostBackground
+			r.startHostUpdate(p.ctx, st, func(u *Unit) error { return adamw(bg, p, st, u, stage, coef, lr, up.Index+1) })
+		default:
+			for _, u := range st.Units {
+				if err := step(u); err != nil {
+					return fmt.Errorf("AdamW on %s: %w", u.Name, err)
+				}
 			}
 		}
 		mv := make([]float64, rl.MetricsLen)

@@ -194,6 +194,12 @@ func In[T any](rc *RunContext, name string) (v T, ok bool, err error) {
 	if err != nil || x == nil {
 		return v, false, err
 	}
+	if st, ok := x.(*ShardState); ok {
+		// A plugin reads the weights as it likes: after every unit's update.
+		if err := st.settle(); err != nil {
+			return v, false, err
+		}
+	}
 	v, ok = x.(T)
 	if !ok {
 		return v, false, fmt.Errorf("stage %q input %q holds a %T, not a %v", rc.Stage.ID, name, x, reflect.TypeFor[T]())

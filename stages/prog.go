@@ -26,6 +26,11 @@ type prog struct {
 	vals  values // the outputs written so far: plan-time or this rank's
 	ctx   context.Context
 	err   error
+	// unitWise says that the program reads its sharded weights unit by
+	// unit through a decoder, which waits for each unit's pending host
+	// update itself; other programs' weights inputs wait for the whole
+	// update (ShardState.settle).
+	unitWise bool
 }
 
 // ref is a buffer as the program sees it: the planned buffer while planning
@@ -157,6 +162,9 @@ func (p *prog) do(f func() error) {
 func (p *prog) in(name string) any {
 	x, err := p.vals.in(p.node, name)
 	p.fail(err)
+	if st, ok := x.(*ShardState); ok && p.running() && !p.unitWise && p.err == nil {
+		p.fail(st.settle())
+	}
 	return x
 }
 

@@ -52,6 +52,12 @@ type Rank struct {
 	// master params and the optimizer state both offloaded, the optimizer
 	// step runs on it, where that memory is, as a CPU-offload trainer does.
 	Host gpu.Backend
+	// hostBackground is Host for the optimizer step that goes on in the
+	// background, with a core fewer.
+	hostBackground gpu.Backend
+	// syncHostOptimizer makes a host optimizer step finish within its op
+	// (RunOptions.SyncHostOptimizer).
+	syncHostOptimizer bool
 
 	// values holds the outputs the stages wrote: setup's for the run, the
 	// current step's since it started.

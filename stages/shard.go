@@ -21,6 +21,9 @@ type ShardState struct {
 	// the background (train.checkpoint_async); nil without.
 	Snapshot     *ref
 	SnapM, SnapV int64
+	// pending is the optimizer update running on the host in the
+	// background (host_update.go); nil when none.
+	pending *hostUpdate
 }
 
 // Unit is one FSDP unit of a model on one rank.
@@ -47,6 +50,8 @@ type Unit struct {
 	// Off and GradOff are the byte offsets of the unit's section in the
 	// params and in the fp32 grads / AdamW buffers.
 	Off, GradOff int64
+	// ord is the unit's index in the model's units.
+	ord int
 }
 
 // sliceOf returns slot k's part of t, a buffer laid out as the rank's slice
@@ -61,7 +66,7 @@ func Units(m *Model, dp int) []*Unit {
 	cfg := m.Config
 	var out []*Unit
 	for _, u := range cfg.Units() {
-		nu := &Unit{Unit: u, Slots: cfg.Layout(u, dp)}
+		nu := &Unit{Unit: u, Slots: cfg.Layout(u, dp), ord: len(out)}
 		switch u.Kind {
 		case model.UnitEmbed:
 			nu.Name = "embed"

@@ -157,6 +157,7 @@ type stepInputs struct {
 func (s *Train) program(p *prog) {
 	in := stepInputs{}
 	in.batch, _ = p.in("batch").(*Batch)
+	p.unitWise = true // the decoder waits for each unit's pending update
 	st, _ := p.in("weights").(*ShardState)
 	if s.KL != "" {
 		in.ref, _ = p.in("ref").(*TokenValues)
@@ -209,6 +210,9 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	p.do(func() error {
 		if len(up.micro) > 0 {
 			return nil
+		}
+		if err := d.st.settle(); err != nil {
+			return err
 		}
 		return p.r.B.Zero(d.st.Grads.t)
 	})

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The offloaded train step against the PyTorch FSDP2 peer, in one call on
+# one GPU: for each model, the peer with its actor under CPUOffloadPolicy
+# (without activation checkpointing first, with it if that fails); rlpipe
+# with the actor offloaded (params and optimizer state in pinned host
+# memory, AdamW on the host) with the host AdamW finished within its op
+# (--sync-host-optimizer, as before the overlap) and overlapped with the
+# next ops (the default); and rlpipe without offload, for the offloaded
+# step's cost. rlpipe's runs use recompute auto. Build first:
+#
+#   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
+#
+# Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560).
+# JSON, logs (tarred) and summary.md to $OUT.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/offload-out}
+mkdir -p "$OUT/logs"
+MODELS=${OFFLOAD_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
+BUDGET=${OFFLOAD_BUDGET_S:-560}
+C=${RLBENCH_CACHE:-/tmp/rbc}
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+go() { # NAME LIMIT CMD...: run under what is left of the budget
+	local n=$1 limit=$2
+	shift 2
+	local left=$((BUDGET - SECONDS - 5))
+	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
+	((limit > left)) && limit=$left
+	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
+	local rc=$?
+	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
+	return $rc
+}
+nproc >"$OUT/logs/host.txt"
+free -g >>"$OUT/logs/host.txt"
+for m in $MODELS; do
+	cfg=examples/models/$m/config.json
+	go "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	go "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
+	go "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
+		go "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"
+	go "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
+done
+python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
+import glob, json, os, sys
+out, models = sys.argv[1], sys.argv[2:]
+def load(p):
+    try:
+        r = json.load(open(p))
+    except Exception:
+        return None
+    return r if r.get("status", "ok") == "ok" and (r.get("train") or {}).get("tokens_per_s") else None
+def tps(r, k):
+    return ((r or {}).get(k) or {}).get("tokens_per_s") or 0.0
+def step_tps(r):
+    # ref_logprob + train per step: the overlap moves host AdamW time
+    # between the two, so the step is the figure to compare.
+    ref, tr = (r.get("ref_logprob") or {}), (r.get("train") or {})
+    s = (ref.get("median_s") or 0) + (tr.get("median_s") or 0)
+    return (tr.get("tokens") or 0) / s if s else 0.0
+print("| model | run | ref_logprob tok/s | train tok/s | ref+train tok/s | step (wall) tok/s |")
+print("|---|---|---:|---:|---:|---:|")
+runs = {}
+for m in models:
+    for p in sorted(glob.glob(f"{out}/*-{m}-*.json")):
+        name = os.path.basename(p)[:-5]
+        r = load(p)
+        if r is None:
+            print(f"| {m} | {name} | failed | | | |")
+            continue
+        runs[name] = r
+        print(f"| {m} | {name} | {tps(r, 'ref_logprob'):,.0f} | {tps(r, 'train'):,.0f} | {step_tps(r):,.0f} | {tps(r, 'step'):,.0f} |")
+print()
+for m in models:
+    ov, sy, res = runs.get(f"rlpipe-{m}-offload-overlap"), runs.get(f"rlpipe-{m}-offload-sync"), runs.get(f"rlpipe-{m}-resident")
+    peer = runs.get(f"peer-{m}-offload-noac") or runs.get(f"peer-{m}-offload-ac")
+    if ov and sy:
+        print(f"{m}: overlap / sync: train {tps(ov, 'train') / tps(sy, 'train'):.2f}x, ref+train {step_tps(ov) / step_tps(sy):.2f}x")
+    if ov and peer:
+        print(f"{m}: offloaded, rlpipe overlap / peer: train {tps(ov, 'train') / tps(peer, 'train'):.2f}x, ref+train {step_tps(ov) / step_tps(peer):.2f}x")
+    if ov and res:
+        print(f"{m}: resident / offloaded (overlap): train {tps(res, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(res) / step_tps(ov):.2f}x")
+PY
+cat "$OUT/summary.md"
+(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)

@@ -1,0 +1,84 @@
+package stages
+
+import (
+	"context"
+	"fmt"
+)
+
+// hostUpdate is an optimizer update running on the host's cores in the
+// background: with a model's master params and optimizer state both in
+// pinned host memory, AdamW of unit 0, 1, ... runs while the device goes on
+// with work that does not read them (the next step's reference forward, the
+// actor's forward up to the unit being updated). Each unit's channel closes
+// when its AdamW is done; everything that reads or writes a unit's params,
+// grads or moments waits for it first (ShardState.settleUnit, settle).
+type hostUpdate struct {
+	done    []chan struct{} // by unit ordinal: closed when that unit is updated or skipped
+	updated []bool          // by unit ordinal: set before done closes
+	all     chan struct{}   // closed when the whole update has finished
+	err     error           // the update's error, set before all is closed
+}
+
+// startHostUpdate runs step(u) for every unit of st in order on a goroutine
+// that the rank's run waits for before it frees its memory, and records it
+// as st's pending update. The caller must have settled any earlier update.
+func (r *Rank) startHostUpdate(ctx context.Context, st *ShardState, step func(u *Unit) error) {
+	h := &hostUpdate{done: make([]chan struct{}, len(st.Units)), updated: make([]bool, len(st.Units)), all: make(chan struct{})}
+	for i := range h.done {
+		h.done[i] = make(chan struct{})
+	}
+	st.pending = h
+	r.Background(func() {
+		defer close(h.all)
+		for i, u := range st.Units {
+			if h.err == nil {
+				if err := ctx.Err(); err != nil {
+					h.err = err
+				} else if err := step(u); err != nil {
+					h.err = fmt.Errorf("AdamW on %s: %w", u.Name, err)
+				} else {
+					h.updated[i] = true
+				}
+			}
+			close(h.done[i])
+		}
+	})
+}
+
+// settleUnit waits until unit u's shard is no longer written by a pending
+// host update. It returns the update's error, if it failed before
+// updating u.
+func (st *ShardState) settleUnit(u *Unit) error {
+	h := st.pending
+	if h == nil {
+		return nil
+	}
+	<-h.done[u.ord]
+	if !h.updated[u.ord] {
+		return st.settle()
+	}
+	return nil
+}
+
+// settle waits for st's pending host update to finish and returns its error.
+// The rank's goroutine alone calls it (and starts updates), so st.pending
+// needs no lock: the update's goroutine only closes channels.
+func (st *ShardState) settle() error {
+	h := st.pending
+	if h == nil {
+		return nil
+	}
+	<-h.all
+	st.pending = nil
+	return h.err
+}
+
+// settle waits for the pending host updates of every model of the rank.
+func (r *Rank) settle() error {
+	for _, st := range r.shards() {
+		if err := st.settle(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
