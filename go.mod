@@ -9,9 +9,7 @@ require (
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/sys v0.29.0
 )
 
-require (
-	github.com/mattn/go-colorable v0.1.14 // indirect
-	golang.org/x/sys v0.29.0 // indirect
-)
+require github.com/mattn/go-colorable v0.1.14 // indirect

@@ -1,0 +1,28 @@
+package cpu
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// hasAVX2 says whether the CPU and the OS support 256-bit AVX2 vectors.
+// RLPIPE_CPU_SCALAR turns the vector kernels off (for comparisons).
+var hasAVX2 = cpu.X86.HasAVX2 && os.Getenv("RLPIPE_CPU_SCALAR") != "1"
+
+// adamwAVX2 takes the step over the first n elements (n a multiple of 8).
+//
+//go:noescape
+func adamwAVX2(p, grad, m, v *float32, n int, c *adamwConsts)
+
+// adamwVector takes the step over the longest prefix of whole vectors and
+// returns its length (0 without AVX2).
+func adamwVector(p, g, m, v []float32, c *adamwConsts) int {
+	n := len(p) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	g, m, v = g[:n], m[:n], v[:n]
+	adamwAVX2(&p[0], &g[0], &m[0], &v[0], n, c)
+	return n
+}

@@ -1,0 +1,61 @@
+#include "textflag.h"
+
+// func adamwAVX2(p, grad, m, v *float32, n int, c *adamwConsts)
+//
+// Eight elements at a time, the operations of adamwConsts.scalar in its
+// order (Go assembly puts the destination last: VSUBPS A, B, C is
+// C = B - A):
+//   x = p*decay; gi = g*gradScale; m1 = m + w1*(gi - m)
+//   v1 = v*b2 + (w2*gi)*gi; den = sqrt(v1)/bc2Sqrt + eps
+//   p1 = x + (stepSize*m1)/den
+TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), AX
+	MOVQ grad+8(FP), BX
+	MOVQ m+16(FP), CX
+	MOVQ v+24(FP), DX
+	MOVQ n+32(FP), SI
+	MOVQ c+40(FP), DI
+	VBROADCASTSS 0(DI), Y8   // decay
+	VBROADCASTSS 4(DI), Y9   // gradScale
+	VBROADCASTSS 8(DI), Y10  // w1
+	VBROADCASTSS 12(DI), Y11 // b2
+	VBROADCASTSS 16(DI), Y12 // w2
+	VBROADCASTSS 20(DI), Y13 // stepSize
+	VBROADCASTSS 24(DI), Y14 // bc2Sqrt
+	VBROADCASTSS 28(DI), Y15 // eps
+
+loop:
+	CMPQ SI, $8
+	JLT  done
+	VMOVUPS (AX), Y0
+	VMOVUPS (BX), Y1
+	VMOVUPS (CX), Y2
+	VMOVUPS (DX), Y3
+	VMULPS  Y8, Y0, Y0  // x = p*decay
+	VMULPS  Y9, Y1, Y1  // gi = g*gradScale
+	VSUBPS  Y2, Y1, Y4  // gi - m
+	VMULPS  Y10, Y4, Y4 // w1*(gi - m)
+	VADDPS  Y4, Y2, Y2  // m1 = m + w1*(gi - m)
+	VMULPS  Y11, Y3, Y3 // v*b2
+	VMULPS  Y12, Y1, Y5 // w2*gi
+	VMULPS  Y1, Y5, Y5  // (w2*gi)*gi
+	VADDPS  Y5, Y3, Y3  // v1 = v*b2 + (w2*gi)*gi
+	VSQRTPS Y3, Y6      // sqrt(v1)
+	VDIVPS  Y14, Y6, Y6 // sqrt(v1)/bc2Sqrt
+	VADDPS  Y15, Y6, Y6 // den
+	VMULPS  Y13, Y2, Y7 // stepSize*m1
+	VDIVPS  Y6, Y7, Y7  // (stepSize*m1)/den
+	VADDPS  Y7, Y0, Y0  // p1 = x + (stepSize*m1)/den
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y2, (CX)
+	VMOVUPS Y3, (DX)
+	ADDQ    $32, AX
+	ADDQ    $32, BX
+	ADDQ    $32, CX
+	ADDQ    $32, DX
+	SUBQ    $8, SI
+	JMP     loop
+
+done:
+	VZEROUPPER
+	RET

@@ -1,0 +1,9 @@
+//go:build !amd64
+
+package cpu
+
+// hasAVX2 is false off amd64.
+var hasAVX2 = false
+
+// adamwVector has no vector kernel off amd64: the step runs in Go.
+func adamwVector(p, g, m, v []float32, c *adamwConsts) int { return 0 }

@@ -1,0 +1,67 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// TestAdamWVector holds the vector kernel to the Go one, bit for bit, over
+// random values and the awkward ones (zeros of both signs, subnormals,
+// infinities, NaN), at lengths that leave tails, for both of torch's lerp
+// forms and a clipped gradient. Without AVX2 it checks the Go path alone
+// against itself and says so.
+func TestAdamWVector(t *testing.T) {
+	if !hasAVX2 {
+		t.Log("no AVX2 (or RLPIPE_CPU_SCALAR=1): the vector kernel is not used here")
+	}
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3e38, -3e38}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		name string
+		st   gpu.AdamWStep
+	}{
+		{"torch defaults", gpu.AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1}},
+		{"late step, clipped", gpu.AdamWStep{LR: 3e-6, Beta1: 0.9, Beta2: 0.95, Eps: 1e-6, WeightDecay: 0.1, Step: 977, GradScale: 0.37}},
+		{"beta1 below 0.5 (the other lerp)", gpu.AdamWStep{LR: 1e-2, Beta1: 0.3, Beta2: 0.9, Eps: 1e-8, Step: 5}},
+	} {
+		for _, n := range []int{0, 1, 7, 8, 9, 64, 1000, 1 << 15} {
+			p, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range n {
+				p[i], g[i], m[i] = rng.Float32()*2-1, float32(rng.NormFloat64()), float32(rng.NormFloat64()*0.1)
+				v[i] = rng.Float32() * 0.01
+				if i%17 == 3 {
+					g[i] = special[i%len(special)]
+				}
+				if i%23 == 5 {
+					m[i], v[i] = special[(i/23)%len(special)], float32(math.Abs(float64(special[(i/7)%len(special)])))
+				}
+			}
+			want := [4][]float32{clone(p), clone(g), clone(m), clone(v)}
+			c := newAdamWConsts(tc.st)
+			c.scalar(want[0], want[1], want[2], want[3])
+			c.update(p, g, m, v)
+			for k, got := range [4][]float32{p, g, m, v} {
+				for i := range got {
+					if !sameBits(got[i], want[k][i]) {
+						t.Fatalf("%s, n %d: %s[%d] = %v (%#x), the Go kernel gives %v (%#x)", tc.name, n, "pgmv"[k:k+1], i, got[i], math.Float32bits(got[i]), want[k][i], math.Float32bits(want[k][i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+func clone(x []float32) []float32 { return append([]float32(nil), x...) }
+
+// sameBits is bitwise equality, with every NaN equal to every other (x86
+// propagates one operand's NaN payload or the other's depending on the
+// instruction's operand order).
+func sameBits(a, b float32) bool {
+	if a != a && b != b {
+		return true
+	}
+	return math.Float32bits(a) == math.Float32bits(b)
+}
