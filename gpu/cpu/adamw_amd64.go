@@ -26,3 +26,26 @@ func adamwVector(p, g, m, v []float32, c *adamwConsts) int {
 	adamwAVX2(&p[0], &g[0], &m[0], &v[0], n, c)
 	return n
 }
+
+// sumSquaresAVX2 writes sixteen partial sums of squares of the first n
+// elements of x (n a multiple of 16) to out.
+//
+//go:noescape
+func sumSquaresAVX2(x *float32, n int, out *[16]float64)
+
+// sumSquaresVector returns the sum of squares of the longest prefix of x
+// of whole 16-element blocks, and the prefix's length (0 without AVX2):
+// sixteen float64 partial sums, added in a fixed order.
+func sumSquaresVector(x []float32) (float64, int) {
+	n := len(x) &^ 15
+	if !hasAVX2 || n == 0 {
+		return 0, 0
+	}
+	var parts [16]float64
+	sumSquaresAVX2(&x[0], n, &parts)
+	s := 0.0
+	for _, p := range parts {
+		s += p
+	}
+	return s, n
+}

@@ -59,3 +59,44 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func sumSquaresAVX2(x *float32, n int, out *[16]float64)
+//
+// Sixteen float64 partial sums of x[i]*x[i] over the first n elements (n a
+// multiple of 16): element i goes to partial i mod 16. A float32 squared is
+// exact in float64.
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), AX
+	MOVQ n+8(FP), SI
+	MOVQ out+16(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+
+sqloop:
+	CMPQ SI, $16
+	JLT  sqdone
+	VCVTPS2PD 0(AX), Y4
+	VCVTPS2PD 16(AX), Y5
+	VCVTPS2PD 32(AX), Y6
+	VCVTPS2PD 48(AX), Y7
+	VMULPD    Y4, Y4, Y4
+	VMULPD    Y5, Y5, Y5
+	VMULPD    Y6, Y6, Y6
+	VMULPD    Y7, Y7, Y7
+	VADDPD    Y4, Y0, Y0
+	VADDPD    Y5, Y1, Y1
+	VADDPD    Y6, Y2, Y2
+	VADDPD    Y7, Y3, Y3
+	ADDQ      $64, AX
+	SUBQ      $16, SI
+	JMP       sqloop
+
+sqdone:
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	VZEROUPPER
+	RET

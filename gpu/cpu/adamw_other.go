@@ -7,3 +7,6 @@ var hasAVX2 = false
 
 // adamwVector has no vector kernel off amd64: the step runs in Go.
 func adamwVector(p, g, m, v []float32, c *adamwConsts) int { return 0 }
+
+// sumSquaresVector has no vector kernel off amd64.
+func sumSquaresVector(x []float32) (float64, int) { return 0, 0 }

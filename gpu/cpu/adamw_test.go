@@ -65,3 +65,40 @@ func sameBits(a, b float32) bool {
 	}
 	return math.Float32bits(a) == math.Float32bits(b)
 }
+
+// TestSumSquaresVector holds the 16-wide sum of squares to a float64 loop:
+// every square is exact in float64, so only the order of the additions
+// differs (within 1e-13 relative), and an infinity or a NaN comes through.
+func TestSumSquaresVector(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 15, 16, 17, 1000, 1 << 16} {
+		for _, special := range []float32{0, float32(math.Inf(-1)), float32(math.NaN())} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 1e-3)
+			}
+			if special != 0 && n > 0 {
+				x[n/2] = special
+			}
+			want := 0.0
+			for _, v := range x {
+				want += float64(v) * float64(v)
+			}
+			got, done := sumSquaresVector(x)
+			for _, v := range x[done:] {
+				got += float64(v) * float64(v)
+			}
+			switch {
+			case math.IsNaN(want) || math.IsInf(want, 0):
+				if got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+					t.Errorf("n %d: %v, want %v", n, got, want)
+				}
+			case math.Abs(got-want) > 1e-13*want:
+				t.Errorf("n %d: %v, want %v", n, got, want)
+			}
+			if hasAVX2 && done != n&^15 {
+				t.Errorf("n %d: the vector kernel took %d elements, want %d", n, done, n&^15)
+			}
+		}
+	}
+}

@@ -83,6 +83,14 @@ func BenchmarkAdamW(b *testing.B) {
 			}
 		}
 	})
+	b.Run("sumsquares", func(b *testing.B) {
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			if _, err := be.SumSquares(g); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("add", func(b *testing.B) {
 		b.SetBytes(12 * n)
 		for b.Loop() {
