@@ -49,3 +49,21 @@ func sumSquaresVector(x []float32) (float64, int) {
 	}
 	return s, n
 }
+
+// bf16FromF32AVX2 converts the first n elements of src (n a multiple of 8)
+// to bfloat16 bits in dst, as gpu.BF16FromF32 does.
+//
+//go:noescape
+func bf16FromF32AVX2(dst *uint16, src *float32, n int)
+
+// bf16Vector converts the longest prefix of src of whole 8-element vectors
+// into dst (of src's length) and returns its length (0 without AVX2).
+func bf16Vector(dst []uint16, src []float32) int {
+	n := len(src) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	dst = dst[:n]
+	bf16FromF32AVX2(&dst[0], &src[0], n)
+	return n
+}

@@ -100,3 +100,55 @@ sqdone:
 	VMOVUPD Y3, 96(DI)
 	VZEROUPPER
 	RET
+
+// func bf16FromF32AVX2(dst *uint16, src *float32, n int)
+//
+// gpu.BF16FromF32 over the first n elements (n a multiple of 8): round to
+// nearest even, b + 0x7fff + ((b >> 16) & 1), then the high half; a NaN
+// keeps its high half with the quiet bit set.
+TEXT ·bf16FromF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $1, AX
+	MOVQ AX, X8
+	VPBROADCASTD X8, Y8   // 1
+	MOVL $0x7fff, AX
+	MOVQ AX, X9
+	VPBROADCASTD X9, Y9   // 0x7fff
+	MOVL $0x7fffffff, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, Y10 // 0x7fffffff
+	MOVL $0x7f800000, AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, Y11 // 0x7f800000
+	MOVL $0x40, AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12 // 0x40
+
+cvloop:
+	CMPQ CX, $8
+	JLT  cvdone
+	VMOVDQU     (SI), Y0
+	VPSRLD      $16, Y0, Y1  // b >> 16
+	VPAND       Y8, Y1, Y2   // (b >> 16) & 1
+	VPADDD      Y9, Y0, Y3   // b + 0x7fff
+	VPADDD      Y2, Y3, Y3   // + lsb
+	VPSRLD      $16, Y3, Y3  // rounded
+	VPOR        Y12, Y1, Y4  // NaN: high half, quiet
+	VPAND       Y10, Y0, Y5  // |b|
+	VPCMPGTD    Y11, Y5, Y5  // |b| > 0x7f800000: NaN
+	VPANDN      Y3, Y5, Y6   // rounded where not NaN
+	VPAND       Y5, Y4, Y4   // NaN's where NaN
+	VPOR        Y4, Y6, Y6
+	VEXTRACTI128 $1, Y6, X7
+	VPACKUSDW   X7, X6, X6   // eight 16-bit values, in order
+	VMOVDQU     X6, (DI)
+	ADDQ        $32, SI
+	ADDQ        $16, DI
+	SUBQ        $8, CX
+	JMP         cvloop
+
+cvdone:
+	VZEROUPPER
+	RET

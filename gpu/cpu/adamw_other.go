@@ -10,3 +10,6 @@ func adamwVector(p, g, m, v []float32, c *adamwConsts) int { return 0 }
 
 // sumSquaresVector has no vector kernel off amd64.
 func sumSquaresVector(x []float32) (float64, int) { return 0, 0 }
+
+// bf16Vector has no vector kernel off amd64.
+func bf16Vector(dst []uint16, src []float32) int { return 0 }

@@ -102,3 +102,32 @@ func TestSumSquaresVector(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16Vector holds the vector float32 to bfloat16 conversion to
+// gpu.BF16FromF32, bit for bit: random values, both zeros, subnormals,
+// the largest finite values (which round to infinity), infinities, and
+// NaNs of both signs with and without payload, at lengths with tails.
+func TestBF16Vector(t *testing.T) {
+	bits := []uint32{0, 0x80000000, 1, 0x807fffff, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000,
+		0x7fc00000, 0xffc00000, 0x7f800001, 0xff812345, 0x3f808000, 0x3f818000, 0x3f80ffff, 0x7fffffff, 0xffffffff}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 3, 8, 13, 1024, 4099} {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = math.Float32frombits(rng.Uint32())
+			if i%5 == 0 {
+				src[i] = math.Float32frombits(bits[(i/5)%len(bits)])
+			}
+		}
+		got := make([]uint16, n)
+		done := bf16Vector(got, src)
+		if hasAVX2 && done != n&^7 {
+			t.Fatalf("n %d: the vector kernel took %d elements, want %d", n, done, n&^7)
+		}
+		for i := range src[:done] {
+			if want := gpu.BF16FromF32(src[i]); got[i] != want {
+				t.Fatalf("n %d: element %d (%#08x) gave %#04x, want %#04x", n, i, math.Float32bits(src[i]), got[i], want)
+			}
+		}
+	}
+}

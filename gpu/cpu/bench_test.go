@@ -61,7 +61,7 @@ func BenchmarkAttention(b *testing.B) {
 // AdamW is bound by memory (28 bytes an element) or by its arithmetic.
 func BenchmarkAdamW(b *testing.B) {
 	const n = 32 << 20
-	be, mk := benchEnv(b, 4*4*n+4096)
+	be, mk := benchEnv(b, 4*4*n+2*n+4096)
 	p, g, m, v := mk(gpu.F32, n), mk(gpu.F32, n), mk(gpu.F32, n), mk(gpu.F32, n)
 	st := gpu.AdamWStep{LR: 1e-6, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 3, GradScale: 1}
 	// Values in every page before the clock starts: a first touch costs
@@ -87,6 +87,15 @@ func BenchmarkAdamW(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
 			if _, err := be.SumSquares(g); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cast to bf16", func(b *testing.B) {
+		h := mk(gpu.BF16, n)
+		b.SetBytes(6 * n)
+		for b.Loop() {
+			if err := be.Copy(h, p); err != nil {
 				b.Fatal(err)
 			}
 		}

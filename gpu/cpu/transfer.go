@@ -110,6 +110,10 @@ func (b *Backend) Copy(dst, src gpu.Tensor) error {
 	dv, _ := floatView("copy", "dst", dst)
 	sv, _ := floatView("copy", "src", src)
 	b.parallel(n, 1<<15, func(_, lo, hi int) {
+		if sv.f != nil && dv.dt == gpu.BF16 {
+			// In 8-wide vectors where the CPU has AVX2, the same bits.
+			lo += bf16Vector(dv.h[lo:hi], sv.f[lo:hi])
+		}
 		var buf [1024]float32
 		for i := lo; i < hi; i += len(buf) {
 			c := buf[:min(len(buf), hi-i)]
