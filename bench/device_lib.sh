@@ -48,3 +48,19 @@ with open(f"{w}/rollouts.jsonl", "w") as f:
 print("ok")
 PY
 }
+
+# budgeted NAME LIMIT CMD...: runs CMD under LIMIT seconds or what is left
+# of $BUDGET seconds of the script (less 5), its output in
+# $OUT/logs/NAME.log; says its exit code and last line, and skips (return
+# 99) when fewer than 20 seconds are left.
+budgeted() {
+	local n=$1 limit=$2
+	shift 2
+	local left=$((BUDGET - SECONDS - 5))
+	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
+	((limit > left)) && limit=$left
+	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
+	local rc=$?
+	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
+	return $rc
+}

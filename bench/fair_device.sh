@@ -19,24 +19,14 @@ BUDGET=${FAIR_BUDGET_S:-540}
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
-go() { # NAME LIMIT CMD...: run under what is left of the budget
-	local n=$1 limit=$2
-	shift 2
-	local left=$((BUDGET - SECONDS - 5))
-	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
-	((limit > left)) && limit=$left
-	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
-	local rc=$?
-	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
-	return $rc
-}
+. bench/device_lib.sh # budgeted
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	go "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
-	go "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
-		go "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"
-	go "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
-	go "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
+	budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
+	budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
+		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"
+	budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
+	budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/best.md" 2>&1 <<'PY'
 import glob, json, os, shutil, subprocess, sys

@@ -21,26 +21,16 @@ BUDGET=${OFFLOAD_BUDGET_S:-560}
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
-go() { # NAME LIMIT CMD...: run under what is left of the budget
-	local n=$1 limit=$2
-	shift 2
-	local left=$((BUDGET - SECONDS - 5))
-	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
-	((limit > left)) && limit=$left
-	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
-	local rc=$?
-	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
-	return $rc
-}
+. bench/device_lib.sh # budgeted
 nproc >"$OUT/logs/host.txt"
 free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	go "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
-	go "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
-	go "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
-		go "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"
-	go "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
+	budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
+	budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
+		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"
+	budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
 import glob, json, os, sys
