@@ -391,7 +391,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 
 	gpuBackend := o.Backend != "cpu"
 	if gpuBackend {
-		if devs, err := nvml.Devices(); err == nil && o.Device < len(devs) {
+		if devs, err := nvml.VisibleDevices(); err == nil && o.Device < len(devs) {
 			m.NVMLUsedBeforeBytes = devs[o.Device].UsedBytes
 		}
 	}
@@ -619,7 +619,7 @@ func resolveGPU(flagValue string, device int, backend string) (stages.GPU, error
 		return stages.GPU{Name: name, Bytes: bytes, Source: "--gpu"}, nil
 	}
 	if backend != "cpu" {
-		devs, err := nvml.Devices()
+		devs, err := nvml.VisibleDevices()
 		if err == nil && device < len(devs) {
 			return stages.GPU{Name: devs[device].Name, Bytes: devs[device].MemoryBytes, Source: "NVML"}, nil
 		}
@@ -637,12 +637,12 @@ func resolveGPU(flagValue string, device int, backend string) (stages.GPU, error
 
 func measureNVML(m *Memory, device int) {
 	var notes []string
-	if b, err := nvml.ProcessMemory(device); err == nil {
+	if b, err := nvml.ProcessMemoryOf(device); err == nil {
 		m.NVMLProcessBytes = max(m.NVMLProcessBytes, b)
 	} else {
 		notes = append(notes, "process: "+err.Error())
 	}
-	if devs, err := nvml.Devices(); err == nil && device < len(devs) {
+	if devs, err := nvml.VisibleDevices(); err == nil && device < len(devs) {
 		m.NVMLUsedMaxBytes = max(m.NVMLUsedMaxBytes, devs[device].UsedBytes)
 	} else if err != nil {
 		notes = append(notes, "devices: "+err.Error())

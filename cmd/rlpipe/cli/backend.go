@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 
@@ -176,7 +177,7 @@ func (c backendChoice) describe(threads, ranks int) string {
 	}
 	names := map[string]int{}
 	var order []string
-	if devs, err := nvml.Devices(); err == nil {
+	if devs, err := nvml.VisibleDevices(); err == nil {
 		for _, g := range c.gpus {
 			if g < len(devs) {
 				if names[devs[g].Name] == 0 {
@@ -215,14 +216,15 @@ func fallbackNotice(c backendChoice, g stages.GPU) string {
 		g.Name, g.Source, plan.GiB(g.Bytes))
 }
 
-// deviceMemory reads the device memory the process uses on GPU index, from
-// NVML: the process's own figure when NVML attributes one, else the device's
-// used memory. ok is false without NVML.
+// deviceMemory reads the device memory the process uses on CUDA device
+// index, from NVML (through CUDA_VISIBLE_DEVICES): the process's own figure
+// when NVML attributes one, else the device's used memory. ok is false
+// without NVML.
 func deviceMemory(index int) (bytes int64, ok bool) {
-	if n, err := nvml.ProcessMemory(index); err == nil {
+	if n, err := nvml.ProcessMemoryOf(index); err == nil {
 		return n, true
 	}
-	devs, err := nvml.Devices()
+	devs, err := nvml.VisibleDevices()
 	if err != nil || index >= len(devs) {
 		return 0, false
 	}
@@ -241,6 +243,21 @@ func cmdDoctor(_ context.Context, env *cli, args []string) int {
 	} else {
 		for _, d := range devs {
 			fmt.Fprintf(env.stdout, "nvml: GPU %d %s, %.1f GiB, %s\n", d.Index, d.Name, float64(d.MemoryBytes)/(1<<30), d.UUID)
+		}
+		if v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES"); set {
+			seen, err := nvml.Visible(devs, v, set)
+			var m []string
+			for k, d := range seen {
+				m = append(m, fmt.Sprintf("CUDA %d = NVML %d", k, d.Index))
+			}
+			switch {
+			case err != nil:
+				fmt.Fprintln(env.stdout, err)
+			case len(m) == 0:
+				fmt.Fprintf(env.stdout, "CUDA_VISIBLE_DEVICES=%q: no GPU visible to CUDA\n", v)
+			default:
+				fmt.Fprintf(env.stdout, "CUDA_VISIBLE_DEVICES=%q: %s\n", v, strings.Join(m, ", "))
+			}
 		}
 	}
 	if l, err := loadNCCL(); err != nil {

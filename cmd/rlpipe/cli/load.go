@@ -41,7 +41,7 @@ func resolveGPU(flagValue string, s *spec.Spec) (stages.GPU, error) {
 		}
 		return stages.GPU{Name: name, Bytes: bytes, Source: "spec mesh.gpu"}, nil
 	}
-	devs, err := nvml.Devices()
+	devs, err := nvml.VisibleDevices()
 	if err == nil && len(devs) > 0 {
 		return stages.GPU{Name: devs[0].Name, Bytes: devs[0].MemoryBytes, Source: "NVML"}, nil
 	}
