@@ -10,7 +10,9 @@
 #
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
-# Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560).
+# Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560),
+# OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
+# from a branch: its overlapped offload run is added to each model's rows).
 # JSON, logs (tarred) and summary.md to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +29,9 @@ free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
 	budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	if [[ -n ${OFFLOAD_CANDIDATE:-} ]]; then
+		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
+	fi
 	budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
 	budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
 		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"
@@ -65,6 +70,9 @@ print()
 for m in models:
     ov, sy, res = runs.get(f"rlpipe-{m}-offload-overlap"), runs.get(f"rlpipe-{m}-offload-sync"), runs.get(f"rlpipe-{m}-resident")
     peer = runs.get(f"peer-{m}-offload-noac") or runs.get(f"peer-{m}-offload-ac")
+    cand = runs.get(f"rlpipe-{m}-offload-candidate")
+    if ov and cand:
+        print(f"{m}: candidate / overlap: train {tps(cand, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(cand) / step_tps(ov):.2f}x")
     if ov and sy:
         print(f"{m}: overlap / sync: train {tps(ov, 'train') / tps(sy, 'train'):.2f}x, ref+train {step_tps(ov) / step_tps(sy):.2f}x")
     if ov and peer:
