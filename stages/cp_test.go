@@ -159,7 +159,7 @@ func TestContextParallel(t *testing.T) {
 }
 
 // compareTensors checks every tensor of got against want: each element
-// within tol of the tensor's largest magnitude.
+// within tol of the tensor's largest magnitude (tol 0: equal).
 func compareTensors(t *testing.T, what string, got, want map[string][]float32, tol float64) {
 	t.Helper()
 	if len(got) != len(want) || len(want) == 0 {
@@ -179,7 +179,7 @@ func compareTensors(t *testing.T, what string, got, want map[string][]float32, t
 			worst = max(worst, math.Abs(float64(g[k]-w[k]))/math.Max(scale, 1e-12))
 		}
 		if worst > tol {
-			t.Errorf("%s %s differs from cp 1 by up to %.3g", what, name, worst)
+			t.Errorf("%s %s differs by up to %.3g of its largest magnitude", what, name, worst)
 		}
 	}
 }

@@ -386,14 +386,10 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	if opts.DeviceMemory != nil {
 		r.deviceMemory = func() (int64, bool) { return opts.DeviceMemory(id) }
 	}
-	threads := opts.Threads
-	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
-	}
-	r.Host = cpu.NewWithThreads(threads)
+	r.Host = cpu.NewWithThreads(opts.Threads) // Run set it
 	// The host AdamW that goes on in the background leaves a core to the
 	// goroutine that issues the device's work.
-	r.hostBackground = cpu.NewWithThreads(max(1, threads-1))
+	r.hostBackground = cpu.NewWithThreads(max(1, opts.Threads-1))
 	r.syncHostOptimizer = opts.SyncHostOptimizer
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)
