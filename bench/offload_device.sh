@@ -11,6 +11,8 @@
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
 # Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560),
+# OFFLOAD_RUNS (the runs to make per model, of "overlap sync peer resident";
+# all four by default),
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
 # from a branch: its overlapped offload run is added to each model's rows).
 # JSON, logs (tarred) and summary.md to $OUT.
@@ -20,6 +22,8 @@ OUT=${OUT:-/tmp/offload-out}
 mkdir -p "$OUT/logs"
 MODELS=${OFFLOAD_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 BUDGET=${OFFLOAD_BUDGET_S:-560}
+RUNS=" ${OFFLOAD_RUNS:-overlap sync peer resident} "
+want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
@@ -28,14 +32,14 @@ nproc >"$OUT/logs/host.txt"
 free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	want overlap && budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
 	if [[ -n ${OFFLOAD_CANDIDATE:-} ]]; then
 		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
 	fi
-	budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
-	budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
-		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"
-	budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
+	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
+	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
+		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
+	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
 import glob, json, os, sys
@@ -81,4 +85,5 @@ for m in models:
         print(f"{m}: resident / offloaded (overlap): train {tps(res, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(res) / step_tps(ov):.2f}x")
 PY
 cat "$OUT/summary.md"
-(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
+# At most 8 files come back from a device call: the JSON goes in a tarball.
+(cd "$OUT" && tar czf logs.tgz logs ./*.json && rm -rf logs ./*.json)

@@ -33,6 +33,43 @@ const (
 // kernels (tests and timing probes compare the two paths).
 var attnSIMTOnly bool
 
+// attnNoWgmma makes the tensor-core path use the mma.sync kernels (k_fa_*)
+// on Hopper too, instead of the wgmma ones (k_wg_*), for tests and timing
+// probes that compare the two.
+var attnNoWgmma bool
+
+// wgBN is the keys per tile of the wgmma forward (WG_BN in
+// kernels/attention.cu); its dq and dk/dv kernels use 64-row tiles.
+const wgBN = 128
+
+// wgSmem returns the dynamic shared memory of the wgmma kernel op ("fwd",
+// "dq" or "dkv") at head dim d: its swizzled tiles (64 rows of d 16-bit
+// elements each, the forward's K and V wgBN rows), the dk/dv kernel's
+// per-row lse, delta and sequence start of two query tiles, and 1 KB to
+// align the tiles to 1024 bytes.
+func wgSmem(op string, d int) int {
+	tile := 64 * d * 2
+	switch op {
+	case "fwd":
+		return tile + 2*wgBN*d*2 + 1024
+	case "dq":
+		return 4*tile + 1024
+	default:
+		return 6*tile + 3*2*64*4 + 1024
+	}
+}
+
+// tensorCoreKernel returns the name of tensor-core kernel op for suffix sfx
+// (faSuffix) on this device: k_wg_<op>_<sfx> on Hopper, k_fa_<op>_<sfx>
+// elsewhere or under attnNoWgmma; and its shared memory, fa the mma.sync
+// kernel's.
+func (b *Backend) tensorCoreKernel(op, sfx string, d, fa int) (string, int) {
+	if b.d.info.Hopper() && !attnNoWgmma {
+		return "k_wg_" + op + "_" + sfx, wgSmem(op, d)
+	}
+	return "k_fa_" + op + "_" + sfx, fa
+}
+
 // faSuffix returns the "<dtype>_<D>" suffix of the tensor-core kernels that
 // handle a call whose head dim is d and whose tensors (16-bit operands and
 // results) are ts at device addresses as, or "" when the SIMT kernels must
@@ -149,8 +186,9 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	}
 	d := a.d
 	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" {
-		return b.issue(b.checkCu(a), launch{name: "k_fa_fwd_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1,
-			bx: 128, by: 1, bz: 1, smem: 3 * faTile(d),
+		name, smem := b.tensorCoreKernel("fwd", sfx, d, 3*faTile(d))
+		return b.issue(b.checkCu(a), launch{name: name, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1,
+			bx: 128, by: 1, bz: 1, smem: smem,
 			args: new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)})
 	}
 	smem := 4 * (attBK*(d+1) + attBK*d + attFBQ*d)
@@ -190,14 +228,15 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		common := func(l *kargs) *kargs {
 			return l.u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)
 		}
+		dkv, dkvSmem := b.tensorCoreKernel("dkv", sfx, d, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4)
+		dqk, dqSmem := b.tensorCoreKernel("dq", sfx, d, 4*faTile(d))
 		return b.issue(b.checkCu(a),
 			launch{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
 				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
-			launch{name: "k_fa_dkv_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hkv), gz: 1, bx: 128, by: 1, bz: 1,
-				smem: 2*faTile(d) + 4*faBN*(d+8)*2 + 2*faBN*3*4,
-				args: common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))},
-			launch{name: "k_fa_dq_" + sfx, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1, bx: 128, by: 1, bz: 1,
-				smem: 4 * faTile(d), args: common(new(kargs).u64(as[0]).u64(as[3]))})
+			launch{name: dkv, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hkv), gz: 1, bx: 128, by: 1, bz: 1,
+				smem: dkvSmem, args: common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))},
+			launch{name: dqk, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1, bx: 128, by: 1, bz: 1,
+				smem: dqSmem, args: common(new(kargs).u64(as[0]).u64(as[3]))})
 	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
 	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 4*attKBQ)

@@ -12,10 +12,30 @@ import (
 // TestAttentionTensorCore checks the tensor-core attention kernels (bf16
 // and f16, head dims 64 and 128) against the CPU backend on long packed
 // sequences whose boundaries fall inside 64-row tiles, with grouped-query
-// and plain multi-head layouts. Outputs are poisoned before each run, so an
-// unwritten element fails. It also checks that the backward is
-// deterministic (two runs agree bit for bit).
+// and plain multi-head layouts: on Hopper both the wgmma kernels (the
+// default there) and the mma.sync ones, elsewhere the mma.sync ones.
+// Outputs are poisoned before each run, so an unwritten element fails. It
+// also checks that the backward is deterministic (two runs agree bit for
+// bit).
 func TestAttentionTensorCore(t *testing.T) {
+	paths := []bool{true}
+	if e := newEnv(t); e.g.d.info.Hopper() {
+		paths = []bool{false, true}
+	}
+	for _, noWgmma := range paths {
+		name := "wgmma"
+		if noWgmma {
+			name = "mma.sync"
+		}
+		t.Run(name, func(t *testing.T) {
+			attnNoWgmma = noWgmma
+			defer func() { attnNoWgmma = false }()
+			testAttentionTensorCore(t)
+		})
+	}
+}
+
+func testAttentionTensorCore(t *testing.T) {
 	const tolLSE = 1e-3
 	for _, cfg := range []struct {
 		dt         gpu.DType
@@ -29,6 +49,8 @@ func TestAttentionTensorCore(t *testing.T) {
 		{gpu.BF16, []int{63, 1, 65, 130, 0, 200, 3}, 6, 3, 64},
 		{gpu.F16, []int{5, 700, 1300}, 12, 2, 128},
 		{gpu.F16, []int{70, 0, 129, 5}, 4, 4, 64},
+		{gpu.BF16, []int{2048, 1000, 24}, 12, 2, 128},
+		{gpu.BF16, []int{1, 127, 128, 129, 257}, 14, 2, 64},
 	} {
 		name := fmt.Sprintf("tc attention %v seqs%v hq%d hkv%d d%d", cfg.dt, cfg.lens, cfg.hq, cfg.hkv, cfg.d)
 		t.Run(name, func(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 )
 
 // TestKernelsCompile compiles every embedded kernel module with NVRTC for
-// sm_80 and sm_90 (no driver or GPU needed, only libnvrtc). It skips when
+// sm_80, sm_90 and sm_90a (no driver or GPU needed, only libnvrtc). It skips when
 // NVRTC cannot be loaded, as on machines without the CUDA toolkit.
 func TestKernelsCompile(t *testing.T) {
 	if err := load(libNVRTC); err != nil {
 		t.Skipf("nvrtc not available, kernel compilation not checked: %v", err)
 	}
-	for _, arch := range []string{"sm_80", "sm_90"} {
+	for _, arch := range []string{"sm_80", "sm_90", "sm_90a"} {
 		mods, err := modules()
 		if err != nil {
 			t.Fatal(err)

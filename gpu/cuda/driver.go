@@ -77,8 +77,19 @@ type DeviceInfo struct {
 	MemoryBytes int64
 }
 
-// Arch returns the NVRTC architecture name, e.g. "sm_90".
-func (d DeviceInfo) Arch() string { return fmt.Sprintf("sm_%d%d", d.CCMajor, d.CCMinor) }
+// Arch returns the NVRTC architecture name, e.g. "sm_86"; for compute
+// capability 9.0 (H100, H200) "sm_90a", the target with the Hopper-only
+// instructions (wgmma) that the attention kernels use.
+func (d DeviceInfo) Arch() string {
+	if d.Hopper() {
+		return "sm_90a"
+	}
+	return fmt.Sprintf("sm_%d%d", d.CCMajor, d.CCMinor)
+}
+
+// Hopper reports whether the device is compute capability 9.0, where the
+// kernels are built for sm_90a and attention runs on wgmma.
+func (d DeviceInfo) Hopper() bool { return d.CCMajor == 9 && d.CCMinor == 0 }
 
 // deviceInfo queries device ordinal i (no context needed).
 func deviceInfo(i int) (DeviceInfo, C.CUdevice, error) {

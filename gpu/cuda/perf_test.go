@@ -15,6 +15,9 @@ import (
 //
 //	go test -run '^$' -bench Ops -benchtime 5x ./gpu/cuda
 //
+// On Hopper the attention rows time the wgmma kernels, and the rows marked
+// mma.sync the kernels other GPUs run.
+//
 // RLPIPE_CUDA_SCALAR=1 times the scalar elementwise and row kernels instead
 // of the 8-wide ones. Without a driver it skips.
 func BenchmarkOps(bb *testing.B) {
@@ -137,6 +140,13 @@ func BenchmarkOps(bb *testing.B) {
 			return f()
 		}
 	}
+	mmaSync := func(f func() error) func() error {
+		return func() error {
+			attnNoWgmma = true
+			defer func() { attnNoWgmma = false }()
+			return f()
+		}
+	}
 	fwd8 := func(a attn8, scale float32) func() error {
 		return func() error { return b.Attention(a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
 	}
@@ -160,6 +170,10 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention bwd 8x2048 h12/2 d128", 2.5 * flops8(Hq, D), 0, bwd8(a128, 0.088)},
 		{"attention fwd 8x2048 h14/2 d64", flops8(14, 64), 0, fwd8(a64, 0.125)},
 		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},
+		{"attention fwd 8x2048 h12/2 d128 mma.sync", flops8(Hq, D), 0, mmaSync(fwd8(a128, 0.088))},
+		{"attention bwd 8x2048 h12/2 d128 mma.sync", 2.5 * flops8(Hq, D), 0, mmaSync(bwd8(a128, 0.088))},
+		{"attention fwd 8x2048 h14/2 d64 mma.sync", flops8(14, 64), 0, mmaSync(fwd8(a64, 0.125))},
+		{"attention bwd 8x2048 h14/2 d64 mma.sync", 2.5 * flops8(14, 64), 0, mmaSync(bwd8(a64, 0.125))},
 		{"logprobs fwd 1024x151936 bf16 +entropy", 2 * C * V * H, 0, func() error {
 			return b.LogProbs(logp, ent, hc, wv, tg, 1, false, logits)
 		}},

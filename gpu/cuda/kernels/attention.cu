@@ -637,6 +637,110 @@ __device__ __forceinline__ float fa_delta(const u16* dq, int i, int hq, int h) {
   return *(const float*)(dq + ((i64)i * hq + h) * D);
 }
 
+// fa_frag packs the 16-bit A fragment of k-step kk (columns 16kk..16kk+15)
+// from fp32 accumulator fragments s[NT][4] (C layout of m16n8k16, which is
+// also the per-warp layout of a wgmma accumulator).
+template <bool F16>
+__device__ __forceinline__ void fa_frag(float (*s)[4], int kk, u32* a) {
+  a[0] = fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]);
+  a[1] = fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  a[3] = fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// fa_softmax turns a tile of scores s[NT][4] (keys j0.., rows ia and ib =
+// ia+8 of this lane, which see keys [sta, ia] and [stb, ib]) into
+// probabilities 2^(x − m) with x = s·sl2, masking when need is set, and
+// updates the running maxima ma, mb and sums la, lb (per lane; summed over
+// the quad at the end). It returns in ca, cb the factors the output rows
+// must be scaled by.
+template <int NT>
+__device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int c, int sta, int ia, int stb, int ib,
+                                           float sl2, float& ma, float& mb, float& la, float& lb, float& ca,
+                                           float& cb) {
+  float mxa = -F_INF, mxb = -F_INF;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = s[nt][e] * sl2;
+      if (need) {
+        int j = j0 + nt * 8 + 2 * c + (e & 1);
+        bool ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
+        if (!ok) x = -F_INF;
+      }
+      s[nt][e] = x;
+    }
+    mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
+    mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
+  }
+  mxa = fa_quad_max(mxa);
+  mxb = fa_quad_max(mxb);
+  float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+  float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
+  ca = fa_exp2(ma - ba);
+  cb = fa_exp2(mb - bb);
+  ma = mna;
+  mb = mnb;
+  float ra = 0.0f, rb = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    s[nt][0] = fa_exp2(s[nt][0] - ba);
+    s[nt][1] = fa_exp2(s[nt][1] - ba);
+    s[nt][2] = fa_exp2(s[nt][2] - bb);
+    s[nt][3] = fa_exp2(s[nt][3] - bb);
+    ra += s[nt][0] + s[nt][1];
+    rb += s[nt][2] + s[nt][3];
+  }
+  la = la * ca + ra;
+  lb = lb * cb + rb;
+}
+
+// fa_ds_rows turns scores s and dP = dout·Vᵀ (rows ia, ib of this lane are
+// queries with lse·log2(e) La, Lb and delta Da, Db; columns are keys j0..)
+// into dS = P∘(dP − delta) in s, masking when need is set.
+template <int NT>
+__device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool need, int j0, int c, int sta, int ia,
+                                           int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      bool ok = true;
+      if (need) {
+        int j = j0 + nt * 8 + 2 * c + (e & 1);
+        ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
+      }
+      float L = e < 2 ? La : Lb, Dl = e < 2 ? Da : Db;
+      float p = ok ? fa_exp2(s[nt][e] * sl2 - L) : 0.0f;
+      s[nt][e] = p * (dp[nt][e] - Dl);
+    }
+  }
+}
+
+// fa_ds_cols is fa_ds_rows transposed (the dk/dv kernels): rows ja, jb of
+// this lane are keys, columns queries i0.. with lse·log2(e) L[], delta Dl[]
+// and sequence starts St[] (per column). It leaves Pᵀ in s and dSᵀ in dp.
+template <int NT>
+__device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int c, int ja, int jb,
+                                           const float* L, const float* Dl, const int* St, float sl2) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int ci = nt * 8 + 2 * c + (e & 1);
+      bool ok = true;
+      if (need) {
+        int i = i0 + ci, j = e < 2 ? ja : jb;
+        ok = j <= i && j >= St[ci];
+      }
+      float p = ok ? fa_exp2(s[nt][e] * sl2 - L[ci]) : 0.0f;
+      s[nt][e] = p;
+      dp[nt][e] = p * (dp[nt][e] - Dl[ci]);
+    }
+  }
+}
+
 // fa_fwd: CTA = 64 query rows [q0, q0+64) of head blockIdx.y; warp w owns
 // rows 16w..16w+15 and keeps its Q fragments in registers. Key tiles run
 // from the start of the first row's sequence to the last row; scores of
@@ -706,41 +810,8 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
         }
       }
       bool need = j0 + FA_BK - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-      float mxa = -F_INF, mxb = -F_INF;
-#pragma unroll
-      for (int nt = 0; nt < FA_BK / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float x = s[nt][e] * sl2;
-          if (need) {
-            int j = j0 + nt * 8 + 2 * c + (e & 1);
-            bool ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
-            if (!ok) x = -F_INF;
-          }
-          s[nt][e] = x;
-        }
-        mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
-        mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
-      }
-      mxa = fa_quad_max(mxa);
-      mxb = fa_quad_max(mxb);
-      float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-      float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
-      float ca = fa_exp2(ma - ba), cb = fa_exp2(mb - bb);
-      ma = mna;
-      mb = mnb;
-      float ra = 0.0f, rb = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < FA_BK / 8; nt++) {
-        s[nt][0] = fa_exp2(s[nt][0] - ba);
-        s[nt][1] = fa_exp2(s[nt][1] - ba);
-        s[nt][2] = fa_exp2(s[nt][2] - bb);
-        s[nt][3] = fa_exp2(s[nt][3] - bb);
-        ra += s[nt][0] + s[nt][1];
-        rb += s[nt][2] + s[nt][3];
-      }
-      la = la * ca + ra;
-      lb = lb * cb + rb;
+      float ca, cb;
+      fa_softmax<FA_BK / 8>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
 #pragma unroll
       for (int dt = 0; dt < ND; dt++) {
         o[dt][0] *= ca;
@@ -759,9 +830,8 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
     if (!skip) {
 #pragma unroll
       for (int kk = 0; kk < FA_BK / 16; kk++) {
-        u32 a[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
-                    fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                    fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        u32 a[4];
+        fa_frag<F16>(s, kk, a);
 #pragma unroll
         for (int dp = 0; dp < ND / 2; dp++) {
           u32 b[4];
@@ -889,20 +959,7 @@ __device__ __forceinline__ void fa_bwd_dq(u16* dq, const u16* dout, const float*
         }
       }
       bool need = j0 + FA_BK - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-#pragma unroll
-      for (int nt = 0; nt < FA_BK / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          bool ok = true;
-          if (need) {
-            int j = j0 + nt * 8 + 2 * c + (e & 1);
-            ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
-          }
-          float L = e < 2 ? La : Lb, Dl = e < 2 ? Da : Db;
-          float p = ok ? fa_exp2(s[nt][e] * sl2 - L) : 0.0f;
-          s[nt][e] = p * (dp[nt][e] - Dl);
-        }
-      }
+      fa_ds_rows<FA_BK / 8>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
     }
     // Every warp is done with V(n): load V(n+1).
     __syncthreads();
@@ -913,9 +970,8 @@ __device__ __forceinline__ void fa_bwd_dq(u16* dq, const u16* dout, const float*
     if (!skip) {
 #pragma unroll
       for (int kk = 0; kk < FA_BK / 16; kk++) {
-        u32 a[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
-                    fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                    fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        u32 a[4];
+        fa_frag<F16>(s, kk, a);
 #pragma unroll
         for (int dq2 = 0; dq2 < ND / 2; dq2++) {
           u32 b[4];
@@ -1034,29 +1090,12 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
         }
       }
       bool need = i0 < kw0 + 15 || St[BN - 1] > kw0 || i0 + BN > t;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int ci = nt * 8 + 2 * c + (e & 1);
-          bool ok = true;
-          if (need) {
-            int i = i0 + ci, j = e < 2 ? ja : jb;
-            ok = j <= i && j >= St[ci];
-          }
-          float p = ok ? fa_exp2(s[nt][e] * sl2 - L[ci]) : 0.0f;
-          s[nt][e] = p;
-          dp[nt][e] = p * (dp[nt][e] - Dl[ci]);
-        }
-      }
+      fa_ds_cols<BN / 8>(s, dp, need, i0, c, ja, jb, L, Dl, St, sl2);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) {
-        u32 ap[4] = {fa_pack<F16>(s[2 * kk][0], s[2 * kk][1]), fa_pack<F16>(s[2 * kk][2], s[2 * kk][3]),
-                     fa_pack<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                     fa_pack<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        u32 ad[4] = {fa_pack<F16>(dp[2 * kk][0], dp[2 * kk][1]), fa_pack<F16>(dp[2 * kk][2], dp[2 * kk][3]),
-                     fa_pack<F16>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                     fa_pack<F16>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        u32 ap[4], ad[4];
+        fa_frag<F16>(s, kk, ap);
+        fa_frag<F16>(dp, kk, ad);
 #pragma unroll
         for (int d2 = 0; d2 < ND / 2; d2++) {
           u32 bb[4];
@@ -1078,6 +1117,484 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
   __syncwarp();
   fa_store_rows<D>(dk, Ks, warp, kw0, t, hkv, hk);
   fa_store_rows<D>(dv, Vs, warp, kw0, t, hkv, hk);
+}
+
+// ---------------------------------------------------------------------------
+// Hopper tensor-core attention (sm_90a): the three kernels above, ported to
+// wgmma. A CTA is one warpgroup (128 threads, warp w owning rows 16w..16w+15
+// of the 64-row tile, as above), so the tiling, masking and softmax are the
+// same; the products are issued as warpgroup MMAs m64nNk16 reading their B
+// operand (and, for QKᵀ-like products, their A operand) straight from shared
+// memory, with fp32 accumulators in registers whose per-warp layout is the
+// m16n8k16 C layout (s[NT][4] above).
+//
+// Shared tiles use the 128-byte swizzle of the wgmma descriptors: a tile of
+// R rows of D 16-bit elements is D/64 column blocks ("atoms") of R rows of
+// 128 bytes, atom a at a·R·128 bytes, and 16-byte chunk c of a row r of an
+// atom sits at r·128 + ((c ^ (r mod 8))·16). Tiles start 1024-byte aligned.
+// One tile serves as a K-major operand (rows are M or N, the head dim is K:
+// Q, K, dout and V in QKᵀ-like products) and as an MN-major one (rows are
+// K, the head dim is N: V in PV, K in dS·K, Q and dout in the dk/dv sums).
+// Data arrive through cp.async (fa_cp16), which writes through the generic
+// proxy: each thread fences it for the async proxy before the barrier that
+// publishes a tile to the tensor cores.
+// ---------------------------------------------------------------------------
+
+#define WG_BN 128  // keys per tile in the forward
+
+typedef unsigned long long u64;
+
+// wg_desc is the wgmma shared-memory descriptor of the operand at shared
+// address addr with the 128-byte swizzle: leading byte offset lbo (between
+// 64-element blocks along N of an MN-major operand; unused for K-major),
+// stride byte offset 1024 (between 8-row groups).
+__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo) {
+  return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+// wg_kmajor is the descriptor of k-step kk (16 elements of the head dim) of
+// a K-major tile of R rows at base.
+template <int R>
+__device__ __forceinline__ u64 wg_kmajor(u32 base, int kk) {
+  return wg_desc(base + (u32)((kk >> 2) * R * 128 + (kk & 3) * 32), 16);
+}
+// wg_mnmajor is the descriptor of k-step kk (rows 16kk..16kk+15) of an
+// MN-major tile of R rows at base.
+template <int R>
+__device__ __forceinline__ u64 wg_mnmajor(u32 base, int kk) {
+  return wg_desc(base + (u32)(kk * 16 * 128), R * 128);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// wg_hold keeps the compiler from moving accesses of accumulator registers
+// across the asynchronous MMAs that write them.
+template <int NT>
+__device__ __forceinline__ void wg_hold(float (*d)[4]) {
+#pragma unroll
+  for (int i = 0; i < NT; i++) asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+}
+// wg_publish makes this thread's finished cp.async writes visible to the
+// tensor cores' (async proxy) reads after the next barrier.
+__device__ __forceinline__ void wg_publish() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// BEGIN wgmma wrappers (generated by kernels/gen/wgmma.py; do not edit)
+template <bool F16, int TB>
+__device__ __forceinline__ void wg_ss64(float* d, u64 a, u64 b, int acc) {
+  if (F16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  }
+}
+template <bool F16, int TB>
+__device__ __forceinline__ void wg_ss128(float* d, u64 a, u64 b, int acc) {
+  if (F16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  }
+}
+template <bool F16, int TB>
+__device__ __forceinline__ void wg_rs64(float* d, const u32* a, u64 b, int acc) {
+  if (F16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  }
+}
+template <bool F16, int TB>
+__device__ __forceinline__ void wg_rs128(float* d, const u32* a, u64 b, int acc) {
+  if (F16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc), "n"(TB)
+        : "memory");
+  }
+}
+// END wgmma wrappers
+
+// wg_ss issues d (+)= A·B over the head dim (D/16 k-steps) for two K-major
+// tiles: A of 64 rows at a, B of N rows at b. Zeroes d first.
+template <int D, int N, bool F16>
+__device__ __forceinline__ void wg_ss(float (*d)[4], u32 a, u32 b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    if constexpr (N == 64) wg_ss64<F16, 0>(&d[0][0], wg_kmajor<64>(a, kk), wg_kmajor<N>(b, kk), kk);
+    else wg_ss128<F16, 0>(&d[0][0], wg_kmajor<64>(a, kk), wg_kmajor<N>(b, kk), kk);
+  }
+}
+// wg_rs issues d += P·B for P (64 x K) in packed 16-bit A fragments
+// a[K/16][4] (fa_frag) and B the MN-major tile of K rows (and D columns) at
+// b. The fragments must be written before the wg_fence that precedes this.
+template <int D, int K, bool F16>
+__device__ __forceinline__ void wg_rs(float (*d)[4], u32 (*a)[4], u32 b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) {
+    if constexpr (D == 64) wg_rs64<F16, 1>(&d[0][0], a[kk], wg_mnmajor<K>(b, kk), 1);
+    else wg_rs128<F16, 1>(&d[0][0], a[kk], wg_mnmajor<K>(b, kk), 1);
+  }
+}
+// wg_pack packs fp32 fragments p[K/8][4] into A fragments a[K/16][4].
+template <int K, bool F16>
+__device__ __forceinline__ void wg_pack(float (*p)[4], u32 (*a)[4]) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) fa_frag<F16>(p, kk, a[kk]);
+}
+
+// wg_load issues cp.async for rows [r0, r0+N) of head h of a [T,H,D]
+// tensor into the swizzled tile at shared address base, zero-filling rows
+// outside [0,t).
+template <int D, int N>
+__device__ __forceinline__ void wg_load(u32 base, const u16* src, int r0, int t, int heads, int h) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int e = threadIdx.x; e < N * CH; e += 128) {
+    int r = e / CH, c = e - r * CH, i = r0 + r;
+    bool ok = i >= 0 && i < t;
+    const u16* p = ok ? src + ((i64)i * heads + h) * D + c * 8 : src;
+    fa_cp16(base + (u32)((c >> 3) * N * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4)), p, ok);
+  }
+}
+
+// wg_smem returns the 1024-byte aligned start of dynamic shared memory (the
+// host asks for 1 KB more than the tiles need) as a generic pointer and as
+// a shared address.
+__device__ __forceinline__ u16* wg_smem(u32& base) {
+  extern __shared__ __align__(1024) u16 wg_sm[];
+  u32 raw = fa_smem(wg_sm);
+  base = (raw + 1023u) & ~1023u;
+  return wg_sm + (base - raw) / 2;
+}
+
+// wg_fwd: as fa_fwd, with WG_BN keys per tile. K and V have one buffer each
+// (Q 64 rows, K and V WG_BN rows): the load of V overlaps QKᵀ and the
+// softmax, the load of the next K overlaps PV. Every key tile is seen by
+// some row of the CTA, so none is skipped.
+template <int D, bool F16>
+__device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu,
+                                       int ns1, int t, int hq, int hkv, float scale) {
+  constexpr int ND = D / 8, NT = WG_BN / 8;
+  u32 Qs;
+  u16* sm = wg_smem(Qs);
+  u32 Ks = Qs + 64 * D * 2, Vs = Ks + WG_BN * D * 2;
+  int h = blockIdx.y, hk = h / (hq / hkv);
+  int q0 = (gridDim.x - 1 - blockIdx.x) * 64;  // heavy (late) tiles start first
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int qlast = min(q0 + 63, t - 1);
+  int kmin = seq_start(cu, ns1, q0);
+  int ntiles = (qlast - kmin) / WG_BN + 1;
+  wg_load<D, 64>(Qs, q, q0, t, hq, h);
+  wg_load<D, WG_BN>(Ks, k, kmin, t, hkv, hk);
+  fa_commit();
+  wg_load<D, WG_BN>(Vs, v, kmin, t, hkv, hk);
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;
+  int wi1 = min(wi0 + 15, t - 1);
+  int ia = wi0 + g, ib = ia + 8;
+  int sta = ia < t ? seq_start(cu, ns1, ia) : t;
+  int stb = ib < t ? seq_start(cu, ns1, ib) : t;
+  int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  float sl2 = scale * FA_LOG2E;
+
+  float o[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
+
+  for (int n = 0; n < ntiles; n++) {
+    int j0 = kmin + n * WG_BN;
+    fa_wait<1>();  // Q and K(n)
+    wg_publish();
+    __syncthreads();
+    float s[NT][4];
+    wg_fence();
+    wg_ss<D, WG_BN, F16>(s, Qs, Ks);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<NT>(s);
+    bool need = j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+    float ca, cb;
+    fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
+#pragma unroll
+    for (int dt = 0; dt < ND; dt++) {
+      o[dt][0] *= ca;
+      o[dt][1] *= ca;
+      o[dt][2] *= cb;
+      o[dt][3] *= cb;
+    }
+    fa_wait<0>();  // V(n)
+    wg_publish();
+    __syncthreads();  // and every warp is done with K(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, WG_BN>(Ks, k, j0 + WG_BN, t, hkv, hk);
+      fa_commit();
+    }
+    u32 pf[NT / 2][4];
+    wg_pack<WG_BN, F16>(s, pf);
+    wg_hold<ND>(o);
+    wg_fence();
+    wg_rs<D, WG_BN, F16>(o, pf, Vs);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<ND>(o);
+    __syncthreads();  // every warp is done with V(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, WG_BN>(Vs, v, j0 + WG_BN, t, hkv, hk);
+      fa_commit();
+    }
+  }
+  la = fa_quad_sum(la);
+  lb = fa_quad_sum(lb);
+  // Stage the rows in the K buffer (free now) with fa_stage's padded layout.
+  u16* st = sm + 64 * D;
+  fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
+  __syncwarp();
+  fa_store_rows<D>(out, st, warp, wi0, t, hq, h);
+  if (c == 0) {
+    if (ia < t) lse[(i64)h * t + ia] = (ma + log2f(la)) * FA_LN2;
+    if (ib < t) lse[(i64)h * t + ib] = (mb + log2f(lb)) * FA_LN2;
+  }
+}
+
+// wg_dq: as fa_bwd_dq (64-key tiles). Shared: Q, dout, K, V (64 rows each).
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
+                                      const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = 64 * D * 2;
+  u32 Qs;
+  u16* sm = wg_smem(Qs);
+  u32 Gs = Qs + TILE, Ks = Gs + TILE, Vs = Ks + TILE;
+  int h = blockIdx.y, hk = h / (hq / hkv);
+  int q0 = (gridDim.x - 1 - blockIdx.x) * 64;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int qlast = min(q0 + 63, t - 1);
+  int kmin = seq_start(cu, ns1, q0);
+  int ntiles = (qlast - kmin) / BN + 1;
+  wg_load<D, 64>(Qs, q, q0, t, hq, h);
+  wg_load<D, 64>(Gs, dout, q0, t, hq, h);
+  wg_load<D, BN>(Ks, k, kmin, t, hkv, hk);
+  wg_load<D, BN>(Vs, v, kmin, t, hkv, hk);
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;
+  int wi1 = min(wi0 + 15, t - 1);
+  int ia = wi0 + g, ib = ia + 8;
+  int sta = ia < t ? seq_start(cu, ns1, ia) : t;
+  int stb = ib < t ? seq_start(cu, ns1, ib) : t;
+  int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  float sl2 = scale * FA_LOG2E;
+  float La = ia < t ? lse[(i64)h * t + ia] * FA_LOG2E : 0.0f;
+  float Lb = ib < t ? lse[(i64)h * t + ib] * FA_LOG2E : 0.0f;
+  float Da = ia < t ? fa_delta<D>(dq, ia, hq, h) : 0.0f;
+  float Db = ib < t ? fa_delta<D>(dq, ib, hq, h) : 0.0f;
+
+  float acc[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+
+  for (int n = 0; n < ntiles; n++) {
+    int j0 = kmin + n * BN;
+    fa_wait<0>();  // K(n) and V(n)
+    wg_publish();
+    __syncthreads();
+    float s[NT][4], dp[NT][4];
+    wg_fence();
+    wg_ss<D, BN, F16>(s, Qs, Ks);
+    wg_ss<D, BN, F16>(dp, Gs, Vs);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<NT>(s);
+    wg_hold<NT>(dp);
+    bool need = j0 + BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+    fa_ds_rows<NT>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
+    __syncthreads();  // every warp is done with V(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, BN>(Vs, v, j0 + BN, t, hkv, hk);
+      fa_commit();
+    }
+    u32 pf[NT / 2][4];
+    wg_pack<BN, F16>(s, pf);
+    wg_hold<ND>(acc);
+    wg_fence();
+    wg_rs<D, BN, F16>(acc, pf, Ks);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<ND>(acc);
+    __syncthreads();  // every warp is done with K(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, BN>(Ks, k, j0 + BN, t, hkv, hk);
+      fa_commit();
+    }
+  }
+  // Stage the rows in the K and V buffers (free now, 2 tiles ≥ 64·(D+8)).
+  u16* st = sm + 2 * 64 * D;
+  fa_stage<D, F16>(st, warp, acc, scale, scale);
+  __syncwarp();
+  fa_store_rows<D>(dq, st, warp, wi0, t, hq, h);
+}
+
+// wg_dkv: as fa_bwd_dkv with 64-row query tiles. Shared: K, V (64 rows),
+// two buffers each of Q and dout (64 rows), then per buffer 64 lse·log2(e),
+// deltas and sequence starts.
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
+                                       const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
+                                       float scale) {
+  constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = 64 * D * 2;
+  u32 Ks;
+  u16* sm = wg_smem(Ks);
+  u32 Vs = Ks + TILE, Qs = Vs + TILE, Gs = Qs + 2 * TILE;
+  float* Ls = (float*)(sm + 6 * TILE / 2);
+  float* Ds = Ls + 2 * BN;
+  int* Ss = (int*)(Ds + 2 * BN);
+  int hk = blockIdx.y, group = hq / hkv;
+  int k0 = blockIdx.x * 64;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int klast = min(k0 + 63, t - 1);
+  int qend = seq_end(cu, ns1, klast, t);
+  int nqt = (qend - k0 + BN - 1) / BN;
+  int total = group * nqt;
+
+  wg_load<D, 64>(Ks, k, k0, t, hkv, hk);
+  wg_load<D, 64>(Vs, v, k0, t, hkv, hk);
+  auto stage = [&](int n, int b) {
+    int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
+    wg_load<D, BN>(Qs + b * TILE, q, i0, t, hq, h);
+    wg_load<D, BN>(Gs + b * TILE, dout, i0, t, hq, h);
+    if (threadIdx.x < BN) {
+      int i = i0 + threadIdx.x;
+      bool ok = i < t;
+      Ls[b * BN + threadIdx.x] = ok ? lse[(i64)h * t + i] * FA_LOG2E : 0.0f;
+      Ds[b * BN + threadIdx.x] = ok ? fa_delta<D>(dq, i, hq, h) : 0.0f;
+      Ss[b * BN + threadIdx.x] = ok ? seq_start(cu, ns1, i) : t;
+    }
+  };
+  stage(0, 0);
+  fa_commit();
+
+  int kw0 = k0 + warp * 16;
+  int ja = kw0 + g, jb = ja + 8;
+  float sl2 = scale * FA_LOG2E;
+  float dka[ND][4], dva[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) {
+    dka[dt][0] = dka[dt][1] = dka[dt][2] = dka[dt][3] = 0.0f;
+    dva[dt][0] = dva[dt][1] = dva[dt][2] = dva[dt][3] = 0.0f;
+  }
+
+  for (int n = 0; n < total; n++) {
+    int b = n & 1;
+    int i0 = k0 + (n % nqt) * BN;
+    if (n + 1 < total) {
+      stage(n + 1, b ^ 1);
+      fa_commit();
+      fa_wait<1>();
+    } else {
+      fa_wait<0>();
+    }
+    wg_publish();
+    __syncthreads();
+    const float* L = Ls + b * BN;
+    const float* Dl = Ds + b * BN;
+    const int* St = Ss + b * BN;
+    // The whole CTA skips a query tile that no key of the block is seen by.
+    bool skip = k0 >= t || i0 + BN - 1 < k0 || St[0] > klast;
+    if (!skip) {
+      u32 qb = Qs + b * TILE, gb = Gs + b * TILE;
+      float s[NT][4], dp[NT][4];
+      wg_fence();
+      wg_ss<D, BN, F16>(s, Ks, qb);
+      wg_ss<D, BN, F16>(dp, Vs, gb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<NT>(s);
+      wg_hold<NT>(dp);
+      bool need = i0 < kw0 + 15 || St[BN - 1] > kw0 || i0 + BN > t;
+      fa_ds_cols<NT>(s, dp, need, i0, c, ja, jb, L, Dl, St, sl2);
+      u32 ap[NT / 2][4], ad[NT / 2][4];
+      wg_pack<BN, F16>(s, ap);
+      wg_pack<BN, F16>(dp, ad);
+      wg_hold<ND>(dva);
+      wg_hold<ND>(dka);
+      wg_fence();
+      wg_rs<D, BN, F16>(dva, ap, gb);
+      wg_rs<D, BN, F16>(dka, ad, qb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<ND>(dva);
+      wg_hold<ND>(dka);
+    }
+    __syncthreads();
+  }
+  // Stage dK in the Q buffers and dV in the dout buffers (free now).
+  u16* sk = sm + 2 * TILE / 2;
+  u16* sv = sm + 4 * TILE / 2;
+  fa_stage<D, F16>(sk, warp, dka, scale, scale);
+  fa_stage<D, F16>(sv, warp, dva, 1.0f, 1.0f);
+  __syncwarp();
+  fa_store_rows<D>(dk, sk, warp, kw0, t, hkv, hk);
+  fa_store_rows<D>(dv, sv, warp, kw0, t, hkv, hk);
 }
 
 // Entry points, one per dtype and head dim (k_fa_<op>_<dtype>_<D>). They are
@@ -1133,4 +1650,52 @@ extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_f16_128(u16* dq, co
 }
 extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_bwd_dkv<128, 64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
+}
+
+// The wgmma entry points (k_wg_<op>_<dtype>_<D>); compiled only for sm_90a
+// (their bodies trap elsewhere; the host launches them only on sm_90a).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ONLY(x) x
+#else
+#define WG_ONLY(x) __trap()
+#endif
+
+extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+
+extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
