@@ -8,7 +8,11 @@
 #
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
-# Knobs: FAIR_MODELS ("qwen2.5-1.5b qwen2.5-3b"), FAIR_BUDGET_S (540).
+# Knobs: FAIR_MODELS ("qwen2.5-1.5b qwen2.5-3b"), FAIR_BUDGET_S (540),
+# FAIR_RUNS (of "peer-noac peer-ac auto recompute"; all by default),
+# FAIR_BASE (a second rlbench, e.g. one built from an earlier commit: its
+# auto run is added per model as base-MODEL-auto and compared with
+# rlpipe's, not counted as rlpipe's best).
 # JSON, logs (tarred) and best.md to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -16,17 +20,22 @@ OUT=${OUT:-/tmp/fair-out}
 mkdir -p "$OUT/logs"
 MODELS=${FAIR_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 BUDGET=${FAIR_BUDGET_S:-540}
+RUNS=" ${FAIR_RUNS:-peer-noac peer-ac auto recompute} "
+want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
 . bench/device_lib.sh # budgeted
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
-	budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
-		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"
-	budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
-	budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
+	want peer-noac && budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
+	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
+		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
+	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
+	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
+	if [[ -n ${FAIR_BASE:-} ]]; then
+		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
+	fi
 done
 python3 - "$OUT" $MODELS >"$OUT/best.md" 2>&1 <<'PY'
 import glob, json, os, shutil, subprocess, sys
@@ -57,10 +66,19 @@ for m in models:
     if p and q:
         print(f"{m}: best against best, train {q[0]:,.0f} ({q[2]}) / {p[0]:,.0f} ({p[2]}) = {q[0] / p[0]:.2f}x; "
               f"ref_logprob {tps(q[3], 'ref_logprob'):,.0f} / {tps(p[3], 'ref_logprob'):,.0f} = {tps(q[3], 'ref_logprob') / max(tps(p[3], 'ref_logprob'), 1):.2f}x")
+for m in models:
+    try:
+        a, b = json.load(open(f"{out}/rlpipe-{m}-auto.json")), json.load(open(f"{out}/base-{m}-auto.json"))
+    except Exception:
+        continue
+    if ok(a) and ok(b):
+        print(f"{m}: auto / base auto (FAIR_BASE): train {tps(a, 'train') / tps(b, 'train'):.3f}x ({tps(a, 'train'):,.0f} / {tps(b, 'train'):,.0f}), "
+              f"ref_logprob {tps(a, 'ref_logprob') / tps(b, 'ref_logprob'):.3f}x")
 print()
 files = sorted(glob.glob(f"{out}/best/*.json"))
 if files:
     print(subprocess.run([sys.executable, "bench/compare.py", *files], capture_output=True, text=True).stdout)
 PY
 cat "$OUT/best.md"
-(cd "$OUT" && tar czf logs.tgz logs && rm -rf logs)
+# At most 8 files come back from a device call: the JSON goes in a tarball.
+(cd "$OUT" && tar czf logs.tgz logs ./*.json && rm -rf logs ./*.json)

@@ -38,36 +38,48 @@ var attnSIMTOnly bool
 // probes that compare the two.
 var attnNoWgmma bool
 
-// wgBN is the keys per tile of the wgmma forward (WG_BN in
-// kernels/attention.cu); its dq and dk/dv kernels use 64-row tiles.
-const wgBN = 128
+// The wgmma kernels (kernels/attention.cu): the forward's CTA is two
+// warpgroups (256 threads) owning 128 query rows and sharing wgBN-key tiles
+// of K and V, two buffers each; the dq and dk/dv CTAs are one warpgroup
+// owning 64 rows, with the tiles of the mma.sync kernels (faBM, faBN).
+const (
+	wgBM      = 128
+	wgBN      = 128
+	wgThreads = 256
+)
 
 // wgSmem returns the dynamic shared memory of the wgmma kernel op ("fwd",
-// "dq" or "dkv") at head dim d: its swizzled tiles (64 rows of d 16-bit
-// elements each, the forward's K and V wgBN rows), the dk/dv kernel's
-// per-row lse, delta and sequence start of two query tiles, and 1 KB to
-// align the tiles to 1024 bytes.
+// "dq" or "dkv") at head dim d: its swizzled tiles of 16-bit elements (the
+// forward: Q, and two buffers of K and V; dq: Q, dout, K and V; dk/dv: K, V
+// and two buffers of Q and dout), the dk/dv kernel's per-row lse, delta
+// and sequence start of two query tiles, and 1 KB to align the tiles to
+// 1024 bytes.
 func wgSmem(op string, d int) int {
-	tile := 64 * d * 2
+	tile := faBM * d * 2
 	switch op {
 	case "fwd":
-		return tile + 2*wgBN*d*2 + 1024
+		return wgBM*d*2 + 2*2*wgBN*d*2 + 1024
 	case "dq":
 		return 4*tile + 1024
 	default:
-		return 6*tile + 3*2*64*4 + 1024
+		return 6*tile + 3*2*faBN*4 + 1024
 	}
 }
 
-// tensorCoreKernel returns the name of tensor-core kernel op for suffix sfx
-// (faSuffix) on this device: k_wg_<op>_<sfx> on Hopper, k_fa_<op>_<sfx>
-// elsewhere or under attnNoWgmma; and its shared memory, fa the mma.sync
-// kernel's.
-func (b *Backend) tensorCoreKernel(op, sfx string, d, fa int) (string, int) {
+// tcLaunch is the launch of tensor-core kernel op ("fwd", "dq", "dkv") for
+// suffix sfx (faSuffix) over t rows of heads heads on this device:
+// k_wg_<op>_<sfx> on Hopper, k_fa_<op>_<sfx> (64 rows and 128 threads a
+// CTA, faSmem bytes of shared memory) elsewhere or under attnNoWgmma.
+func (b *Backend) tcLaunch(op, sfx string, d, t, heads, faSmem int, args *kargs) launch {
+	l := launch{name: "k_fa_" + op + "_" + sfx, gx: uint32((t + faBM - 1) / faBM), gy: uint32(heads), gz: 1,
+		bx: 128, by: 1, bz: 1, smem: faSmem, args: args}
 	if b.d.info.Hopper() && !attnNoWgmma {
-		return "k_wg_" + op + "_" + sfx, wgSmem(op, d)
+		l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, d)
+		if op == "fwd" {
+			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgThreads
+		}
 	}
-	return "k_fa_" + op + "_" + sfx, fa
+	return l
 }
 
 // faSuffix returns the "<dtype>_<D>" suffix of the tensor-core kernels that
@@ -186,10 +198,8 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	}
 	d := a.d
 	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" {
-		name, smem := b.tensorCoreKernel("fwd", sfx, d, 3*faTile(d))
-		return b.issue(b.checkCu(a), launch{name: name, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1,
-			bx: 128, by: 1, bz: 1, smem: smem,
-			args: new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)})
+		return b.issue(b.checkCu(a), b.tcLaunch("fwd", sfx, d, a.t, a.hq, 3*faTile(d),
+			new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)))
 	}
 	smem := 4 * (attBK*(d+1) + attBK*d + attFBQ*d)
 	return b.issue(b.checkCu(a), launch{name: "k_attn_fwd", gx: uint32((a.t + attFBQ - 1) / attFBQ), gy: uint32(a.hq), gz: 1,
@@ -228,15 +238,12 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		common := func(l *kargs) *kargs {
 			return l.u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)
 		}
-		dkv, dkvSmem := b.tensorCoreKernel("dkv", sfx, d, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4)
-		dqk, dqSmem := b.tensorCoreKernel("dq", sfx, d, 4*faTile(d))
 		return b.issue(b.checkCu(a),
 			launch{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
 				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
-			launch{name: dkv, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hkv), gz: 1, bx: 128, by: 1, bz: 1,
-				smem: dkvSmem, args: common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))},
-			launch{name: dqk, gx: uint32((a.t + faBM - 1) / faBM), gy: uint32(a.hq), gz: 1, bx: 128, by: 1, bz: 1,
-				smem: dqSmem, args: common(new(kargs).u64(as[0]).u64(as[3]))})
+			b.tcLaunch("dkv", sfx, d, a.t, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
+				common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))),
+			b.tcLaunch("dq", sfx, d, a.t, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3]))))
 	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
 	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 4*attKBQ)

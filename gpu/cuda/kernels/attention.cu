@@ -1140,7 +1140,9 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
 // publishes a tile to the tensor cores.
 // ---------------------------------------------------------------------------
 
+#define WG_BM 128  // query rows per forward CTA: two warpgroups of 64
 #define WG_BN 128  // keys per tile in the forward
+#define WG_THREADS 256  // threads per forward CTA
 
 typedef unsigned long long u64;
 
@@ -1273,14 +1275,14 @@ __device__ __forceinline__ void wg_rs128(float* d, const u32* a, u64 b, int acc)
 }
 // END wgmma wrappers
 
-// wg_ss issues d (+)= A·B over the head dim (D/16 k-steps) for two K-major
-// tiles: A of 64 rows at a, B of N rows at b. Zeroes d first.
-template <int D, int N, bool F16>
+// wg_ss issues d = A·B over the head dim (D/16 k-steps) for two K-major
+// tiles: A, 64 rows at a of a tile of RA rows, and B, a tile of N rows at b.
+template <int D, int RA, int N, bool F16>
 __device__ __forceinline__ void wg_ss(float (*d)[4], u32 a, u32 b) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
-    if constexpr (N == 64) wg_ss64<F16, 0>(&d[0][0], wg_kmajor<64>(a, kk), wg_kmajor<N>(b, kk), kk);
-    else wg_ss128<F16, 0>(&d[0][0], wg_kmajor<64>(a, kk), wg_kmajor<N>(b, kk), kk);
+    if constexpr (N == 64) wg_ss64<F16, 0>(&d[0][0], wg_kmajor<RA>(a, kk), wg_kmajor<N>(b, kk), kk);
+    else wg_ss128<F16, 0>(&d[0][0], wg_kmajor<RA>(a, kk), wg_kmajor<N>(b, kk), kk);
   }
 }
 // wg_rs issues d += P·B for P (64 x K) in packed 16-bit A fragments
@@ -1301,14 +1303,14 @@ __device__ __forceinline__ void wg_pack(float (*p)[4], u32 (*a)[4]) {
   for (int kk = 0; kk < K / 16; kk++) fa_frag<F16>(p, kk, a[kk]);
 }
 
-// wg_load issues cp.async for rows [r0, r0+N) of head h of a [T,H,D]
-// tensor into the swizzled tile at shared address base, zero-filling rows
-// outside [0,t).
-template <int D, int N>
+// wg_load issues cp.async (by the CTA's NTH threads) for rows
+// [r0, r0+N) of head h of a [T,H,D] tensor into the swizzled tile at shared
+// address base, zero-filling rows outside [0,t).
+template <int D, int N, int NTH>
 __device__ __forceinline__ void wg_load(u32 base, const u16* src, int r0, int t, int heads, int h) {
   constexpr int CH = D / 8;
 #pragma unroll
-  for (int e = threadIdx.x; e < N * CH; e += 128) {
+  for (int e = threadIdx.x; e < N * CH; e += NTH) {
     int r = e / CH, c = e - r * CH, i = r0 + r;
     bool ok = i >= 0 && i < t;
     const u16* p = ok ? src + ((i64)i * heads + h) * D + c * 8 : src;
@@ -1326,29 +1328,30 @@ __device__ __forceinline__ u16* wg_smem(u32& base) {
   return wg_sm + (base - raw) / 2;
 }
 
-// wg_fwd: as fa_fwd, with WG_BN keys per tile. K and V have one buffer each
-// (Q 64 rows, K and V WG_BN rows): the load of V overlaps QKᵀ and the
-// softmax, the load of the next K overlaps PV. Every key tile is seen by
-// some row of the CTA, so none is skipped.
+// wg_fwd: as fa_fwd for a CTA of two warpgroups, 128 query rows [q0,
+// q0+128) of head blockIdx.y, warpgroup g owning rows 64g..64g+63; both
+// read the same K and V tiles of WG_BN keys, which have two buffers each:
+// the loads of tile n+1 are issued before the products of tile n. A
+// warpgroup skips a tile wholly after its last row.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu,
                                        int ns1, int t, int hq, int hkv, float scale) {
-  constexpr int ND = D / 8, NT = WG_BN / 8;
+  constexpr int ND = D / 8, NT = WG_BN / 8, KT = WG_BN * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
-  u32 Ks = Qs + 64 * D * 2, Vs = Ks + WG_BN * D * 2;
+  u32 Ks = Qs + WG_BM * D * 2, Vs = Ks + 2 * KT;
   int h = blockIdx.y, hk = h / (hq / hkv);
-  int q0 = (gridDim.x - 1 - blockIdx.x) * 64;  // heavy (late) tiles start first
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  int qlast = min(q0 + 63, t - 1);
+  int q0 = (gridDim.x - 1 - blockIdx.x) * WG_BM;  // heavy (late) tiles start first
+  int grp = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int qlast = min(q0 + WG_BM - 1, t - 1);
   int kmin = seq_start(cu, ns1, q0);
   int ntiles = (qlast - kmin) / WG_BN + 1;
-  wg_load<D, 64>(Qs, q, q0, t, hq, h);
-  wg_load<D, WG_BN>(Ks, k, kmin, t, hkv, hk);
-  fa_commit();
-  wg_load<D, WG_BN>(Vs, v, kmin, t, hkv, hk);
+  wg_load<D, WG_BM, WG_THREADS>(Qs, q, q0, t, hq, h);
+  wg_load<D, WG_BN, WG_THREADS>(Ks, k, kmin, t, hkv, hk);
+  wg_load<D, WG_BN, WG_THREADS>(Vs, v, kmin, t, hkv, hk);
   fa_commit();
 
+  int gi1 = min(q0 + 64 * grp + 63, t - 1);  // last valid row of the warpgroup
   int wi0 = q0 + warp * 16;
   int wi1 = min(wi0 + 15, t - 1);
   int ia = wi0 + g, ib = ia + 8;
@@ -1356,6 +1359,7 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
   int stb = ib < t ? seq_start(cu, ns1, ib) : t;
   int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
   float sl2 = scale * FA_LOG2E;
+  u32 Qg = Qs + grp * 64 * 128;  // the warpgroup's rows in every atom
 
   float o[ND][4];
 #pragma unroll
@@ -1364,50 +1368,49 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
 
   for (int n = 0; n < ntiles; n++) {
     int j0 = kmin + n * WG_BN;
-    fa_wait<1>();  // Q and K(n)
+    u32 kb = Ks + (n & 1) * KT, vb = Vs + (n & 1) * KT;
+    if (n + 1 < ntiles) {
+      wg_load<D, WG_BN, WG_THREADS>(Ks + ((n + 1) & 1) * KT, k, j0 + WG_BN, t, hkv, hk);
+      wg_load<D, WG_BN, WG_THREADS>(Vs + ((n + 1) & 1) * KT, v, j0 + WG_BN, t, hkv, hk);
+      fa_commit();
+      fa_wait<1>();
+    } else {
+      fa_wait<0>();
+    }
     wg_publish();
     __syncthreads();
-    float s[NT][4];
-    wg_fence();
-    wg_ss<D, WG_BN, F16>(s, Qs, Ks);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<NT>(s);
-    bool need = j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-    float ca, cb;
-    fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
+    if (j0 <= gi1) {
+      float s[NT][4];
+      wg_fence();
+      wg_ss<D, WG_BM, WG_BN, F16>(s, Qg, kb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<NT>(s);
+      bool need = j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+      float ca, cb;
+      fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
 #pragma unroll
-    for (int dt = 0; dt < ND; dt++) {
-      o[dt][0] *= ca;
-      o[dt][1] *= ca;
-      o[dt][2] *= cb;
-      o[dt][3] *= cb;
+      for (int dt = 0; dt < ND; dt++) {
+        o[dt][0] *= ca;
+        o[dt][1] *= ca;
+        o[dt][2] *= cb;
+        o[dt][3] *= cb;
+      }
+      u32 pf[NT / 2][4];
+      wg_pack<WG_BN, F16>(s, pf);
+      wg_hold<ND>(o);
+      wg_fence();
+      wg_rs<D, WG_BN, F16>(o, pf, vb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<ND>(o);
     }
-    fa_wait<0>();  // V(n)
-    wg_publish();
-    __syncthreads();  // and every warp is done with K(n)
-    if (n + 1 < ntiles) {
-      wg_load<D, WG_BN>(Ks, k, j0 + WG_BN, t, hkv, hk);
-      fa_commit();
-    }
-    u32 pf[NT / 2][4];
-    wg_pack<WG_BN, F16>(s, pf);
-    wg_hold<ND>(o);
-    wg_fence();
-    wg_rs<D, WG_BN, F16>(o, pf, Vs);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<ND>(o);
-    __syncthreads();  // every warp is done with V(n)
-    if (n + 1 < ntiles) {
-      wg_load<D, WG_BN>(Vs, v, j0 + WG_BN, t, hkv, hk);
-      fa_commit();
-    }
+    __syncthreads();  // every warpgroup is done with tile n's buffers
   }
   la = fa_quad_sum(la);
   lb = fa_quad_sum(lb);
-  // Stage the rows in the K buffer (free now) with fa_stage's padded layout.
-  u16* st = sm + 64 * D;
+  // Stage the rows in the K buffers (free now) with fa_stage's padded layout.
+  u16* st = sm + WG_BM * D;
   fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
   __syncwarp();
   fa_store_rows<D>(out, st, warp, wi0, t, hq, h);
@@ -1417,7 +1420,9 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
   }
 }
 
-// wg_dq: as fa_bwd_dq (64-key tiles). Shared: Q, dout, K, V (64 rows each).
+// wg_dq: as fa_bwd_dq (one warpgroup, 64 query rows, 64-key tiles).
+// Shared: Q, dout, K, V (64 rows each). (A CTA of two warpgroups sharing
+// double-buffered K and V tiles, in lockstep, ran slower on the H100.)
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
                                       const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
@@ -1431,10 +1436,10 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
   int qlast = min(q0 + 63, t - 1);
   int kmin = seq_start(cu, ns1, q0);
   int ntiles = (qlast - kmin) / BN + 1;
-  wg_load<D, 64>(Qs, q, q0, t, hq, h);
-  wg_load<D, 64>(Gs, dout, q0, t, hq, h);
-  wg_load<D, BN>(Ks, k, kmin, t, hkv, hk);
-  wg_load<D, BN>(Vs, v, kmin, t, hkv, hk);
+  wg_load<D, 64, 128>(Qs, q, q0, t, hq, h);
+  wg_load<D, 64, 128>(Gs, dout, q0, t, hq, h);
+  wg_load<D, BN, 128>(Ks, k, kmin, t, hkv, hk);
+  wg_load<D, BN, 128>(Vs, v, kmin, t, hkv, hk);
   fa_commit();
 
   int wi0 = q0 + warp * 16;
@@ -1460,8 +1465,8 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
     __syncthreads();
     float s[NT][4], dp[NT][4];
     wg_fence();
-    wg_ss<D, BN, F16>(s, Qs, Ks);
-    wg_ss<D, BN, F16>(dp, Gs, Vs);
+    wg_ss<D, 64, BN, F16>(s, Qs, Ks);
+    wg_ss<D, 64, BN, F16>(dp, Gs, Vs);
     wg_commit();
     wg_wait<0>();
     wg_hold<NT>(s);
@@ -1470,7 +1475,7 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
     fa_ds_rows<NT>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
     __syncthreads();  // every warp is done with V(n)
     if (n + 1 < ntiles) {
-      wg_load<D, BN>(Vs, v, j0 + BN, t, hkv, hk);
+      wg_load<D, BN, 128>(Vs, v, j0 + BN, t, hkv, hk);
       fa_commit();
     }
     u32 pf[NT / 2][4];
@@ -1483,7 +1488,7 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
     wg_hold<ND>(acc);
     __syncthreads();  // every warp is done with K(n)
     if (n + 1 < ntiles) {
-      wg_load<D, BN>(Ks, k, j0 + BN, t, hkv, hk);
+      wg_load<D, BN, 128>(Ks, k, j0 + BN, t, hkv, hk);
       fa_commit();
     }
   }
@@ -1516,12 +1521,12 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
   int nqt = (qend - k0 + BN - 1) / BN;
   int total = group * nqt;
 
-  wg_load<D, 64>(Ks, k, k0, t, hkv, hk);
-  wg_load<D, 64>(Vs, v, k0, t, hkv, hk);
+  wg_load<D, 64, 128>(Ks, k, k0, t, hkv, hk);
+  wg_load<D, 64, 128>(Vs, v, k0, t, hkv, hk);
   auto stage = [&](int n, int b) {
     int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
-    wg_load<D, BN>(Qs + b * TILE, q, i0, t, hq, h);
-    wg_load<D, BN>(Gs + b * TILE, dout, i0, t, hq, h);
+    wg_load<D, BN, 128>(Qs + b * TILE, q, i0, t, hq, h);
+    wg_load<D, BN, 128>(Gs + b * TILE, dout, i0, t, hq, h);
     if (threadIdx.x < BN) {
       int i = i0 + threadIdx.x;
       bool ok = i < t;
@@ -1564,8 +1569,8 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
       u32 qb = Qs + b * TILE, gb = Gs + b * TILE;
       float s[NT][4], dp[NT][4];
       wg_fence();
-      wg_ss<D, BN, F16>(s, Ks, qb);
-      wg_ss<D, BN, F16>(dp, Vs, gb);
+      wg_ss<D, 64, BN, F16>(s, Ks, qb);
+      wg_ss<D, 64, BN, F16>(dp, Vs, gb);
       wg_commit();
       wg_wait<0>();
       wg_hold<NT>(s);
@@ -1660,7 +1665,7 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 #define WG_ONLY(x) __trap()
 #endif
 
-extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
@@ -1670,7 +1675,7 @@ extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_64(u16* dk, u16*
   WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
@@ -1680,7 +1685,7 @@ extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_128(u16* dk, u16
   WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
@@ -1690,7 +1695,7 @@ extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_f16_64(u16* dk, u16* 
   WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
-extern "C" __global__ void __launch_bounds__(128) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
