@@ -38,6 +38,11 @@ var attnSIMTOnly bool
 // probes that compare the two.
 var attnNoWgmma bool
 
+// attnBwdOnly, "dq" or "dkv", makes the tensor-core AttentionBackward
+// launch only that pass after the delta pass, for timing probes (the
+// results are then incomplete).
+var attnBwdOnly string
+
 // The wgmma kernels (kernels/attention.cu): the forward's CTA is two
 // warpgroups (256 threads) owning 128 query rows and sharing wgBN-key tiles
 // of K and V, two buffers each; the dq and dk/dv CTAs are one warpgroup
@@ -238,12 +243,19 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		common := func(l *kargs) *kargs {
 			return l.u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)
 		}
-		return b.issue(b.checkCu(a),
-			launch{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+		ls := []launch{b.checkCu(a),
+			{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
 				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
 			b.tcLaunch("dkv", sfx, d, a.t, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
 				common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))),
-			b.tcLaunch("dq", sfx, d, a.t, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3]))))
+			b.tcLaunch("dq", sfx, d, a.t, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])))}
+		switch attnBwdOnly {
+		case "dkv":
+			ls = ls[:3]
+		case "dq":
+			ls = append(ls[:2], ls[3])
+		}
+		return b.issue(ls...)
 	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
 	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 4*attKBQ)

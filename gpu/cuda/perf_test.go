@@ -147,6 +147,13 @@ func BenchmarkOps(bb *testing.B) {
 			return f()
 		}
 	}
+	only := func(pass string, f func() error) func() error {
+		return func() error {
+			attnBwdOnly = pass
+			defer func() { attnBwdOnly = "" }()
+			return f()
+		}
+	}
 	fwd8 := func(a attn8, scale float32) func() error {
 		return func() error { return b.Attention(a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
 	}
@@ -170,6 +177,8 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention bwd 8x2048 h12/2 d128", 2.5 * flops8(Hq, D), 0, bwd8(a128, 0.088)},
 		{"attention fwd 8x2048 h14/2 d64", flops8(14, 64), 0, fwd8(a64, 0.125)},
 		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},
+		{"attention bwd 8x2048 h12/2 d128 dq pass", 0, 0, only("dq", bwd8(a128, 0.088))},
+		{"attention bwd 8x2048 h12/2 d128 dk/dv pass", 0, 0, only("dkv", bwd8(a128, 0.088))},
 		{"attention fwd 8x2048 h12/2 d128 mma.sync", flops8(Hq, D), 0, mmaSync(fwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h12/2 d128 mma.sync", 2.5 * flops8(Hq, D), 0, mmaSync(bwd8(a128, 0.088))},
 		{"attention fwd 8x2048 h14/2 d64 mma.sync", flops8(14, 64), 0, mmaSync(fwd8(a64, 0.125))},
