@@ -45,20 +45,23 @@ var attnBwdOnly string
 
 // The wgmma kernels (kernels/attention.cu): the forward's CTA is two
 // warpgroups (256 threads) owning 128 query rows and sharing wgBN-key tiles
-// of K and V, two buffers each; the dq and dk/dv CTAs are one warpgroup
-// owning 64 rows, with the tiles of the mma.sync kernels (faBM, faBN).
+// of K and V, two buffers each; the dq CTA is one warpgroup owning 64 rows,
+// with the tiles of the mma.sync kernel (faBM, faBN); the dk/dv CTA is a
+// producer warpgroup and two consumers (384 threads) owning 128 keys and
+// sharing wgStages buffers of 64-row Q and dout tiles.
 const (
 	wgBM      = 128
 	wgBN      = 128
 	wgThreads = 256
+	wgStages  = 3 // WG_DKV_STAGES
 )
 
 // wgSmem returns the dynamic shared memory of the wgmma kernel op ("fwd",
 // "dq" or "dkv") at head dim d: its swizzled tiles of 16-bit elements (the
 // forward: Q, and two buffers of K and V; dq: Q, dout, K and V; dk/dv: K, V
-// and two buffers of Q and dout), the dk/dv kernel's per-row lse, delta
-// and sequence start of two query tiles, and 1 KB to align the tiles to
-// 1024 bytes.
+// and the buffers of Q and dout), the dk/dv kernel's per-row lse, delta and
+// sequence start and two mbarriers per buffer, and 1 KB to align the tiles
+// to 1024 bytes.
 func wgSmem(op string, d int) int {
 	tile := faBM * d * 2
 	switch op {
@@ -67,7 +70,7 @@ func wgSmem(op string, d int) int {
 	case "dq":
 		return 4*tile + 1024
 	default:
-		return 6*tile + 3*2*faBN*4 + 1024
+		return 2*wgBM*d*2 + 2*wgStages*tile + 3*wgStages*faBN*4 + 2*wgStages*8 + 1024
 	}
 }
 
@@ -80,8 +83,11 @@ func (b *Backend) tcLaunch(op, sfx string, d, t, heads, faSmem int, args *kargs)
 		bx: 128, by: 1, bz: 1, smem: faSmem, args: args}
 	if b.d.info.Hopper() && !attnNoWgmma {
 		l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, d)
-		if op == "fwd" {
+		switch op {
+		case "fwd":
 			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgThreads
+		case "dkv":
+			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), 3*128
 		}
 	}
 	return l

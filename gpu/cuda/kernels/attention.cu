@@ -1499,48 +1499,115 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
   fa_store_rows<D>(dq, st, warp, wi0, t, hq, h);
 }
 
-// wg_dkv: as fa_bwd_dkv with 64-row query tiles. Shared: K, V (64 rows),
-// two buffers each of Q and dout (64 rows), then per buffer 64 lse·log2(e),
-// deltas and sequence starts.
+// mbarrier helpers (shared::cta): init with an arrival count, arrive, and
+// wait for the phase of the given parity to complete.
+__device__ __forceinline__ void mb_init(u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(u32 bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mb_wait(u32 bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+#define WG_DKV_STAGES 3
+
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
+                                               const float* Ds, const int* Ss, u32 bars, u16* sm, int k0, int total,
+                                               int nqt, int t, int hkv, float scale);
+
+// wg_dkv: as fa_bwd_dkv for a CTA of three warpgroups: a producer and two
+// consumers. Consumer g (warpgroups 1 and 2) owns keys 64g..64g+63 of the
+// CTA's 128 keys [k0, k0+128) of kv head blockIdx.y; both read the same
+// 64-row tiles of Q and dout and the per-row lse·log2(e), delta and
+// sequence start, which the producer loads into WG_DKV_STAGES buffers:
+// each buffer has a "full" mbarrier (the producer arrives once its copies
+// into it have landed and been fenced for the tensor cores) and an "empty"
+// one (every consumer thread arrives when done with it), so the consumers
+// never wait for each other and the loads run ahead of them. The producer
+// gives its registers to the consumers (setmaxnreg). A consumer skips a
+// query tile none of its keys is seen by.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
                                        const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
                                        float scale) {
-  constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = 64 * D * 2;
+  constexpr int BN = 64, NS = WG_DKV_STAGES, KT = 128 * D * 2, QT = BN * D * 2;
   u32 Ks;
   u16* sm = wg_smem(Ks);
-  u32 Vs = Ks + TILE, Qs = Vs + TILE, Gs = Qs + 2 * TILE;
-  float* Ls = (float*)(sm + 6 * TILE / 2);
-  float* Ds = Ls + 2 * BN;
-  int* Ss = (int*)(Ds + 2 * BN);
+  u32 Vs = Ks + KT, Qs = Vs + KT, Gs = Qs + NS * QT;
+  float* Ls = (float*)(sm + (2 * KT + 2 * NS * QT) / 2);
+  float* Ds = Ls + NS * BN;
+  int* Ss = (int*)(Ds + NS * BN);
+  u32 bars = fa_smem(Ss + NS * BN);  // full[NS], then empty[NS]
   int hk = blockIdx.y, group = hq / hkv;
-  int k0 = blockIdx.x * 64;
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  int klast = min(k0 + 63, t - 1);
+  int k0 = blockIdx.x * 128;
+  int klast = min(k0 + 127, t - 1);
   int qend = seq_end(cu, ns1, klast, t);
   int nqt = (qend - k0 + BN - 1) / BN;
   int total = group * nqt;
 
-  wg_load<D, 64, 128>(Ks, k, k0, t, hkv, hk);
-  wg_load<D, 64, 128>(Vs, v, k0, t, hkv, hk);
-  auto stage = [&](int n, int b) {
-    int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
-    wg_load<D, BN, 128>(Qs + b * TILE, q, i0, t, hq, h);
-    wg_load<D, BN, 128>(Gs + b * TILE, dout, i0, t, hq, h);
-    if (threadIdx.x < BN) {
-      int i = i0 + threadIdx.x;
-      bool ok = i < t;
-      Ls[b * BN + threadIdx.x] = ok ? lse[(i64)h * t + i] * FA_LOG2E : 0.0f;
-      Ds[b * BN + threadIdx.x] = ok ? fa_delta<D>(dq, i, hq, h) : 0.0f;
-      Ss[b * BN + threadIdx.x] = ok ? seq_start(cu, ns1, i) : t;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NS; i++) {
+      mb_init(bars + 8 * i, 128);             // the producer's threads
+      mb_init(bars + 8 * (NS + i), 256);      // the consumers' threads
     }
-  };
-  stage(0, 0);
+  }
+  wg_load<D, 128, 384>(Ks, k, k0, t, hkv, hk);
+  wg_load<D, 128, 384>(Vs, v, k0, t, hkv, hk);
   fa_commit();
+  fa_wait<0>();
+  wg_publish();
+  __syncthreads();
 
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    for (int n = 0; n < total; n++) {
+      int b = n % NS;
+      if (n >= NS) mb_wait(bars + 8 * (NS + b), (n / NS + 1) & 1);
+      int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
+      wg_load<D, BN, 128>(Qs + b * QT, q, i0, t, hq, h);
+      wg_load<D, BN, 128>(Gs + b * QT, dout, i0, t, hq, h);
+      if (threadIdx.x < BN) {
+        int i = i0 + threadIdx.x;
+        bool ok = i < t;
+        Ls[b * BN + threadIdx.x] = ok ? lse[(i64)h * t + i] * FA_LOG2E : 0.0f;
+        Ds[b * BN + threadIdx.x] = ok ? fa_delta<D>(dq, i, hq, h) : 0.0f;
+        Ss[b * BN + threadIdx.x] = ok ? seq_start(cu, ns1, i) : t;
+      }
+      fa_commit();
+      if (n >= 1) {
+        fa_wait<1>();
+        wg_publish();
+        mb_arrive(bars + 8 * ((n - 1) % NS));
+      }
+    }
+    fa_wait<0>();
+    wg_publish();
+    mb_arrive(bars + 8 * ((total - 1) % NS));
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    wg_dkv_consume<D, F16>(dk, dv, Ks, Vs, Qs, Gs, Ls, Ds, Ss, bars, sm, k0, total, nqt, t, hkv, scale);
+  }
+}
+
+// wg_dkv_consume is the consumers' part of wg_dkv.
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
+                                               const float* Ds, const int* Ss, u32 bars, u16* sm, int k0, int total,
+                                               int nqt, int t, int hkv, float scale) {
+  constexpr int ND = D / 8, BN = 64, NT = BN / 8, NS = WG_DKV_STAGES, QT = BN * D * 2;
+  int hk = blockIdx.y;
+  int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int gk0 = k0 + 64 * grp, gk1 = min(gk0 + 63, t - 1);  // the warpgroup's keys
   int kw0 = k0 + warp * 16;
   int ja = kw0 + g, jb = ja + 8;
   float sl2 = scale * FA_LOG2E;
+  u32 Kg = Ks + grp * 64 * 128, Vg = Vs + grp * 64 * 128;
   float dka[ND][4], dva[ND][4];
 #pragma unroll
   for (int dt = 0; dt < ND; dt++) {
@@ -1549,28 +1616,19 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
   }
 
   for (int n = 0; n < total; n++) {
-    int b = n & 1;
+    int b = n % NS;
     int i0 = k0 + (n % nqt) * BN;
-    if (n + 1 < total) {
-      stage(n + 1, b ^ 1);
-      fa_commit();
-      fa_wait<1>();
-    } else {
-      fa_wait<0>();
-    }
-    wg_publish();
-    __syncthreads();
+    mb_wait(bars + 8 * b, (n / NS) & 1);
     const float* L = Ls + b * BN;
     const float* Dl = Ds + b * BN;
     const int* St = Ss + b * BN;
-    // The whole CTA skips a query tile that no key of the block is seen by.
-    bool skip = k0 >= t || i0 + BN - 1 < k0 || St[0] > klast;
+    bool skip = gk0 >= t || i0 + BN - 1 < gk0 || St[0] > gk1;
     if (!skip) {
-      u32 qb = Qs + b * TILE, gb = Gs + b * TILE;
+      u32 qb = Qs + b * QT, gb = Gs + b * QT;
       float s[NT][4], dp[NT][4];
       wg_fence();
-      wg_ss<D, 64, BN, F16>(s, Ks, qb);
-      wg_ss<D, 64, BN, F16>(dp, Vs, gb);
+      wg_ss<D, 128, BN, F16>(s, Kg, qb);
+      wg_ss<D, 128, BN, F16>(dp, Vg, gb);
       wg_commit();
       wg_wait<0>();
       wg_hold<NT>(s);
@@ -1590,11 +1648,14 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
       wg_hold<ND>(dva);
       wg_hold<ND>(dka);
     }
-    __syncthreads();
+    mb_arrive(bars + 8 * (NS + b));
   }
-  // Stage dK in the Q buffers and dV in the dout buffers (free now).
-  u16* sk = sm + 2 * TILE / 2;
-  u16* sv = sm + 4 * TILE / 2;
+  // Every consumer is done with every buffer (the producer wrote its last
+  // one before they read it): stage dK and dV from the start of shared
+  // memory.
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  u16* sk = sm;
+  u16* sv = sm + 128 * (D + 8);
   fa_stage<D, F16>(sk, warp, dka, scale, scale);
   fa_stage<D, F16>(sv, warp, dva, 1.0f, 1.0f);
   __syncwarp();
@@ -1671,7 +1732,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_64(u16* out, 
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
@@ -1681,7 +1742,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_128(u16* out,
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
@@ -1691,7 +1752,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_64(u16* out, f
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
 
@@ -1701,6 +1762,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_128(u16* out, 
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
 }
