@@ -105,3 +105,51 @@ func TestAttentionPathSelection(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorCoreLaunch checks the launch shapes of the tensor-core
+// attention kernels per device (no GPU needed): the wgmma kernels on
+// compute capability 9.0 with the CTA sizes and shared memory the kernels
+// assume, within the H100's 227 KB a block may use; the mma.sync ones
+// elsewhere and under attnNoWgmma.
+func TestTensorCoreLaunch(t *testing.T) {
+	hopper := &Backend{d: &device{info: DeviceInfo{CCMajor: 9, CCMinor: 0}}}
+	ampere := &Backend{d: &device{info: DeviceInfo{CCMajor: 8, CCMinor: 0}}}
+	const tokens, heads, faSmem = 1000, 12, 777
+	for _, c := range []struct {
+		b         *Backend
+		noWgmma   bool
+		op        string
+		d         int
+		name      string
+		gx, bx    uint32
+		smem, max int
+	}{
+		{hopper, false, "fwd", 128, "k_wg_fwd_bf16_128", 8, 256, 0, 232448},
+		{hopper, false, "fwd", 64, "k_wg_fwd_bf16_64", 8, 256, 0, 232448},
+		{hopper, false, "dq", 128, "k_wg_dq_bf16_128", 16, 128, 0, 232448 / 3},
+		{hopper, false, "dkv", 128, "k_wg_dkv_bf16_128", 8, 384, 0, 232448},
+		{hopper, false, "dkv", 64, "k_wg_dkv_bf16_64", 8, 384, 0, 232448},
+		{hopper, true, "fwd", 128, "k_fa_fwd_bf16_128", 16, 128, faSmem, 0},
+		{ampere, false, "dkv", 128, "k_fa_dkv_bf16_128", 16, 128, faSmem, 0},
+	} {
+		attnNoWgmma = c.noWgmma
+		l := c.b.tcLaunch(c.op, fmt.Sprintf("bf16_%d", c.d), c.d, tokens, heads, faSmem, nil)
+		attnNoWgmma = false
+		if l.name != c.name || l.gx != c.gx || l.gy != heads || l.bx != c.bx {
+			t.Errorf("%s d%d (cc %d.%d, noWgmma %v): got %s grid %d×%d block %d, want %s grid %d×%d block %d",
+				c.op, c.d, c.b.d.info.CCMajor, c.b.d.info.CCMinor, c.noWgmma, l.name, l.gx, l.gy, l.bx, c.name, c.gx, heads, c.bx)
+		}
+		if c.smem != 0 && l.smem != c.smem {
+			t.Errorf("%s: shared memory %d, want %d", l.name, l.smem, c.smem)
+		}
+		if c.max != 0 && (l.smem > c.max || l.smem < 1024) {
+			t.Errorf("%s: shared memory %d outside (1024, %d]", l.name, l.smem, c.max)
+		}
+	}
+	if got, want := (DeviceInfo{CCMajor: 9}).Arch(), "sm_90a"; got != want {
+		t.Errorf("Arch of 9.0 = %q, want %q", got, want)
+	}
+	if got, want := (DeviceInfo{CCMajor: 8, CCMinor: 6}).Arch(), "sm_86"; got != want {
+		t.Errorf("Arch of 8.6 = %q, want %q", got, want)
+	}
+}
