@@ -50,10 +50,11 @@ var attnBwdOnly string
 // producer warpgroup and two consumers (384 threads) owning 128 keys and
 // sharing wgStages buffers of 64-row Q and dout tiles.
 const (
-	wgBM      = 128
-	wgBN      = 128
-	wgThreads = 256
-	wgStages  = 3 // WG_DKV_STAGES
+	wgBM         = 128
+	wgBN         = 128
+	wgFwdThreads = 2 * 128
+	wgDkvThreads = 3 * 128
+	wgStages     = 3 // WG_DKV_STAGES
 )
 
 // wgSmem returns the dynamic shared memory of the wgmma kernel op ("fwd",
@@ -85,9 +86,9 @@ func (b *Backend) tcLaunch(op, sfx string, d, t, heads, faSmem int, args *kargs)
 		l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, d)
 		switch op {
 		case "fwd":
-			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgThreads
+			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgFwdThreads
 		case "dkv":
-			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), 3*128
+			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgDkvThreads
 		}
 	}
 	return l

@@ -1121,9 +1121,11 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
 
 // ---------------------------------------------------------------------------
 // Hopper tensor-core attention (sm_90a): the three kernels above, ported to
-// wgmma. A CTA is one warpgroup (128 threads, warp w owning rows 16w..16w+15
-// of the 64-row tile, as above), so the tiling, masking and softmax are the
-// same; the products are issued as warpgroup MMAs m64nNk16 reading their B
+// wgmma. A warpgroup (128 threads) owns 64 rows, warp w rows 16w..16w+15,
+// so the masking and softmax are the same as above; a CTA is one
+// warpgroup (dq), two sharing K and V tiles (the forward) or a producer
+// and two consumers sharing Q and dout tiles (dk/dv). The products are
+// issued as warpgroup MMAs m64nNk16 reading their B
 // operand (and, for QKᵀ-like products, their A operand) straight from shared
 // memory, with fp32 accumulators in registers whose per-warp layout is the
 // m16n8k16 C layout (s[NT][4] above).
@@ -1136,8 +1138,8 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
 // Q, K, dout and V in QKᵀ-like products) and as an MN-major one (rows are
 // K, the head dim is N: V in PV, K in dS·K, Q and dout in the dk/dv sums).
 // Data arrive through cp.async (fa_cp16), which writes through the generic
-// proxy: each thread fences it for the async proxy before the barrier that
-// publishes a tile to the tensor cores.
+// proxy: each thread fences it for the async proxy before the barrier (or
+// mbarrier arrival) that publishes a tile to the tensor cores.
 // ---------------------------------------------------------------------------
 
 #define WG_BM 128  // query rows per forward CTA: two warpgroups of 64
