@@ -87,7 +87,7 @@ var (
 		{name: "path", typ: typeString, nullable: true, nonEmpty: true,
 			doc: "HF checkpoint directory (config.json and model.safetensors or model.safetensors.index.json), relative to the spec file. Set either path or copy_of."},
 		{name: "copy_of", typ: typeString, nullable: true,
-			doc: "Name of another model that has a path: this model starts as a copy of it. Set either path or copy_of."},
+			doc: "Name of another model that has a path: this model starts as a copy of it (copied from the source's shards on the device when a setup stage shards the source). Set either path or copy_of."},
 	}
 	meshDefs = []keyDef{
 		{name: "nodes", typ: typeInt, min: 1, max: MaxNodes, def: 1,

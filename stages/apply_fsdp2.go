@@ -26,7 +26,11 @@ type ApplyFSDP2 struct {
 	Prefetch            int    `yaml:"prefetch"` // units gathered ahead of the one computing (0 or 1)
 }
 
-// Ports declares the checkpoint input and the weights output.
+// Ports declares the checkpoint input and the weights output. A model
+// that is a copy (copy_of) reads its source's checkpoint, and also takes
+// the source's weights when a setup stage shards the source (optional
+// input "source"): it then starts as a copy of those shards, made on the
+// device, instead of reading the files again.
 func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 	src := s.Model
 	for _, m := range sp.Models {
@@ -34,10 +38,11 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 			src = m.CopyOf
 		}
 	}
-	return Ports{
-		In:  []Input{{Port: Port{Name: "checkpoint", Type: TypeCheckpoint(src)}}},
-		Out: []Port{{Name: "weights", Type: TypeWeights(s.Model)}},
+	in := []Input{{Port: Port{Name: "checkpoint", Type: TypeCheckpoint(src)}}}
+	if src != s.Model {
+		in = append(in, Input{Port: Port{Name: "source", Type: TypeWeights(src)}, Optional: true})
 	}
+	return Ports{In: in, Out: []Port{{Name: "weights", Type: TypeWeights(s.Model)}}}
 }
 
 // Validate checks the model, the prefetch depth, and that the model is
@@ -64,10 +69,16 @@ func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error { return rc.
 // and for a trainable model fp32 grads and AdamW m and v, each on the
 // device or in pinned host memory per the offload policies. Running, it
 // streams each rank's dim-0 slice of every tensor from the checkpoint
-// through a pinned staging buffer into the shard (see loadShards).
+// through a pinned staging buffer into the shard (see loadShards), or,
+// for a copy whose source is sharded (input "source"), copies the
+// source's shards (copyShards).
 func (s *ApplyFSDP2) program(p *prog) {
 	m := p.job.Models[s.Model]
 	src, _ := p.in("checkpoint").(*Model)
+	var from *ShardState
+	if m.Spec.CopyOf != "" {
+		from, _ = p.in("source").(*ShardState)
+	}
 	if p.err != nil {
 		return
 	}
@@ -93,9 +104,16 @@ func (s *ApplyFSDP2) program(p *prog) {
 			}
 		}
 	}
-	p.op("shard " + s.Model)
+	if from != nil {
+		p.op("shard " + s.Model + " from " + m.Spec.CopyOf)
+	} else {
+		p.op("shard " + s.Model)
+	}
 	st := &ShardState{Model: m, Units: units, Fsdp: s}
-	staging := p.hostBuf(p.stage.ID+".staging", plan.Comm, gpu.F32, int(largest))
+	var staging *ref
+	if from == nil {
+		staging = p.hostBuf(p.stage.ID+".staging", plan.Comm, gpu.F32, int(largest))
+	}
 	st.Params = p.persistentBytes(s.Model+".params", plan.Params, m.Offload, paramBytes)
 	if m.Trainable {
 		st.Grads = p.persistentBytes(s.Model+".grads", plan.Grads, m.OffloadOptimizer, gradBytes)
@@ -110,8 +128,57 @@ func (s *ApplyFSDP2) program(p *prog) {
 		}
 		st.Snapshot = p.persistentBytes(s.Model+".snapshot", plan.IO, true, bytes)
 	}
-	p.do(func() error { return loadShards(p, st, src, staging.t) })
+	p.do(func() error {
+		if from != nil {
+			return copyShards(p, st, from)
+		}
+		return loadShards(p, st, src, staging.t)
+	})
 	p.out("weights", st)
+}
+
+// copyShards zeroes the sharded state and copies the params of from, the
+// sharded model st is a copy of, into st's (cast to st's stored dtype on
+// the device). Both have the same units (one config, one mesh), and from's
+// params are as its checkpoint loaded them (setup stages run before any
+// step; a resumed run restores both afterwards), so st holds what reading
+// the checkpoint would give it: a bf16 checkpoint's values are exact in
+// an fp32 master, and any cast rounds as the load's own would.
+func copyShards(p *prog, st, from *ShardState) error {
+	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
+		if r != nil {
+			if err := p.r.B.Zero(r.t); err != nil {
+				return err
+			}
+		}
+	}
+	return copyParams(p.r.B, st, from)
+}
+
+// copyParams copies the params of from into to, unit by unit, cast to to's
+// stored dtypes; the two have the same units.
+func copyParams(b gpu.Backend, to, from *ShardState) error {
+	if len(from.Units) != len(to.Units) {
+		return fmt.Errorf("copying %s into %s: %d units against %d", from.Model.Name(), to.Model.Name(), len(from.Units), len(to.Units))
+	}
+	for i, u := range from.Units {
+		v := to.Units[i]
+		if u.ShardElems != v.ShardElems {
+			return fmt.Errorf("copying %s into %s: unit %s has %d elements a shard against %d", from.Model.Name(), to.Model.Name(), u.Name, u.ShardElems, v.ShardElems)
+		}
+		src, err := section(from.Params.t, u.Off, u.Master, u.ShardElems)
+		if err != nil {
+			return err
+		}
+		dst, err := section(to.Params.t, v.Off, v.Master, v.ShardElems)
+		if err != nil {
+			return err
+		}
+		if err := b.Copy(dst, src); err != nil {
+			return fmt.Errorf("unit %s: %w", u.Name, err)
+		}
+	}
+	return nil
 }
 
 // loadShards zeroes the sharded state and reads this rank's rows of every

@@ -58,22 +58,6 @@ func (s *UpdateRef) program(p *prog) {
 	from, _ := p.in("source").(*ShardState)
 	to, _ := p.in("target").(*ShardState)
 	p.op(fmt.Sprintf("copy %s shards into %s", s.From, s.To))
-	p.do(func() error {
-		for i, u := range from.Units {
-			v := to.Units[i]
-			src, err := section(from.Params.t, u.Off, u.Master, u.ShardElems)
-			if err != nil {
-				return err
-			}
-			dst, err := section(to.Params.t, v.Off, v.Master, v.ShardElems)
-			if err != nil {
-				return err
-			}
-			if err := p.r.B.Copy(dst, src); err != nil {
-				return fmt.Errorf("unit %s: %w", u.Name, err)
-			}
-		}
-		return nil
-	})
+	p.do(func() error { return copyParams(p.r.B, to, from) })
 	p.out("weights", to)
 }
