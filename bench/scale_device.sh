@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling on 4 and 8 GPUs (issue 13): one phase per device call, each
+# Scaling on 2, 4 and 8 GPUs (issues 10 and 13): one phase per device call, each
 # within SCALE_BUDGET_S seconds (default 540), every run under its own time
 # limit and what is left of the budget (device_lib.sh's budgeted), a
 # failure recorded and the next run started.
@@ -42,8 +42,11 @@
 #                     and 3B, each cut once its 4 steps are recorded.
 #                     x8 (x4: dp 4). Estimated 3-5 min.
 #
-# W is 8 with 8 GPUs visible and 4 with 4 to 7; with fewer a phase says so
-# and skips. SCALE_PHASE may name several phases ("cp proc"): they share
+# W is 8 with 8 GPUs visible, 4 with 4 to 7 and 2 with 2 or 3 (issue 10's
+# two-GPU runs on nvidia-h200-x2: dp 1 and 2; the 7B at dp 2; cp at dp 1 ×
+# cp 2 only, where one cp pair takes both samples of a step, about twice
+# the time a step that x8 gives it: SCALE_CP_STEPS=1 keeps it in a call);
+# with fewer a phase says so and skips. SCALE_PHASE may name several phases ("cp proc"): they share
 # the budget. The estimates come from the 1- and 2-GPU runs' setup and
 # step times in docs/performance.md; none of this has run on 4 or 8 GPUs.
 # Run the phases back to back on one machine (it stays warm 30 s after a
@@ -109,6 +112,7 @@ else
 	NGPU=${SCALE_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 fi
 WORLD=0
+((NGPU >= 2)) && WORLD=2
 ((NGPU >= 4)) && WORLD=4
 ((NGPU >= 8)) && WORLD=8
 
@@ -148,10 +152,10 @@ sampled() {
 	return $rc
 }
 
-# needs PHASE: says so and fails when fewer than 4 GPUs are visible.
+# needs PHASE: says so and fails when fewer than 2 GPUs are visible.
 needs() {
 	((WORLD > 0)) && return 0
-	say "phase $1: needs 4 or 8 GPUs (nvidia-h200-x4 or -x8), $NGPU visible; skipped"
+	say "phase $1: needs 2, 4 or 8 GPUs (nvidia-h200-x2, -x4 or -x8), $NGPU visible; skipped"
 	return 1
 }
 
@@ -414,15 +418,15 @@ phase_cp() {
 	ensure_ckpt "$CPM" || return 0
 	spec_cp "$WORLD" 1 false
 	spec_cp $((WORLD / 2)) 2 false
-	spec_cp $((WORLD / 4)) 4 false
+	((WORLD >= 4)) && spec_cp $((WORLD / 4)) 4 false
 	spec_cp "$WORLD" 1 true
 	rollouts "cp-$CPSEQ" $((WORLD / 2)) 2 64 $((CPSEQ - 64))
 	plan "cp-dp$WORLD-cp1" # refused: the reason to split
 	plan "cp-dp$((WORLD / 2))-cp2"
-	plan "cp-dp$((WORLD / 4))-cp4"
+	((WORLD >= 4)) && plan "cp-dp$((WORLD / 4))-cp4"
 	plan "cp-dp$WORLD-cp1-recompute"
 	run_spec "cp-dp$((WORLD / 2))-cp2" 240 1 "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
-	run_spec "cp-dp$((WORLD / 4))-cp4" 200 1 "cp-dp$((WORLD / 4))-cp4" "$CPSTEPS"
+	((WORLD >= 4)) && run_spec "cp-dp$((WORLD / 4))-cp4" 200 1 "cp-dp$((WORLD / 4))-cp4" "$CPSTEPS"
 	run_spec "cp-dp$WORLD-cp1-recompute" 120 1 "cp-dp$WORLD-cp1-recompute" "$CPSTEPS"
 	run_spec "cp-dp$((WORLD / 2))-cp2-procs" 240 "$WORLD" "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
 }

@@ -18,8 +18,8 @@ import (
 )
 
 // TestScaleDevicePlans checks, without a GPU, what bench/scale_device.sh
-// will run on the 4- and 8-GPU H200 machines. For each world (W = 8 and
-// 4) it runs the script with SCALE_DRY=1, which writes every spec it would
+// will run on the 2-, 4- and 8-GPU H200 machines. For each world (W = 8, 4
+// and 2) it runs the script with SCALE_DRY=1, which writes every spec it would
 // run and prints every command, and then:
 //
 //   - plans every spec written on h200-141g: each names that GPU in
@@ -53,6 +53,10 @@ func TestScaleDevicePlans(t *testing.T) {
 		{8, 9, map[string]bool{
 			"7b-h200-dp8": true, "bench-qwen2.5-1.5b-dp8": true, "bench-qwen2.5-3b-dp8": true,
 			"cp-dp8-cp1": false, "cp-dp4-cp2": true, "cp-dp2-cp4": true, "cp-dp8-cp1-recompute": true,
+		}},
+		{2, 5, map[string]bool{
+			"7b-h200-dp2": true, "bench-qwen2.5-1.5b-dp2": true, "bench-qwen2.5-3b-dp2": true,
+			"cp-dp2-cp1": false, "cp-dp1-cp2": true, "cp-dp2-cp1-recompute": true,
 		}},
 		{4, 7, map[string]bool{
 			"7b-h200-dp4": true, "bench-qwen2.5-1.5b-dp4": true, "bench-qwen2.5-3b-dp4": true,
