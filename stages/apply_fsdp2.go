@@ -61,7 +61,8 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 // Plan declares the persistent sharded state.
 func (s *ApplyFSDP2) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
-// Run allocates the shards and streams the checkpoint into them.
+// Run allocates the shards and streams the checkpoint into them, or, for a
+// copy whose source is sharded, copies the source's shards into them.
 func (s *ApplyFSDP2) Run(ctx context.Context, rc *RunContext) error { return rc.run(ctx, s.program) }
 
 // program declares the persistent sharded state of the model: the params
