@@ -688,13 +688,19 @@ func (e *env) copyCPU(g, c gpu.Tensor) {
 func TestLogProbs(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		// v = 1000 and 20008 take the 16-byte backward (k_lp_bwd8), the
+		// latter over three chunks of a 512-thread block, so that a 16-bit
+		// chunk's writes land on values that earlier chunks read; v = 1003
+		// takes the scalar one and unaligned rows.
 		for _, cfg := range []struct {
 			temp     float32
 			tempered bool
 			entropy  bool
-		}{{1, false, true}, {0.7, false, true}, {0.7, true, true}, {1.3, false, false}} {
-			c, h, v := 37, 64, 1000
-			name := fmt.Sprintf("logprobs %v T=%v tempered=%v entropy=%v", dt, cfg.temp, cfg.tempered, cfg.entropy)
+			v        int
+		}{{1, false, true, 1000}, {0.7, false, true, 1000}, {0.7, true, true, 1000}, {1.3, false, false, 1000},
+			{1, false, true, 20008}, {0.7, true, true, 1003}} {
+			c, h, v := 37, 64, cfg.v
+			name := fmt.Sprintf("logprobs %v T=%v tempered=%v entropy=%v v=%d", dt, cfg.temp, cfg.tempered, cfg.entropy, v)
 			gh, ch := e.in(dt, 1, c, h)
 			gw, cw := e.in(dt, 0.3, v, h)
 			tg := e.randIDs(c, v)

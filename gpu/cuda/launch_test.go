@@ -64,7 +64,7 @@ func TestKernelNames(t *testing.T) {
 			seen[f] = m.name
 		}
 	}
-	for _, f := range []string{"k_lp_bwd", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}

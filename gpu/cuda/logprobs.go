@@ -37,9 +37,9 @@ func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperat
 }
 
 // LogProbs computes logits = h@wᵀ into the F32 workspace with cuBLASLt
-// (float32 accumulation; float32 output), then one block per row computes,
-// in float64, the log-softmax of the tempered logits at the target and the
-// entropy. A target outside [0,V) yields NaN and an error at the next Sync.
+// (float32 accumulation; float32 output), then one block per row computes
+// the log-softmax of the tempered logits at the target and the entropy
+// (float32 exponentials summed in float64; see kernels/logprobs.cu). A target outside [0,V) yields NaN and an error at the next Sync.
 func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
 	const op = "logprobs"
 	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, logits)
@@ -72,7 +72,8 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 }
 
 // LogProbsBackward recomputes the logits, turns them into dlogits in place
-// (float64 per-row statistics) and computes dh = dlogits@w and dw +=
+// (per-row statistics as in LogProbs; 16-byte accesses when V is a multiple
+// of 8) and computes dh = dlogits@w and dw +=
 // dlogitsᵀ@h. When h and w share a 16-bit dtype, the dlogits are rounded to
 // it (packed at the start of each float32 row of the workspace, leading
 // dimension 2V) so that both products run on cuBLASLt's tensor-core path,
@@ -120,7 +121,11 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 	if h.DType == w.DType && h.DType != gpu.F32 {
 		dl.dt, dl.ld = w.DType, 2*int64(a.v)
 	}
-	if err := b.issue(launch{name: "k_lp_bwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
+	kernel := "k_lp_bwd"
+	if a.v%8 == 0 && a.logits%16 == 0 {
+		kernel = "k_lp_bwd8"
+	}
+	if err := b.issue(launch{name: kernel, gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
 			u64(ga).u64(gea).dt(dl.dt).u64(b.d.flag)}); err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Per-row softmax statistics of the logits workspace for LogProbs and its
-// backward, in float64 like the CPU reference. One block per row.
+// backward. One block per row.
 //
 // A logits row is V float32 values (151936 for Qwen-sized vocabularies, about
 // 600 KB), and the rows that the resident blocks work on do not fit in L2
@@ -7,6 +7,13 @@
 // therefore computed online in a single pass: each thread keeps a running
 // max and sums relative to it, rescaling them when the max grows, and the
 // threads' states are then merged across the block in a fixed order.
+//
+// Each value's weight exp(z − m) is computed in float32 (expf, within 2 ulp)
+// and summed in float64; the rescaling, the merges and the final logarithms
+// are float64. The CPU reference computes the weights in float64 as well, so
+// the two agree to about 1e-7 relative, not bit for bit. Float64 exponentials
+// for each of a row's 151936 values made these kernels bound by the GPU's
+// float64 units instead of by memory.
 
 struct RowStats {
   double lseZ, lseU, meanU;
@@ -43,14 +50,16 @@ __device__ __forceinline__ void on_raise(Online& a, double mx) {
   }
 }
 
-// on_add adds x, which must not exceed a.m unless it is NaN, to a's sums.
-// When T is false the sum t is not kept.
+// on_add adds z, which must not exceed m = a.m unless it is NaN, to a's
+// sums: its weight exp(z − m) in float32, widened. m is a.m as a float32,
+// which is exact: a.m is only ever raised to a float32 value. When T is
+// false the sum t is not kept.
 template <bool T>
-__device__ __forceinline__ void on_add(Online& a, double x) {
-  if (x != -D_INF) {
-    double e = exp(x - a.m);
+__device__ __forceinline__ void on_add(Online& a, float z, float m) {
+  if (z != -F_INF) {
+    double e = (double)expf(z - m);
     a.s += e;
-    if (T) a.t += e * x;
+    if (T) a.t += e * (double)z;
   }
 }
 
@@ -148,19 +157,21 @@ __device__ __forceinline__ void lp_step(Online& a, Online& b, const float* x, fl
   float mz = -F_INF;
 #pragma unroll
   for (int k = 0; k < N; k++) {
-    z[k] = x[k] / temp;
+    z[k] = temp == 1.0f ? x[k] : x[k] / temp;
     mz = fmaxf(mz, z[k]);
   }
   on_raise<ta>(a, (double)mz);
+  float am = (float)a.m;
 #pragma unroll
-  for (int k = 0; k < N; k++) on_add<ta>(a, (double)z[k]);
+  for (int k = 0; k < N; k++) on_add<ta>(a, z[k], am);
   if (MODE == LP_ENT_U) {
     float mu = -F_INF;
 #pragma unroll
     for (int k = 0; k < N; k++) mu = fmaxf(mu, x[k]);
     on_raise<true>(b, (double)mu);
+    float bm = (float)b.m;
 #pragma unroll
-    for (int k = 0; k < N; k++) on_add<true>(b, (double)x[k]);
+    for (int k = 0; k < N; k++) on_add<true>(b, x[k], bm);
   }
 }
 
@@ -183,7 +194,17 @@ __device__ RowStats row_stats_m(const float* l, i64 v, float temp, double* sh) {
   i64 n4 = (v - head) >> 2;
   for (i64 j = threadIdx.x; j < head; j += blockDim.x) lp_step<MODE, 1>(a, b, l + j, temp);
   const float4* l4 = (const float4*)(l + head);
-  for (i64 i = threadIdx.x; i < n4; i += blockDim.x) {
+  // Two loads are issued before either is used, to keep more bytes in
+  // flight; each thread still takes its float4s in the same order.
+  i64 i = threadIdx.x;
+  for (; i + blockDim.x < n4; i += 2 * blockDim.x) {
+    float4 q = l4[i], r = l4[i + blockDim.x];
+    float x[4] = {q.x, q.y, q.z, q.w};
+    lp_step<MODE, 4>(a, b, x, temp);
+    float y[4] = {r.x, r.y, r.z, r.w};
+    lp_step<MODE, 4>(a, b, y, temp);
+  }
+  if (i < n4) {
     float4 q = l4[i];
     float x[4] = {q.x, q.y, q.z, q.w};
     lp_step<MODE, 4>(a, b, x, temp);
@@ -236,6 +257,52 @@ extern "C" __global__ void k_lp_fwd(const float* logits, i64 c, i64 v, const int
   }
 }
 
+// BwdRow holds what the backward needs of a row, besides its values: the
+// statistics, the gradient factors gl = dlogp/temp and gh = dentropy·tau,
+// and the target.
+struct BwdRow {
+  RowStats st;
+  float gl, gh;
+  int y;
+  bool ent, tempered;
+};
+
+// bwd_row computes the statistics and factors of row l; every thread of the
+// block must call it.
+__device__ BwdRow bwd_row(const float* l, i64 r, i64 v, const int* targets, float temp, int tempered,
+                          const float* dlogp, const float* dent, int* flag, double* sh) {
+  BwdRow b;
+  b.ent = dent != 0 && dent[r] != 0.0f;
+  b.tempered = tempered != 0;
+  b.st = row_stats(l, v, temp, tempered, b.ent, sh);
+  double tau = tempered ? 1.0 / (double)temp : 1.0;
+  b.gl = (float)((double)dlogp[r] / (double)temp);
+  b.gh = b.ent ? (float)((double)dent[r] * tau) : 0.0f;
+  b.y = targets[r];
+  if ((b.y < 0 || b.y >= v) && threadIdx.x == 0) atomicOr(flag, FLAG_TARGETS);
+  return b;
+}
+
+// dlogit returns d(loss)/d(logit) for value x at column j of a row:
+// −gl·p + gl·[j = y] − gh·q·(u − meanU), with p = softmax(z) and q the
+// entropy's softmax of u. The differences from the float64 statistics are
+// taken in float64 and the exponentials in float32: the result is rounded
+// to the workspace's dtype (float32, or bf16/f16 for the tensor-core
+// products), so float64 exponentials would buy nothing.
+__device__ __forceinline__ float dlogit(float x, i64 j, const BwdRow& b, float temp) {
+  float z = temp == 1.0f ? x : x / temp;
+  float p = expf((float)((double)z - b.st.lseZ));
+  float d = -b.gl * p;
+  if (j == b.y) d += b.gl;
+  if (b.ent) {
+    float u = b.tempered ? z : x;
+    float q = expf((float)((double)u - b.st.lseU));
+    float c = (float)((double)u - b.st.meanU);
+    d -= b.gh * q * c;
+  }
+  return d;
+}
+
 // k_lp_bwd turns the logits row into dlogits in place. With outdt F32 the
 // row stays float32; with BF16 or F16 the row is rewritten as 16-bit values
 // packed at the start of its own float32 row (so the result is a [c,v]
@@ -252,34 +319,57 @@ extern "C" __global__ void __launch_bounds__(1024)
   __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     float* l = logits + r * v;
-    bool withEnt = dent != 0 && dent[r] != 0.0f;
-    RowStats st = row_stats(l, v, temp, tempered, withEnt, sh);
-    double gl = (double)dlogp[r] / (double)temp;
-    double tau = tempered ? 1.0 / (double)temp : 1.0;
-    double gh = withEnt ? (double)dent[r] * tau : 0.0;
-    int y = targets[r];
-    if ((y < 0 || y >= v) && threadIdx.x == 0) atomicOr(flag, FLAG_TARGETS);
+    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, flag, sh);
     u16* o16 = (u16*)l;
     for (i64 base = 0; base < v; base += blockDim.x) {
       i64 j = base + threadIdx.x;
       float dv = 0.0f;
-      if (j < v) {
-        float x = l[j];
-        double p = exp((double)(x / temp) - st.lseZ);
-        double d = -gl * p;
-        if (j == y) d += gl;
-        if (withEnt) {
-          double u = tempered ? (double)(x / temp) : (double)x;
-          d -= gh * exp(u - st.lseU) * (u - st.meanU);
-        }
-        dv = (float)d;
-      }
+      if (j < v) dv = dlogit(l[j], j, br, temp);
       if (outdt == DT_F32) {
         if (j < v) l[j] = dv;
       } else {
         __syncthreads();
         if (j < v) o16[j] = outdt == DT_BF16 ? f2bf(dv) : f2h(dv);
       }
+    }
+    __syncthreads();
+  }
+}
+
+// k_lp_bwd8 is k_lp_bwd for rows of a multiple of 8 values starting at
+// 16-byte boundaries (v % 8 == 0 and an aligned workspace; logprobs.go
+// checks), with 16-byte loads and stores and one barrier per chunk of
+// 16·blockDim.x values instead of one per blockDim.x. Group g is the 8
+// values [8g, 8g+8); chunk k holds the groups [2Bk, 2B(k+1)) for B =
+// blockDim.x, thread t taking groups 2Bk+t and 2Bk+B+t. A 16-bit group g is
+// written to bytes [16g, 16g+16) of the row, the float32 values [4g, 4g+4),
+// so chunk k writes only values of chunks 0..k: the barrier between its
+// reads and its writes is the only one it needs. The values are the same as
+// k_lp_bwd's, element for element.
+extern "C" __global__ void __launch_bounds__(1024)
+    k_lp_bwd8(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered, const float* dlogp,
+              const float* dent, int outdt, int* flag) {
+  __shared__ double sh[6 * 33];
+  i64 ng = v / 8, B = blockDim.x;
+  for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
+    float* l = logits + r * v;
+    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, flag, sh);
+    for (i64 g0 = 0; g0 < ng; g0 += 2 * B) {
+      i64 g[2] = {g0 + threadIdx.x, g0 + B + threadIdx.x};
+      float x[2][8];
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (g[h] < ng) ld8(l, DT_F32, g[h] * 8, x[h]);
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (g[h] < ng) {
+#pragma unroll
+          for (int e = 0; e < 8; e++) x[h][e] = dlogit(x[h][e], g[h] * 8 + e, br, temp);
+        }
+      if (outdt != DT_F32) __syncthreads();
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (g[h] < ng) st8(l, outdt, g[h] * 8, x[h]);
     }
     __syncthreads();
   }
