@@ -431,6 +431,15 @@ func TestElementwise(t *testing.T) {
 			}
 		}
 	}
+	// Bias gradients over many rows: several blocks of rows, rows left
+	// over after the four-row steps, and a partial tile of column groups
+	// (264 = 33 groups of 8).
+	for _, shape := range [][]int{{3001, 264}, {16384, 256}, {777, 1536}} {
+		gy, cy := e.in(gpu.BF16, 1, shape...)
+		gdb, cdb := e.in(gpu.F32, 1, shape[1])
+		e.check("biasgrad", e.g.BiasGrad(gdb, gy), e.c.BiasGrad(cdb, cy))
+		e.compare(fmt.Sprintf("biasgrad f32<-bf16 %v", shape), gdb, cdb, tolF32)
+	}
 	// A view 4 elements into its buffer is not 16-byte aligned for 16-bit
 	// dtypes: the scalar kernels run though n is a multiple of 8.
 	gbig, cbig := e.in(gpu.BF16, 1, 1032)
@@ -549,7 +558,9 @@ func TestRoPE(t *testing.T) {
 	llama3 := &gpu.RoPEScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
 	for _, dt := range floatTypes {
 		for _, sc := range []*gpu.RoPEScaling{nil, llama3, {Type: "linear", Factor: 2}} {
-			for _, d := range []int{64, 128} {
+			// Head dims that are multiples of 16 take k_rope8 (several
+			// tokens a block, the last block partial), 40 takes k_rope.
+			for _, d := range []int{40, 64, 96, 128} {
 				n, heads := 53, 6
 				pos := e.randIDs(n, 20000)
 				gp, cp := e.ids(pos)

@@ -40,6 +40,19 @@ func TestGroupBlock(t *testing.T) {
 	}
 }
 
+// ropeTokens keeps a k_rope8 block's cos and sin tables within 4096
+// entries and its work near 1024 groups of 8 pairs.
+func TestRoPETokens(t *testing.T) {
+	for _, c := range []struct{ heads, d, want int }{
+		{12, 128, 11}, {2, 128, 16}, {14, 64, 16}, {40, 128, 4}, {1, 512, 16}, {64, 512, 1}, {6, 96, 16},
+	} {
+		got := ropeTokens(c.heads, c.d)
+		if got != c.want || got*c.d/2 > 4096 {
+			t.Errorf("ropeTokens(%d, %d) = %d, want %d", c.heads, c.d, got, c.want)
+		}
+	}
+}
+
 // Every __global__ function of every module must be found by name (the
 // driver looks each one up when the module loads), and no name may be a
 // keyword the pattern swallowed.
@@ -64,7 +77,7 @@ func TestKernelNames(t *testing.T) {
 			seen[f] = m.name
 		}
 	}
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}

@@ -254,7 +254,32 @@ func (b *Backend) BiasGrad(db, dy gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
+	if t > 0 && vec8(int64(n), dya) {
+		return b.biasGrad8(db, dy, dba, dya, int64(t), int64(n))
+	}
 	return b.issue(cols32("k_colsum", int64(n), new(kargs).u64(dba).dt(db.DType).u64(dya).dt(dy.DType).i64(int64(t)).i64(int64(n))))
+}
+
+// biasGrad8 is BiasGrad through k_colsum8_part, blocks of 256 columns by
+// runs of rows, about four blocks per SM, each writing float64 column sums
+// into the stream's scratch, and k_rmsnorm_dw_reduce, which adds them in a
+// fixed order into db.
+func (b *Backend) biasGrad8(db, dy gpu.Tensor, dba, dya uint64, t, n int64) error {
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	tiles := (n/8 + 31) / 32
+	blocks := max(int64(max(b.d.info.SMs, 1))*4/tiles, 1)
+	blocks = min(blocks, streamScratchBytes/(8*n), (t+31)/32)
+	blocks = max(blocks, 1)
+	rpb := (t + blocks - 1) / blocks
+	blocks = (t + rpb - 1) / rpb
+	part := uint64(s.scratch)
+	return b.issue(
+		launch{name: "k_colsum8_part", gx: uint32(tiles), gy: uint32(blocks), gz: 1, bx: 32, by: 8, bz: 1,
+			args: new(kargs).u64(part).u64(dya).dt(dy.DType).i64(t).i64(n).i64(rpb)},
+		cols32("k_rmsnorm_dw_reduce", n, new(kargs).u64(dba).dt(db.DType).u64(part).i64(blocks).i64(n)))
 }
 
 // RoPE rotates x in place (HF rotate-half convention and roundings).
@@ -304,8 +329,21 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 		u := math.Float32bits(f)
 		tbl[4*i], tbl[4*i+1], tbl[4*i+2], tbl[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 	}
-	return b.issue(launch{name: "k_rope", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
-		args: new(kargs).u64(xa).dt(x.DType).u64(pa).i64(int64(t)).i32(heads).i32(d).put(tbl).i32(b2i(backward))})
+	args := new(kargs).u64(xa).dt(x.DType).u64(pa).i64(int64(t)).i32(heads).i32(d).put(tbl).i32(b2i(backward))
+	if d%16 == 0 && vec8(8, xa) && t > 0 && heads > 0 {
+		tb := ropeTokens(heads, d)
+		return b.issue(launch{name: "k_rope8", gx: rowGrid((int64(t) + int64(tb) - 1) / int64(tb)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
+			args: args.i32(tb)})
+	}
+	return b.issue(launch{name: "k_rope", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: 128, by: 1, bz: 1, args: args})
+}
+
+// ropeTokens is the tokens a k_rope8 block takes: enough for about 1024
+// groups of 8 pairs (four per thread), at most 16, and few enough that
+// their cos and sin (d/2 each a token) fit its 4096-entry tables.
+func ropeTokens(heads, d int) int {
+	per := heads * d / 16
+	return max(min((1024+per-1)/per, 16, 4096/(d/2)), 1)
 }
 
 // SwiGLU computes out = silu(gate)*up.

@@ -96,6 +96,8 @@ func BenchmarkOps(bb *testing.B) {
 	p, g, m, vv := ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np), ten(gpu.F32, np)
 	pb := ten(gpu.BF16, np)
 	nwg := ten(gpu.F32, H)
+	k2, _ := k.Reshape(T, Hkv*D)
+	bk := ten(gpu.F32, Hkv*D)
 	// Qwen3-style per-head norms: 8192 tokens × 16 heads of 128.
 	xq, xq2 := ten(gpu.BF16, T*16, 128), ten(gpu.BF16, T*16, 128)
 	rstdq, nwq, nwgq := ten(gpu.F32, T*16), ten(gpu.BF16, 128), ten(gpu.F32, 128)
@@ -205,6 +207,10 @@ func BenchmarkOps(bb *testing.B) {
 		{"swiglu fwd 8192x8960 bf16", 0, 3 * 2 * T * I, func() error { return b.SwiGLU(y, gate, up) }},
 		{"swiglu bwd 8192x8960 bf16", 0, 5 * 2 * T * I, func() error { return b.SwiGLUBackward(y, du, y, gate, up) }},
 		{"rope fwd 8192x12x128 bf16", 0, 2 * 2 * T * Hq * D, func() error { return b.RoPE(q, ids, 1e6, nil) }},
+		{"rope fwd 8192x2x128 bf16", 0, 2 * 2 * T * Hkv * D, func() error { return b.RoPE(k, ids, 1e6, nil) }},
+		{"addbias 8192x1536 bf16", 0, 2 * 2 * T * H, func() error { return b.AddBias(x, nw) }},
+		{"biasgrad 8192x1536 bf16 into f32", 0, 2 * T * H, func() error { return b.BiasGrad(nwg, x) }},
+		{"biasgrad 8192x256 bf16 into f32", 0, 2 * T * Hkv * D, func() error { return b.BiasGrad(bk, k2) }},
 		{"embedding bwd 8192x1536 into f32", 0, 3 * 4 * T * H, func() error { return b.EmbeddingBackward(dwv, x, ids) }},
 		{"adamw 50M f32", 0, 7 * 4 * float64(np), func() error {
 			return b.AdamW(p, g, m, vv, gpu.AdamWStep{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1})

@@ -173,6 +173,52 @@ extern "C" __global__ void k_colsum(void* out, int dto, const void* x, int dtx, 
   }
 }
 
+// k_colsum8_part writes float64 column sums of the rows [y·rpb, (y+1)·rpb)
+// of x [rows,n] (n a multiple of 8, x 16-byte aligned) to partial[y·n + col]
+// for block row y = blockIdx.y, for k_rmsnorm_dw_reduce to add in a fixed
+// order. Block (32,8): 32 groups of 8 columns (blockIdx.x·256 on), 8 row
+// lanes, each lane taking every 8th row with four 16-byte loads in flight;
+// the lanes are added in a fixed order. k_colsum's one block per 32 columns
+// left an H100 nearly idle for the narrow k and v biases (8 blocks for 256
+// columns, each thread walking its rows one dependent load at a time).
+extern "C" __global__ void k_colsum8_part(double* partial, const void* x, int dtx, i64 rows, i64 n, i64 rpb) {
+  __shared__ double sh[8][32][9];
+  i64 ng = n / 8, g = (i64)blockIdx.x * 32 + threadIdx.x;
+  i64 r0 = (i64)blockIdx.y * rpb, r1 = min(rows, r0 + rpb);
+  double s[8];
+#pragma unroll
+  for (int e = 0; e < 8; e++) s[e] = 0.0;
+  if (g < ng) {
+    i64 r = r0 + threadIdx.y;
+    for (; r + 24 < r1; r += 32) {
+      float v[4][8];
+#pragma unroll
+      for (int u = 0; u < 4; u++) ld8(x, dtx, (r + 8 * u) * n + g * 8, v[u]);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) s[e] += (double)v[u][e];
+    }
+    for (; r < r1; r += 8) {
+      float v[8];
+      ld8(x, dtx, r * n + g * 8, v);
+#pragma unroll
+      for (int e = 0; e < 8; e++) s[e] += (double)v[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; e++) sh[threadIdx.y][threadIdx.x][e] = s[e];
+  __syncthreads();
+  if (threadIdx.y == 0 && g < ng) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      double t = 0.0;
+      for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x][e];
+      partial[(i64)blockIdx.y * n + g * 8 + e] = t;
+    }
+  }
+}
+
 // k_adamw is one torch.optim.AdamW step in torch's float32 operation order;
 // the scalar factors were formed in float64 on the host. Each gradient is
 // read multiplied by gs (the clipping coefficient; 1 multiplies exactly).

@@ -329,6 +329,52 @@ extern "C" __global__ void k_rope(void* x, int dt, const int* pos, i64 rows, int
   }
 }
 
+// k_rope8 is k_rope, value for value, for head dims that are multiples of 16
+// on a 16-byte-aligned x: each block takes tb tokens (grid-striding), first
+// computing their cos and sin into shared memory (tb·d/2 ≤ 4096 entries),
+// then rotating 8 pairs a thread with 16-byte loads and stores. k_rope's
+// block per token of 128 threads, 2-byte accesses and a barrier per token
+// ran at a third of the memory's speed.
+extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, int heads, int d, InvFreq inv,
+                                   int backward, int tb) {
+  __shared__ float cs[4096], sn[4096];
+  int half = d / 2, ng = half / 8, per = heads * ng;
+  for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
+    for (int e = threadIdx.x; e < tb * half; e += blockDim.x) {
+      int k = e / half, i = e - k * half;
+      i64 r = r0 + k;
+      if (r < rows) {
+        float p = (float)pos[r];
+        double a = (double)(p * inv.v[i]);
+        cs[e] = rnd(dt, (float)cos(a));
+        float sv = rnd(dt, (float)sin(a));
+        sn[e] = backward ? -sv : sv;
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < tb * per; e += blockDim.x) {
+      int k = e / per, rem = e - k * per;
+      int hd = rem / ng, g = rem - hd * ng;
+      i64 r = r0 + k;
+      if (r >= rows) continue;
+      i64 off = (r * heads + hd) * (i64)d + g * 8;
+      float x1[8], x2[8], y1[8], y2[8];
+      ld8(x, dt, off, x1);
+      ld8(x, dt, off + half, x2);
+      const float* c = cs + k * half + g * 8;
+      const float* s = sn + k * half + g * 8;
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        y1[j] = rnd(dt, rnd(dt, x1[j] * c[j]) + rnd(dt, -x2[j] * s[j]));
+        y2[j] = rnd(dt, rnd(dt, x2[j] * c[j]) + rnd(dt, x1[j] * s[j]));
+      }
+      st8(x, dt, off, y1);
+      st8(x, dt, off + half, y2);
+    }
+    __syncthreads();
+  }
+}
+
 // k_embedding gathers dst[t] = table[ids[t]], one block per token. An id
 // outside [0,v) zero-fills its row and raises FLAG_EMBEDDING_IDS.
 extern "C" __global__ void k_embedding(void* dst, int dtd, const void* table, int dtt, const int* ids, i64 rows,
