@@ -505,6 +505,17 @@ func TestEmbedding(t *testing.T) {
 			}
 		}
 	}
+	// Several spans of 1024 tokens and a partial block of columns: each
+	// id's rows add in token order, so the sums equal the CPU's bit for
+	// bit, in bf16 and f32 tables.
+	for _, tdt := range []gpu.DType{gpu.BF16, gpu.F32} {
+		v, h, n := 301, 200, 2600
+		gi, ci := e.ids(e.randIDs(n, v))
+		gdt, cdt := e.in(tdt, 1, v, h)
+		gdy, cdy := e.in(gpu.BF16, 1, n, h)
+		e.check("embedding backward", e.g.EmbeddingBackward(gdt, gdy, gi), e.c.EmbeddingBackward(cdt, cdy, ci))
+		e.compare(fmt.Sprintf("embedding backward %v<-bf16, %d tokens", tdt, n), gdt, cdt, 0)
+	}
 	// A bad id is reported by the next Sync.
 	gt, _ := e.in(gpu.F32, 1, 10, 4)
 	gi, _ := e.ids([]int32{1, 10})
@@ -518,6 +529,29 @@ func TestEmbedding(t *testing.T) {
 	if err := e.g.Sync(); err != nil {
 		t.Errorf("the error flag was not cleared: %v", err)
 	}
+	// So is a bad id in the backward, whose row is skipped.
+	gdt, cdt := e.in(gpu.F32, 1, 10, 4)
+	vals := e.randn(12, 1, gpu.F32)
+	gdy, _ := e.alloc(gpu.F32, 3, 4)
+	_, cdy := e.alloc(gpu.F32, 2, 4) // the CPU side without the bad row
+	gbi, _ := e.ids([]int32{2, -1, 2})
+	_, cbi := e.ids([]int32{2, 2})
+	if err := e.g.Upload(gdy, vals); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Upload(cdy, append(vals[0:4:4], vals[8:12]...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.EmbeddingBackward(gdt, gdy, gbi); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Sync(); err == nil || !strings.Contains(err.Error(), "embedding") {
+		t.Errorf("sync after a bad id in the backward: %v, want an embedding error", err)
+	}
+	if err := e.c.EmbeddingBackward(cdt, cdy, cbi); err != nil {
+		t.Fatal(err)
+	}
+	e.compare("embedding backward, a bad id skipped", gdt, cdt, 0)
 }
 
 func TestRMSNorm(t *testing.T) {

@@ -116,20 +116,35 @@ func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32)
 		if s.workspace {
 			call.workspace, call.wsSize = C.uint64_t(b.d.internal), workspaceBytes
 		}
-		if algo, ok := b.d.algos[key]; ok {
+		if ltPick >= 0 {
+			call.pick = C.int32_t(ltPick)
+		} else if algo, ok := b.d.algos[key]; ok {
 			call.algo, call.haveAlgo = algo, 1
 		}
 		var stage C.int
 		st := C.rl_lt_matmul(&call, &stage)
+		ltOffered = int(call.got)
 		if st != 0 {
 			steps := []string{"cublasLtMatmulDescCreate", "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate",
 				"cublasLtMatmulPreference", "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmul"}
 			return fmt.Errorf("gemm %dx%dx%d (%v@%v->%v): %w", m, n, k, a.dt, bm.dt, c.dt, ltErr(steps[int(stage)], st))
 		}
-		b.d.algos[key] = call.algo
+		if ltPick < 0 {
+			b.d.algos[key] = call.algo
+		}
 		return nil
 	})
 }
+
+// ltPick, when 0 or more, makes matmul take the cuBLASLt heuristic's
+// ltPick-th candidate for every product, without the algorithm cache; a
+// test hook (BenchmarkGemmAlgos) that times the candidates the heuristic
+// ranks below its first. ltOffered is the number of candidates the last
+// heuristic query offered. Both belong to the device worker's thread.
+var (
+	ltPick    = -1
+	ltOffered int
+)
 
 func b2i(v bool) int {
 	if v {

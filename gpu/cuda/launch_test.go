@@ -53,6 +53,16 @@ func TestRoPETokens(t *testing.T) {
 	}
 }
 
+func TestEmbeddingBuckets(t *testing.T) {
+	for _, c := range []struct{ cols, sms, want int64 }{
+		{12, 132, 44}, {1, 132, 64}, {28, 132, 18}, {1000, 132, 1}, {12, 0, 1},
+	} {
+		if got := embeddingBuckets(c.cols, c.sms); got != c.want {
+			t.Errorf("embeddingBuckets(%d, %d) = %d, want %d", c.cols, c.sms, got, c.want)
+		}
+	}
+}
+
 // Every __global__ function of every module must be found by name (the
 // driver looks each one up when the module loads), and no name may be a
 // keyword the pattern swallowed.
@@ -77,7 +87,7 @@ func TestKernelNames(t *testing.T) {
 			seen[f] = m.name
 		}
 	}
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}

@@ -131,8 +131,18 @@ func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 	if h == 0 || t == 0 {
 		return nil
 	}
-	return b.issue(launch{name: "k_embedding_bwd", gx: uint32((h + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
-		args: new(kargs).u64(da).dt(dTable.DType).u64(ya).dt(dY.DType).u64(ia).i64(int64(t)).i64(int64(h)).i64(int64(v)).u64(b.d.flag)})
+	cols := (int64(h) + 127) / 128
+	nb := embeddingBuckets(cols, int64(b.d.info.SMs))
+	return b.issue(launch{name: "k_embedding_bwd_b", gx: uint32(cols), gy: uint32(nb), gz: 1, bx: 128, by: 1, bz: 1,
+		args: new(kargs).u64(da).dt(dTable.DType).u64(ya).dt(dY.DType).u64(ia).i64(int64(t)).i64(int64(h)).i64(int64(v)).
+			i32(int(nb)).u64(b.d.flag)})
+}
+
+// embeddingBuckets is the number of id buckets for k_embedding_bwd_b with
+// cols blocks of 128 columns: about four blocks per SM in all, at most 64
+// buckets, at least 1.
+func embeddingBuckets(cols, sms int64) int64 {
+	return max(min(4*max(sms, 1)/max(cols, 1), 64), 1)
 }
 
 // RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does.

@@ -196,15 +196,16 @@ cublasStatus_t rl_lt_matmul(rlLtCall* c, int* stage) {
 		st = LTF(LT_PrefSet, (cublasLtMatmulPreference_t, int, const void*, size_t))(pref, 8, &c->alignC, sizeof(uint32_t));
 		if (st) goto done;
 		*stage = 4;
-		rlLtHeuristic res;
-		int got = 0;
-		memset(&res, 0, sizeof res);
+		rlLtHeuristic res[16];
+		int got = 0, idx = c->pick > 0 && c->pick < 16 ? c->pick : 0;
+		memset(res, 0, sizeof res);
 		st = LTF(LT_Heuristic, (cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
 			cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int, rlLtHeuristic*, int*))(
-			(cublasLtHandle_t)c->handle, desc, la, lb, lc, lc, pref, 1, &res, &got);
+			(cublasLtHandle_t)c->handle, desc, la, lb, lc, lc, pref, idx + 1, res, &got);
 		if (st) goto done;
-		if (got < 1) { st = 15; goto done; } // CUBLAS_STATUS_NOT_SUPPORTED
-		c->algo = res.algo;
+		c->got = got;
+		if (got <= idx) { st = 15; goto done; } // CUBLAS_STATUS_NOT_SUPPORTED
+		c->algo = res[idx].algo;
 		c->haveAlgo = 1;
 	}
 	*stage = 5;

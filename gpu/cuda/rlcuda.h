@@ -43,6 +43,10 @@ typedef struct {
 	uint32_t alignA, alignB, alignC, pad;
 	float alpha, beta;
 	rlLtAlgo algo;
+	// pick, when above 0 and no algorithm is given, takes the heuristic's
+	// pick-th candidate (0 is its first choice) instead of its first; got
+	// returns how many candidates it offered.
+	int32_t pick, got;
 } rlLtCall;
 
 int rl_resolve(int lib, void* h);

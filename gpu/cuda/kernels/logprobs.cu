@@ -194,17 +194,18 @@ __device__ RowStats row_stats_m(const float* l, i64 v, float temp, double* sh) {
   i64 n4 = (v - head) >> 2;
   for (i64 j = threadIdx.x; j < head; j += blockDim.x) lp_step<MODE, 1>(a, b, l + j, temp);
   const float4* l4 = (const float4*)(l + head);
-  // Two loads are issued before either is used, to keep more bytes in
+  // Four loads are issued before any is used, to keep more bytes in
   // flight; each thread still takes its float4s in the same order.
-  i64 i = threadIdx.x;
-  for (; i + blockDim.x < n4; i += 2 * blockDim.x) {
-    float4 q = l4[i], r = l4[i + blockDim.x];
-    float x[4] = {q.x, q.y, q.z, q.w};
-    lp_step<MODE, 4>(a, b, x, temp);
-    float y[4] = {r.x, r.y, r.z, r.w};
-    lp_step<MODE, 4>(a, b, y, temp);
+  i64 i = threadIdx.x, B = blockDim.x;
+  for (; i + 3 * B < n4; i += 4 * B) {
+    float4 q[4] = {l4[i], l4[i + B], l4[i + 2 * B], l4[i + 3 * B]};
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      float x[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+      lp_step<MODE, 4>(a, b, x, temp);
+    }
   }
-  if (i < n4) {
+  for (; i < n4; i += B) {
     float4 q = l4[i];
     float x[4] = {q.x, q.y, q.z, q.w};
     lp_step<MODE, 4>(a, b, x, temp);
@@ -339,14 +340,16 @@ extern "C" __global__ void __launch_bounds__(1024)
 // k_lp_bwd8 is k_lp_bwd for rows of a multiple of 8 values starting at
 // 16-byte boundaries (v % 8 == 0 and an aligned workspace; logprobs.go
 // checks), with 16-byte loads and stores and one barrier per chunk of
-// 16·blockDim.x values instead of one per blockDim.x. Group g is the 8
-// values [8g, 8g+8); chunk k holds the groups [2Bk, 2B(k+1)) for B =
-// blockDim.x, thread t taking groups 2Bk+t and 2Bk+B+t. A 16-bit group g is
-// written to bytes [16g, 16g+16) of the row, the float32 values [4g, 4g+4),
-// so chunk k writes only values of chunks 0..k: the barrier between its
-// reads and its writes is the only one it needs. The values are the same as
-// k_lp_bwd's, element for element.
-extern "C" __global__ void __launch_bounds__(1024)
+// 8·blockDim.x values instead of one per blockDim.x. Group g is the 8 values
+// [8g, 8g+8); chunk k holds the groups [Bk, B(k+1)) for B = blockDim.x,
+// thread t taking group Bk+t. A 16-bit group g is written to bytes [16g,
+// 16g+16) of the row, the float32 values [4g, 4g+4), so chunk k writes only
+// values of chunks 0..k: the barrier between its reads and its writes is
+// the only one it needs. Each thread loads its group of chunk k+1 before
+// that barrier (chunk k's writes end before chunk k+1's values begin), so
+// the loads are in flight while the block waits and stores. The values are
+// the same as k_lp_bwd's, element for element.
+extern "C" __global__ void __launch_bounds__(512, 2)
     k_lp_bwd8(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered, const float* dlogp,
               const float* dent, int outdt, int* flag) {
   __shared__ double sh[6 * 33];
@@ -354,22 +357,19 @@ extern "C" __global__ void __launch_bounds__(1024)
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     float* l = logits + r * v;
     BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, flag, sh);
-    for (i64 g0 = 0; g0 < ng; g0 += 2 * B) {
-      i64 g[2] = {g0 + threadIdx.x, g0 + B + threadIdx.x};
-      float x[2][8];
+    i64 g = threadIdx.x;
+    float x[8], nx[8];
+    if (g < ng) ld8(l, DT_F32, g * 8, x);
+    for (i64 g0 = 0; g0 < ng; g0 += B, g += B) {
+      if (g < ng) {
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-        if (g[h] < ng) ld8(l, DT_F32, g[h] * 8, x[h]);
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-        if (g[h] < ng) {
-#pragma unroll
-          for (int e = 0; e < 8; e++) x[h][e] = dlogit(x[h][e], g[h] * 8 + e, br, temp);
-        }
+        for (int e = 0; e < 8; e++) x[e] = dlogit(x[e], g * 8 + e, br, temp);
+      }
+      if (g + B < ng) ld8(l, DT_F32, (g + B) * 8, nx);
       if (outdt != DT_F32) __syncthreads();
+      if (g < ng) st8(l, outdt, g * 8, x);
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-        if (g[h] < ng) st8(l, outdt, g[h] * 8, x[h]);
+      for (int e = 0; e < 8; e++) x[e] = nx[e];
     }
     __syncthreads();
   }
