@@ -28,7 +28,7 @@ const (
 	// allocation.
 	flagBytes = 256
 	// streamScratchBytes is each stream's own device buffer for reduction
-	// partials (SumSquares, RMSNorm's weight gradient). The memory plan's
+	// partials (SumSquares, RMSNorm's weight gradient, BiasGrad). The memory plan's
 	// backend reserve counts it for two streams.
 	streamScratchBytes = 4 << 20
 	// sumPartials is the number of per-block partial sums SumSquares uses.

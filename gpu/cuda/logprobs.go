@@ -39,7 +39,8 @@ func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperat
 // LogProbs computes logits = h@wᵀ into the F32 workspace with cuBLASLt
 // (float32 accumulation; float32 output), then one block per row computes
 // the log-softmax of the tempered logits at the target and the entropy
-// (float32 exponentials summed in float64; see kernels/logprobs.cu). A target outside [0,V) yields NaN and an error at the next Sync.
+// (float32 exponentials summed in float64; see kernels/logprobs.cu). A
+// target outside [0,V) yields NaN and an error at the next Sync.
 func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
 	const op = "logprobs"
 	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, logits)
@@ -73,13 +74,12 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 
 // LogProbsBackward recomputes the logits, turns them into dlogits in place
 // (per-row statistics as in LogProbs; 16-byte accesses when V is a multiple
-// of 8) and computes dh = dlogits@w and dw +=
-// dlogitsᵀ@h. When h and w share a 16-bit dtype, the dlogits are rounded to
-// it (packed at the start of each float32 row of the workspace, leading
-// dimension 2V) so that both products run on cuBLASLt's tensor-core path,
-// as under autocast; the extra rounding is 2^-9 relative per element
-// (bf16). Otherwise they stay float32 and products with mixed dtypes use the
-// SIMT kernel.
+// of 8) and computes dh = dlogits@w and dw += dlogitsᵀ@h. When h and w
+// share a 16-bit dtype, the dlogits are rounded to it (packed at the start
+// of each float32 row of the workspace, leading dimension 2V) so that both
+// products run on cuBLASLt's tensor-core path, as under autocast; the extra
+// rounding is 2^-9 relative per element (bf16). Otherwise they stay float32
+// and products with mixed dtypes use the SIMT kernel.
 func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
 	const op = "logprobs backward"
 	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, logits)

@@ -10,7 +10,7 @@
 //
 // Each value's weight exp(z − m) is computed in float32 (expf, within 2 ulp)
 // and summed in float64; the rescaling, the merges and the final logarithms
-// are float64. The CPU reference computes the weights in float64 as well, so
+// are float64. The CPU reference computes the weights in float64, so
 // the two agree to about 1e-7 relative, not bit for bit. Float64 exponentials
 // for each of a row's 151936 values made these kernels bound by the GPU's
 // float64 units instead of by memory.

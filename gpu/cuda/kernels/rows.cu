@@ -276,7 +276,8 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_bwd8_w(void* dx, int
 
 // k_rmsnorm_dw_reduce adds the nb per-block partial sums of each column of
 // partial [nb,h] in a fixed order and accumulates them into dw:
-// dw = float(double(dw) + sum). Block (32,8): 32 columns, 8 lanes over the
+// dw = float(double(dw) + sum). BiasGrad uses it too, after
+// k_colsum8_part. Block (32,8): 32 columns, 8 lanes over the
 // partials reduced in a fixed order.
 extern "C" __global__ void k_rmsnorm_dw_reduce(void* dw, int dtdw, const double* partial, i64 nb, i64 h) {
   __shared__ double sh[8][33];
