@@ -1722,6 +1722,7 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 
 // The wgmma entry points (k_wg_<op>_<dtype>_<D>); compiled only for sm_90a
 // (their bodies trap elsewhere; the host launches them only on sm_90a).
+// The entry points are spelled out like the mma.sync ones above.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ONLY(x) x
 #else

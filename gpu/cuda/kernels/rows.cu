@@ -300,29 +300,39 @@ struct InvFreq {
   float v[256];
 };
 
-// k_rope rotates x [rows,heads,d] in place, one block per token: cos and sin
-// are computed once per token in float64 from the float32 angle and rounded
-// to x's dtype, as HF does.
+// rope_cs sets c and s to the cos and sin of position p's angle for inverse
+// frequency f: computed in float64 from the float32 angle and rounded to
+// dt, as HF does; s is negated for the backward (the rotation by the
+// negative angle).
+__device__ __forceinline__ void rope_cs(float p, float f, int dt, int backward, float* c, float* s) {
+  double a = (double)(p * f);
+  *c = rnd(dt, (float)cos(a));
+  float sv = rnd(dt, (float)sin(a));
+  *s = backward ? -sv : sv;
+}
+
+// rope_pair rotates the pair (x1, x2) = (x[i], x[i+d/2]) by (c, s) with HF
+// apply_rotary_pos_emb's roundings to dt.
+__device__ __forceinline__ void rope_pair(int dt, float x1, float x2, float c, float s, float* y1, float* y2) {
+  *y1 = rnd(dt, rnd(dt, x1 * c) + rnd(dt, -x2 * s));
+  *y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
+}
+
+// k_rope rotates x [rows,heads,d] in place, one block per token, its cos
+// and sin computed once per token (rope_cs).
 extern "C" __global__ void k_rope(void* x, int dt, const int* pos, i64 rows, int heads, int d, InvFreq inv,
                                   int backward) {
   __shared__ float cs[256], sn[256];
   int half = d / 2;
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     float p = (float)pos[r];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      double a = (double)(p * inv.v[i]);
-      cs[i] = rnd(dt, (float)cos(a));
-      sn[i] = rnd(dt, (float)sin(a));
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(p, inv.v[i], dt, backward, &cs[i], &sn[i]);
     __syncthreads();
     for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
       int hd = e / half, i = e - hd * half;
       i64 off = (r * heads + hd) * (i64)d;
-      float x1 = ldf(x, dt, off + i), x2 = ldf(x, dt, off + i + half);
-      float c = cs[i], s = sn[i];
-      if (backward) s = -s;
-      float y1 = rnd(dt, rnd(dt, x1 * c) + rnd(dt, -x2 * s));
-      float y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
+      float y1, y2;
+      rope_pair(dt, ldf(x, dt, off + i), ldf(x, dt, off + i + half), cs[i], sn[i], &y1, &y2);
       stf(x, dt, off + i, y1);
       stf(x, dt, off + i + half, y2);
     }
@@ -344,13 +354,7 @@ extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, in
     for (int e = threadIdx.x; e < tb * half; e += blockDim.x) {
       int k = e / half, i = e - k * half;
       i64 r = r0 + k;
-      if (r < rows) {
-        float p = (float)pos[r];
-        double a = (double)(p * inv.v[i]);
-        cs[e] = rnd(dt, (float)cos(a));
-        float sv = rnd(dt, (float)sin(a));
-        sn[e] = backward ? -sv : sv;
-      }
+      if (r < rows) rope_cs((float)pos[r], inv.v[i], dt, backward, &cs[e], &sn[e]);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < tb * per; e += blockDim.x) {
@@ -365,10 +369,7 @@ extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, in
       const float* c = cs + k * half + g * 8;
       const float* s = sn + k * half + g * 8;
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        y1[j] = rnd(dt, rnd(dt, x1[j] * c[j]) + rnd(dt, -x2[j] * s[j]));
-        y2[j] = rnd(dt, rnd(dt, x2[j] * c[j]) + rnd(dt, x1[j] * s[j]));
-      }
+      for (int j = 0; j < 8; j++) rope_pair(dt, x1[j], x2[j], c[j], s[j], &y1[j], &y2[j]);
       st8(x, dt, off, y1);
       st8(x, dt, off + half, y2);
     }
