@@ -53,6 +53,7 @@ type Options struct {
 	RecomputeAuto   bool    // policies.recompute auto: the plan picks the layers (Recompute is then ignored)
 	Offload         bool    // the actor's params and optimizer state in pinned host memory
 	OffloadRef      bool    // the ref's params in pinned host memory
+	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
 	KLCoef          float64 // low_var_kl coefficient
 	EntropyCoef     float64
 
@@ -145,6 +146,7 @@ type Workload struct {
 	Auto       []plan.Choice `json:"auto,omitempty"`
 	Offload    bool          `json:"offload"`
 	OffloadRef bool          `json:"offload_ref"`
+	NoReshard  bool          `json:"no_reshard,omitempty"`
 	// SyncHostOptimizer: the host AdamW did not overlap the next ops.
 	SyncHostOptimizer bool    `json:"sync_host_optimizer,omitempty"`
 	Layout            string  `json:"layout"`
@@ -217,6 +219,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Started: time.Now().UTC(), GoMaxProcs: goruntime.GOMAXPROCS(0), LastMetrics: map[string]float64{}, StageS: map[string]float64{}}
 	res.Config = o.Config
 	res.Workload.Offload, res.Workload.OffloadRef, res.Workload.SyncHostOptimizer = o.Offload, o.OffloadRef, o.SyncHostOptimizer
+	res.Workload.NoReshard = o.NoReshard
 	err := run(ctx, o, res)
 	switch {
 	case (err == nil || errors.Is(err, errBudget)) && o.PlanOnly:
@@ -517,6 +520,10 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	if o.Offload {
 		fmt.Fprintf(&b, "  offload_optimizer: 'model.role == \"actor\"'\n")
 	}
+	reshard := ""
+	if o.NoReshard {
+		reshard = ", reshard_after_forward: false"
+	}
 	fmt.Fprintf(&b, `stages:
   setup:
     - id: load
@@ -525,7 +532,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
     - id: shard_actor
       uses: apply_fsdp2
       needs: load
-      with: {model: actor}
+      with: {model: actor%[6]s}
     - id: shard_ref
       uses: apply_fsdp2
       needs: load
@@ -559,7 +566,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
       uses: %[1]s
       needs: train
       with: {run: %[2]s, mark: train}
-`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef)
+`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef, reshard)
 	return b.String()
 }
 

@@ -220,13 +220,13 @@ def apply_ac(lm, mode):
         raise ValueError(f"--ac {mode}")
 
 
-def shard(root, lm, mesh, offload, use_fsdp):
+def shard(root, lm, mesh, offload, use_fsdp, reshard=True):
     if not use_fsdp:
         return
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     kw = dict(mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-              offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy())
+              offload_policy=CPUOffloadPolicy() if offload else OffloadPolicy(), reshard_after_forward=reshard)
     for layer in lm.model.layers:
         fully_shard(layer, **kw)
     fully_shard(root, **kw)
@@ -320,7 +320,7 @@ def run(args, res):
     apply_ac(lm, args.ac)
     actor = LogProbModel(lm, args.chunk, want_entropy=True)
     ref = LogProbModel(ref_lm, args.chunk, want_entropy=False)
-    shard(actor, lm, mesh, args.offload, use_fsdp)
+    shard(actor, lm, mesh, args.offload, use_fsdp, not args.no_reshard)
     shard(ref, ref_lm, mesh, args.offload_ref, use_fsdp)
     if not use_fsdp:  # plain bf16 compute (CPU smoke test)
         actor.to(torch.bfloat16)
@@ -530,6 +530,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
     ap.add_argument("--offload", action="store_true", help="CPUOffloadPolicy for the actor")
     ap.add_argument("--offload-ref", action="store_true", help="CPUOffloadPolicy for the reference")
+    ap.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False for the actor: its layers stay gathered from forward to backward")
     ap.add_argument("--layout", choices=["batch", "packed"], default="batch")
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
     ap.add_argument("--kl-coef", type=float, default=0.01)

@@ -36,6 +36,16 @@ type LayerActs struct {
 	// OOut and DownOut are the o_proj and down_proj outputs [T,H], forward
 	// scratch that the backward does not read.
 	OOut, DownOut gpu.Tensor
+	// Lean, for LayerBackward, says that the forward did not keep the
+	// element-wise activations Xn, Xn2 and Act (they were its scratch):
+	// the backward recomputes each from what it kept (the layer input and
+	// Rstd1, Mid and Rstd2, Gate and Up) just before its one use, into
+	// the gradient temporary that is written only after that use (Dxn,
+	// Dxn2, Dgate). The recomputation runs the forward's kernels on the
+	// same inputs, so the results are the same bits as with everything
+	// kept; it costs one RMSNorm twice and one SwiGLU per layer and frees
+	// 2·[T,H] + [T,I] of saved activations.
+	Lean bool
 }
 
 // LayerGradBufs holds the gradient temporaries of a decoder layer backward,
@@ -149,7 +159,7 @@ type layerViews struct {
 
 // viewActs checks and reshapes a's tensors. With withDown false, DownOut
 // is not needed.
-func (c *Config) viewActs(a *LayerActs, dm dims, withDown bool) (layerViews, error) {
+func (c *Config) viewActs(a *LayerActs, dm dims, withDown, lean bool) (layerViews, error) {
 	var lv layerViews
 	if a == nil {
 		return lv, fmt.Errorf("layer activations are nil")
@@ -162,7 +172,6 @@ func (c *Config) viewActs(a *LayerActs, dm dims, withDown bool) (layerViews, err
 		shape []int
 	}
 	reqs := []req{
-		{"xn", &lv.xn, a.Xn, []int{t, dm.h}},
 		{"rstd1", &lv.rstd1, a.Rstd1, []int{t}},
 		{"q", &lv.q, a.Q, []int{t, dm.hq, dm.d}},
 		{"k", &lv.k, a.K, []int{t, dm.hkv, dm.d}},
@@ -174,12 +183,16 @@ func (c *Config) viewActs(a *LayerActs, dm dims, withDown bool) (layerViews, err
 		{"attn", &lv.attn2, a.Attn, []int{t, qd}},
 		{"lse", &lv.lse, a.LSE, []int{dm.hq, t}},
 		{"mid", &lv.mid, a.Mid, []int{t, dm.h}},
-		{"xn2", &lv.xn2, a.Xn2, []int{t, dm.h}},
 		{"rstd2", &lv.rstd2, a.Rstd2, []int{t}},
 		{"gate", &lv.gate, a.Gate, []int{t, dm.inter}},
 		{"up", &lv.up, a.Up, []int{t, dm.inter}},
-		{"act", &lv.act, a.Act, []int{t, dm.inter}},
 		{"o_out", &lv.oOut, a.OOut, []int{t, dm.h}},
+	}
+	if !lean {
+		reqs = append(reqs,
+			req{"xn", &lv.xn, a.Xn, []int{t, dm.h}},
+			req{"xn2", &lv.xn2, a.Xn2, []int{t, dm.h}},
+			req{"act", &lv.act, a.Act, []int{t, dm.inter}})
 	}
 	if withDown {
 		reqs = append(reqs, req{"down_out", &lv.downOut, a.DownOut, []int{t, dm.h}})
@@ -305,7 +318,7 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	}
 	dm := c.dims(batch.T)
 	withDown := out.Mem != nil
-	lv, err := c.viewActs(a, dm, withDown)
+	lv, err := c.viewActs(a, dm, withDown, false)
 	if err != nil {
 		return err
 	}
@@ -513,13 +526,18 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 		return err
 	}
 	dm := c.dims(batch.T)
-	lv, err := c.viewActs(a, dm, false)
+	lv, err := c.viewActs(a, dm, false, a != nil && a.Lean)
 	if err != nil {
 		return err
 	}
 	gv, err := viewGrads(g, dm)
 	if err != nil {
 		return err
+	}
+	if a.Lean {
+		// Each recomputed activation lives in the temporary written only
+		// after its last use (see LayerActs.Lean).
+		lv.xn, lv.xn2, lv.act = gv.Dxn, gv.Dxn2, gv.Dgate
 	}
 	if in, err = flat2("in", in, dm.t, dm.h); err != nil {
 		return err
@@ -538,6 +556,11 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	if err := b.Copy(gv.Dy, dres); err != nil {
 		return err
 	}
+	if a.Lean {
+		if err := b.SwiGLU(lv.act, lv.gate, lv.up); err != nil {
+			return err
+		}
+	}
 	if err := b.Gemm(dw.Down, gv.Dy, lv.act, true, false, 1, 1); err != nil {
 		return err
 	}
@@ -552,6 +575,12 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	}
 	if err := batch.enter("gate_up backward"); err != nil {
 		return err
+	}
+	eps := float32(c.RMSNormEps)
+	if a.Lean {
+		if err := b.RMSNorm(lv.xn2, lv.rstd2, lv.mid, w.PostNorm, eps); err != nil {
+			return err
+		}
 	}
 	if err := b.Gemm(dw.Gate, gv.Dgate, lv.xn2, true, false, 1, 1); err != nil {
 		return err
@@ -593,7 +622,7 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	if err := b.Gemm(gv.Dattn, gv.DyO, w.O, false, false, 1, 0); err != nil {
 		return err
 	}
-	if err := c.qkvBackward(b, w, dw, lv, gv, dm, batch); err != nil {
+	if err := c.qkvBackward(b, w, dw, lv, gv, dm, batch, qkvRecompute{a.Lean, in, eps}); err != nil {
 		return err
 	}
 	if err := batch.enter("norm1 backward"); err != nil {
@@ -605,9 +634,18 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	return b.AddScaled(dres, gv.Dxn, 1)
 }
 
+// qkvRecompute says whether qkvBackward first recomputes xn (into gv.Dxn)
+// from the layer input in (see LayerActs.Lean).
+type qkvRecompute struct {
+	lean bool
+	in   gpu.Tensor
+	eps  float32
+}
+
 // qkvBackward turns dattn into dxn (written to gv.Dxn), accumulating the
-// projection, bias and q/k norm gradients.
-func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, gv LayerGradBufs, dm dims, batch Batch) error {
+// projection, bias and q/k norm gradients. Every weight gradient is taken
+// before dxn is first written, so that a recomputed xn may live in it.
+func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, gv LayerGradBufs, dm dims, batch Batch, rc qkvRecompute) error {
 	dattn, _ := gv.Dattn.Reshape(dm.t, dm.hq, dm.d)
 	dq, _ := gv.Dq.Reshape(dm.t, dm.hq, dm.d)
 	dk, _ := gv.Dk.Reshape(dm.t, dm.hkv, dm.d)
@@ -642,7 +680,12 @@ func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, g
 		d, w, dwt, db gpu.Tensor
 	}
 	projs := []proj{{gv.Dq, w.Q, dw.Q, dw.QBias}, {gv.Dk, w.K, dw.K, dw.KBias}, {gv.Dv, w.V, dw.V, dw.VBias}}
-	for i, p := range projs {
+	if rc.lean {
+		if err := b.RMSNorm(lv.xn, lv.rstd1, rc.in, w.InputNorm, rc.eps); err != nil {
+			return err
+		}
+	}
+	for _, p := range projs {
 		if c.AttentionBias {
 			if err := b.BiasGrad(p.db, p.d); err != nil {
 				return err
@@ -651,6 +694,8 @@ func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, g
 		if err := b.Gemm(p.dwt, p.d, lv.xn, true, false, 1, 1); err != nil {
 			return err
 		}
+	}
+	for i, p := range projs {
 		beta := float32(1)
 		if i == 0 {
 			beta = 0

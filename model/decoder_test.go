@@ -408,12 +408,21 @@ func (r *run) forward(temp float32) ([]float32, []float32) {
 	return r.a.down(r.logp), r.a.down(r.entropy)
 }
 
+// actMode is how the test backward gets a layer's activations.
+type actMode int
+
+const (
+	kept       actMode = iota // the forward's, all of them
+	recomputed                // a rerun of the layer's forward into one shared set of buffers
+	lean                      // the forward's without xn, xn2 and act, which are poisoned (LayerActs.Lean)
+)
+
 // backward backpropagates dlogp and dentropy (after a forward at
 // temperature 1) and returns one gradient buffer per unit (the gradient
 // dtype, layout of the unit; the tied head's embedding slot is added into
-// the embedding's gradient). With recompute, each layer's activations are
-// recomputed into one shared set of buffers.
-func (r *run) backward(dlogp, dent []float32, recompute bool) []gpu.Tensor {
+// the embedding's gradient). mode says where each layer's activations
+// come from.
+func (r *run) backward(dlogp, dent []float32, mode actMode) []gpu.Tensor {
 	r.t.Helper()
 	b, c, a := r.a.b, r.m.c, r.a
 	grads := make([]gpu.Tensor, len(r.m.units))
@@ -442,11 +451,21 @@ func (r *run) backward(dlogp, dent []float32, recompute bool) []gpu.Tensor {
 	for l := c.NumLayers - 1; l >= 0; l-- {
 		w, dw := r.layerWeights(l, r.gathered[l+1]), r.layerWeights(l, grads[l+1])
 		acts := &r.acts[l]
-		if recompute {
+		switch mode {
+		case recomputed:
 			acts = &r.rc
 			if err := c.LayerForward(b, w, acts, r.inputs[l], gpu.Tensor{}, r.batch); err != nil {
 				r.t.Fatal(err)
 			}
+		case lean:
+			la := r.acts[l]
+			la.Lean = true
+			for _, x := range []gpu.Tensor{la.Xn, la.Xn2, la.Act} {
+				if err := b.Fill(x, float32(math.NaN())); err != nil {
+					r.t.Fatal(err)
+				}
+			}
+			acts = &la
 		}
 		if err := c.LayerBackward(b, w, dw, acts, &r.gb, r.inputs[l], dres, r.batch); err != nil {
 			r.t.Fatal(err)
@@ -632,7 +651,7 @@ func TestDecoderParityHF(t *testing.T) {
 		t.Logf("loss and metric sums: max rel %.3g", worst)
 
 		// Gradients.
-		grads := r.backward(out.DLogP, out.DEntropy, false)
+		grads := r.backward(out.DLogP, out.DEntropy, kept)
 		gotG := r.params(grads)
 		wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
 		if len(gotG) != len(wantG) {
@@ -667,21 +686,11 @@ func TestDecoderParityHF(t *testing.T) {
 			t.Errorf("total grad norm %.9g, golden %.9g", total, g.TotalGradNorm)
 		}
 
-		// Activation checkpointing: recomputed activations give
-		// bit-identical gradients.
-		grads2 := r.backward(out.DLogP, out.DEntropy, true)
-		for i := range grads {
-			x, y := make([]byte, grads[i].Bytes()), make([]byte, grads2[i].Bytes())
-			if err := b.DownloadBytes(x, grads[i]); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.DownloadBytes(y, grads2[i]); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(x, y) {
-				t.Errorf("unit %d: gradients with recomputed activations differ from saved ones", i)
-			}
-		}
+		// Activation checkpointing, and lean layers (the element-wise
+		// activations recomputed), give bit-identical gradients. The lean
+		// run poisons the forward's xn, xn2 and act, so it goes last.
+		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, recomputed), "recomputed activations")
+		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, lean), "lean layers")
 
 		// Clip by global norm, then one AdamW step.
 		r.step(g, grads)
@@ -804,7 +813,9 @@ func TestDecoderBF16(t *testing.T) {
 		if err := rl.ComputeLoss(cfg, lb, norm, &out); err != nil {
 			t.Fatal(err)
 		}
-		grads := r.backward(out.DLogP, out.DEntropy, true)
+		grads := r.backward(out.DLogP, out.DEntropy, recomputed)
+		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, kept), "kept activations (bf16)")
+		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, lean), "lean layers (bf16)")
 		gotG := r.params(grads)
 		wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
 		worst, worstName := 0.0, ""
@@ -818,6 +829,24 @@ func TestDecoderBF16(t *testing.T) {
 			t.Errorf("bf16 grads: max rel L2 %.3g (%s) > %g", worst, worstName, gradTol)
 		}
 	})
+}
+
+// sameGrads fails t unless every unit's gradient in got has the bits of
+// the one in want.
+func sameGrads(t *testing.T, b gpu.Backend, want, got []gpu.Tensor, what string) {
+	t.Helper()
+	for i := range want {
+		x, y := make([]byte, want[i].Bytes()), make([]byte, got[i].Bytes())
+		if err := b.DownloadBytes(x, want[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DownloadBytes(y, got[i]); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(x, y) {
+			t.Errorf("unit %d: gradients with %s differ from the reference run's", i, what)
+		}
+	}
 }
 
 // TestLayout checks padded per-parameter layouts, including the tied

@@ -166,6 +166,8 @@ var (
 			doc: fmt.Sprintf("String expression, per FSDP unit (embed, each decoder layer, head): the compute dtype, %s. Default \"bf16\". A literal is quoted twice: '\"fp32\"'.", quoteList(Precisions))},
 		{name: "recompute", typ: typeBoolExpr, def: "auto",
 			doc: "Bool expression, per decoder layer: activation checkpointing; or auto, the fewest layers that fit, chosen by the plan."},
+		{name: "recompute_elementwise", typ: typeBoolExpr, def: "auto",
+			doc: "Bool expression, per decoder layer that does not recompute: keep no norm or SwiGLU outputs, and recompute them in backward (the same bits, less memory); or auto: under recompute auto, the fewest such layers that fit, chosen by the plan before any layer recomputes; otherwise false."},
 	}
 	stagesDefs = []keyDef{
 		{name: string(Setup), typ: typeList, nullable: true, schema: stageListSchema(Setup),

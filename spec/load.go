@@ -639,17 +639,23 @@ func (d *decoder) expr(f *fields, key string, kind reflect.Kind) *Expr {
 	return e
 }
 
+// autoExpr decodes a bool policy that may be written auto: nil for auto
+// (the default), which planning resolves.
+func (d *decoder) autoExpr(f *fields, key string) *Expr {
+	if n := resolve(f.get(key)); n != nil && n.Kind == yaml.ScalarNode && n.Value == "auto" && n.ShortTag() == "!!str" {
+		return nil
+	}
+	return d.expr(f, key, reflect.Bool)
+}
+
 // policies decodes `policies:`.
 func (d *decoder) policies(s *Spec, top *fields) {
 	f, _ := d.section(top, "policies")
 	p := &s.Policies
 	p.Offload = d.expr(f, "offload", reflect.Bool)
 	p.OffloadOptimizer = d.expr(f, "offload_optimizer", reflect.Bool)
-	if n := resolve(f.get("recompute")); n != nil && n.Kind == yaml.ScalarNode && n.Value == "auto" && n.ShortTag() == "!!str" {
-		// auto, the default: planning picks the layers (RecomputeAuto).
-	} else {
-		p.Recompute = d.expr(f, "recompute", reflect.Bool)
-	}
+	p.Recompute = d.autoExpr(f, "recompute")
+	p.RecomputeElementwise = d.autoExpr(f, "recompute_elementwise")
 	p.Precision = d.expr(f, "precision", reflect.String)
 	if p.Precision != nil {
 		n := f.get("precision")

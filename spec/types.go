@@ -212,6 +212,12 @@ type Policies struct {
 	OffloadOptimizer *Expr // bool, per model: grads and AdamW state in pinned host memory. default false
 	Precision        *Expr // string "bf16"|"fp32", per layer: compute dtype of the unit. default "bf16"
 	Recompute        *Expr // bool, per layer: activation checkpointing of the unit. nil (written or by default): auto, the fewest layers that fit, chosen by planning
+	// RecomputeElementwise is bool, per layer: a decoder layer that does
+	// not recompute keeps no element-wise activations (its norm outputs
+	// and SwiGLU output) and recomputes them in backward. nil (written or
+	// by default): auto, chosen by planning under recompute auto, else
+	// false.
+	RecomputeElementwise *Expr
 }
 
 // Stage is one entry of stages.setup or stages.step.

@@ -18,6 +18,7 @@ import (
 // prints is what runs.
 type autoChoices struct {
 	recompute map[string]int // by model: its decoder layers with index < n recompute
+	lean      map[string]int // by model: its decoder layers with index < n that do not recompute are lean
 	chunks    map[string]int // by stage id: the chunk's rows
 }
 
@@ -32,6 +33,27 @@ func (j *Job) recomputeAuto(m *Model, u model.Unit) (bool, error) {
 		return false, errAutoUnplanned
 	}
 	return u.Index < j.auto.recompute[m.Name()], nil
+}
+
+// lean reports whether decoder unit u of model m, where it does not
+// recompute, keeps no element-wise activations in stage st
+// (model.LayerActs.Lean), per policies.recompute_elementwise: its
+// expression; under auto, what planning chose when policies.recompute is
+// auto too, else false.
+func (j *Job) lean(m *Model, u model.Unit, st *spec.Stage) (bool, error) {
+	if u.Kind != model.UnitDecoder {
+		return false, nil
+	}
+	if e := j.Spec.Policies.RecomputeElementwise; e != nil {
+		return e.Bool(j.Env(m, &u, st))
+	}
+	if j.Spec.Policies.Recompute != nil {
+		return false, nil
+	}
+	if j.auto == nil {
+		return false, errAutoUnplanned
+	}
+	return u.Index < j.auto.lean[m.Name()], nil
 }
 
 // chunkTokens is stage id's log-prob chunk: the written one, or what
@@ -102,7 +124,7 @@ func (j *Job) autoChunkStages() []string {
 // passes over the logits. The plan's Auto entries say what was chosen and
 // why.
 func Plan(j *Job) (*plan.Plan, error) {
-	a := &autoChoices{recompute: map[string]int{}, chunks: map[string]int{}}
+	a := &autoChoices{recompute: map[string]int{}, lean: map[string]int{}, chunks: map[string]int{}}
 	j.auto = a
 	trained := j.autoModels()
 	chunked := j.autoChunkStages()
@@ -159,45 +181,91 @@ func (s *search) plan() (*plan.Plan, error) {
 	return s.cur, nil
 }
 
-// chooseRecompute sets the fewest recomputed layers with which the job's
-// device total stays within budget, by bisection: recomputing one more of
-// the first layers frees its saved activations, so the total falls as k
-// grows, except perhaps at the last layer, whose activations the backward
-// needs at once (recomputing it saves only what the head holds while they
-// would be kept). So the bisection runs over 1 to L-1 and L is tried on
-// its own. When nothing fits, k is the count with the smallest total.
+// chooseRecompute makes the recompute choices of the trained models. With
+// policies.recompute_elementwise auto too, it first takes the fewest
+// element-wise layers (layers 0 to l-1, none recomputing) with which the
+// job's device total stays within budget: such a layer's backward reruns
+// two RMSNorms and a SwiGLU, far less than a recomputed layer's forward,
+// for about a third of its saved activations. When even every layer
+// element-wise does not fit, every layer is, and the fewest recomputed
+// layers (layers 0 to k-1) follow; with recompute_elementwise written,
+// only those.
 func (s *search) chooseRecompute(trained map[string]int) ([]plan.Choice, error) {
 	most := 0
 	for _, n := range trained {
 		most = max(most, n)
 	}
-	set := func(k int) {
-		for name, n := range trained {
-			s.a.recompute[name] = min(k, n)
+	autoLean := s.j.Spec.Policies.RecomputeElementwise == nil
+	at := map[[2]int]*plan.Plan{} // by (element-wise, recomputed) layers, the plans tried
+	try := func(l, k int) (*plan.Plan, error) {
+		if p, ok := at[[2]int{l, k}]; ok {
+			return p, nil
 		}
-	}
-	at := map[int]*plan.Plan{} // by layers recomputed, the plans tried
-	try := func(k int) (bool, error) {
-		set(k)
+		for name, n := range trained {
+			s.a.lean[name], s.a.recompute[name] = min(l, n), min(k, n)
+		}
 		s.cur = nil
 		p, err := s.plan()
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		at[k] = p
-		return p.DeviceTotal() <= s.budget, nil
+		at[[2]int{l, k}] = p
+		return p, nil
 	}
-	ok, err := try(0)
+	l, k := 0, 0
+	if autoLean {
+		n, fits, err := s.fewest(most, func(n int) (*plan.Plan, error) { return try(n, 0) })
+		if err != nil {
+			return nil, err
+		}
+		if l = n; !fits {
+			l = most
+		}
+	}
+	if p, err := try(l, 0); err != nil {
+		return nil, err
+	} else if p.DeviceTotal() > s.budget {
+		n, _, err := s.fewest(most, func(n int) (*plan.Plan, error) { return try(l, n) })
+		if err != nil {
+			return nil, err
+		}
+		k = n
+	}
+	p, err := try(l, k)
 	if err != nil {
 		return nil, err
 	}
-	if ok || most == 0 {
-		return recomputeChoices(s.a, trained, 0, at, s.budget), nil
+	for name, n := range trained {
+		s.a.lean[name], s.a.recompute[name] = min(l, n), min(k, n)
 	}
-	k, inner := 0, false
+	s.cur = p
+	return s.recomputeChoices(trained, autoLean, l, k, at), nil
+}
+
+// fewest returns the smallest n in [0, most] for which try's plan fits the
+// budget, and whether one does; when none does, the n of the smallest
+// total. It bisects over 1 to most-1, where a larger n frees more memory
+// (one more of the first layers recomputing, or element-wise), and tries
+// most on its own: the last layer's activations are read at once by the
+// backward, so recomputing it saves only what the head holds while they
+// would be kept. It also plans n-1, whose total the choice's reason
+// quotes.
+func (s *search) fewest(most int, try func(int) (*plan.Plan, error)) (int, bool, error) {
+	fits := func(n int) (bool, error) {
+		p, err := try(n)
+		if err != nil {
+			return false, err
+		}
+		return p.DeviceTotal() <= s.budget, nil
+	}
+	ok, err := fits(0)
+	if err != nil || ok || most == 0 {
+		return 0, ok, err
+	}
+	n, inner := 0, false
 	if most > 1 {
-		if inner, err = try(most - 1); err != nil {
-			return nil, err
+		if inner, err = fits(most - 1); err != nil {
+			return 0, false, err
 		}
 	}
 	switch {
@@ -205,40 +273,62 @@ func (s *search) chooseRecompute(trained map[string]int) ([]plan.Choice, error) 
 		lo, hi := 1, most-1
 		for lo < hi {
 			mid := (lo + hi) / 2
-			fits, err := try(mid)
+			f, err := fits(mid)
 			if err != nil {
-				return nil, err
+				return 0, false, err
 			}
-			if fits {
+			if f {
 				hi = mid
 			} else {
 				lo = mid + 1
 			}
 		}
-		k = lo
+		n, ok = lo, true
 	default:
-		if ok, err = try(most); err != nil {
-			return nil, err
+		if ok, err = fits(most); err != nil {
+			return 0, false, err
 		}
-		k = most
-		if p, tried := at[most-1]; !ok && tried && p.DeviceTotal() < at[most].DeviceTotal() {
-			k = most - 1
+		n = most
+		if !ok && most > 1 {
+			a, err := try(most - 1)
+			if err != nil {
+				return 0, false, err
+			}
+			b, err := try(most)
+			if err != nil {
+				return 0, false, err
+			}
+			if a.DeviceTotal() < b.DeviceTotal() {
+				n = most - 1
+			}
 		}
 	}
-	if _, tried := at[k-1]; !tried {
-		if _, err := try(k - 1); err != nil {
-			return nil, err
-		}
+	if _, err := try(n - 1); err != nil {
+		return 0, false, err
 	}
-	set(k)
-	s.cur = at[k]
-	return recomputeChoices(s.a, trained, k, at, s.budget), nil
+	return n, ok, nil
 }
 
-// recomputeChoices describes the layers each trained model recomputes
-// with k chosen, at holding the plans tried by layer count.
-func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]*plan.Plan, budget int64) []plan.Choice {
-	total := func(k int) string { return plan.GiB(at[k].DeviceTotal()) }
+// layerRange names the first n of a model's total decoder layers.
+func layerRange(n, total int) string {
+	switch {
+	case n == 0:
+		return fmt.Sprintf("none of %d layers", total)
+	case n >= total:
+		return fmt.Sprintf("all %d layers", total)
+	case n == 1:
+		return fmt.Sprintf("layer 0 of %d", total)
+	}
+	return fmt.Sprintf("layers 0-%d of %d", n-1, total)
+}
+
+// recomputeChoices describes, per trained model, the layers that
+// recompute (k) and, with recompute_elementwise auto, those that are
+// element-wise (l), at holding the plans tried.
+func (s *search) recomputeChoices(trained map[string]int, autoLean bool, l, k int, at map[[2]int]*plan.Plan) []plan.Choice {
+	budget := plan.GiB(s.budget)
+	total := func(l, k int) string { return plan.GiB(at[[2]int{l, k}].DeviceTotal()) }
+	fits := at[[2]int{l, k}].DeviceTotal() <= s.budget
 	names := make([]string, 0, len(trained))
 	for name := range trained {
 		names = append(names, name)
@@ -246,24 +336,36 @@ func recomputeChoices(a *autoChoices, trained map[string]int, k int, at map[int]
 	slices.Sort(names)
 	var out []plan.Choice
 	for _, name := range names {
-		n := a.recompute[name]
-		c := plan.Choice{Key: "policies.recompute", Subject: "model " + name, Value: fmt.Sprintf("layers 0-%d of %d", n-1, trained[name])}
-		if n == 1 {
-			c.Value = fmt.Sprintf("layer 0 of %d", trained[name])
-		}
+		n := trained[name]
+		rc := plan.Choice{Key: "policies.recompute", Subject: "model " + name, Value: layerRange(min(k, n), n)}
 		switch {
-		case n == 0:
-			c.Value = fmt.Sprintf("none of %d layers", trained[name])
-			c.Why = fmt.Sprintf("every layer's activations fit: %s of %s GiB", total(0), plan.GiB(budget))
-		case at[k].DeviceTotal() > budget:
-			if n == trained[name] {
-				c.Value = fmt.Sprintf("all %d layers", n)
-			}
-			c.Why = fmt.Sprintf("the least memory, and the job still needs %s of %s GiB", total(k), plan.GiB(budget))
+		case !fits:
+			rc.Why = fmt.Sprintf("the least memory, and the job still needs %s of %s GiB", total(l, k), budget)
+		case k == 0 && l == 0:
+			rc.Why = fmt.Sprintf("every layer's activations fit: %s of %s GiB", total(0, 0), budget)
+		case k == 0:
+			rc.Why = "the element-wise layers make it fit"
+		case autoLean:
+			rc.Why = fmt.Sprintf("the fewest that fit with every other layer element-wise: %s of %s GiB; %d would need %s", total(l, k), budget, k-1, total(l, k-1))
 		default:
-			c.Why = fmt.Sprintf("the fewest that fit: %s of %s GiB; %d would need %s", total(k), plan.GiB(budget), k-1, total(k-1))
+			rc.Why = fmt.Sprintf("the fewest that fit: %s of %s GiB; %d would need %s", total(l, k), budget, k-1, total(l, k-1))
 		}
-		out = append(out, c)
+		out = append(out, rc)
+		if !autoLean {
+			continue
+		}
+		ew := plan.Choice{Key: "policies.recompute_elementwise", Subject: "model " + name, Value: layerRange(min(l, n), n)}
+		switch {
+		case !fits:
+			ew.Why = "every layer, for the least memory"
+		case l == 0:
+			ew.Why = "not needed: every layer's activations fit"
+		case k > 0:
+			ew.Why = fmt.Sprintf("every layer; even so, recomputing none would need %s of %s GiB", total(l, 0), budget)
+		default:
+			ew.Why = fmt.Sprintf("the fewest that fit: %s of %s GiB; %d would need %s", total(l, 0), budget, l-1, total(l-1, 0))
+		}
+		out = append(out, ew)
 	}
 	return out
 }

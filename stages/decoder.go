@@ -32,6 +32,7 @@ type decoder struct {
 	samp   model.Sampling
 	dts    []gpu.DType
 	rc     []bool
+	lean   []bool          // per unit: a trained layer that does not recompute keeps no element-wise activations (model.LayerActs.Lean)
 	mb     *rollout.Packed // running only
 	// cp is mesh.cp; with cp > 1 every micro-batch is split over the
 	// rank's cp group (rank cpRank of it), sh is this rank's part of the
@@ -74,8 +75,11 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 		p.fail(err)
 		rc, err := p.job.Recompute(st.Model, u.Unit, p.stage)
 		p.fail(err)
+		lean, err := p.job.lean(st.Model, u.Unit, p.stage)
+		p.fail(err)
 		d.dts = append(d.dts, dtypeOf(dt))
 		d.rc = append(d.rc, rc)
+		d.lean = append(d.lean, lean && !rc)
 	}
 	if p.running() {
 		d.cpRank = p.r.cpRank(m)
@@ -370,14 +374,16 @@ type actSpec struct {
 	forwardOnly bool // scratch the backward does not read
 }
 
-// layerActs lists a decoder layer's activations for T tokens in compute dtype dt.
-func (d *decoder) layerActs(dt gpu.DType) []actSpec {
+// layerActs lists a decoder layer's activations for T tokens in compute
+// dtype dt. A lean layer's element-wise ones (xn, xn2, act) are forward
+// scratch: its backward recomputes them.
+func (d *decoder) layerActs(dt gpu.DType, lean bool) []actSpec {
 	c := d.cfg
 	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
 	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 	f := func(g func(a *model.LayerActs) *gpu.Tensor) func(a *model.LayerActs) *gpu.Tensor { return g }
 	acts := []actSpec{
-		{"xn", dt, []int{T, H}, "norm1", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn }), false},
+		{"xn", dt, []int{T, H}, "norm1", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn }), lean},
 		{"rstd1", gpu.F32, []int{T}, "norm1", "norm1", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd1 }), false},
 	}
 	if c.QKNorm {
@@ -395,11 +401,11 @@ func (d *decoder) layerActs(dt gpu.DType) []actSpec {
 		actSpec{"lse", gpu.F32, []int{c.NumHeads, T}, "attention", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.LSE }), false},
 		actSpec{"o_out", dt, []int{T, H}, "o_proj", "o_proj", f(func(a *model.LayerActs) *gpu.Tensor { return &a.OOut }), true},
 		actSpec{"mid", gpu.F32, []int{T, H}, "o_proj", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Mid }), false},
-		actSpec{"xn2", dt, []int{T, H}, "norm2", "gate_up", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn2 }), false},
+		actSpec{"xn2", dt, []int{T, H}, "norm2", "gate_up", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn2 }), lean},
 		actSpec{"rstd2", gpu.F32, []int{T}, "norm2", "norm2", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd2 }), false},
 		actSpec{"gate", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Gate }), false},
 		actSpec{"up", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Up }), false},
-		actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), false},
+		actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean},
 		actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true},
 	)
 	return acts
@@ -419,9 +425,10 @@ func (d *decoder) hook(u *Unit) func(string) error {
 func (d *decoder) layerForward(i int, train bool) {
 	p, u, dt := d.p, d.st.Units[i], d.dts[i]
 	keep := train && !d.rc[i]
-	acts := d.layerActs(dt)
+	lean := keep && d.lean[i]
+	acts := d.layerActs(dt, lean)
 	var out *ref
-	la := &model.LayerActs{}
+	la := &model.LayerActs{Lean: lean}
 	if !p.running() {
 		idx := map[string]int{}
 		for _, o := range layerForwardOps {
@@ -700,7 +707,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	if d.rc[i] {
 		p.op(u.Name + " recompute forward")
 		la = &model.LayerActs{}
-		for _, a := range d.layerActs(dt) {
+		for _, a := range d.layerActs(dt, false) {
 			if a.name == "down_out" {
 				continue // the recomputed forward stops before down_proj
 			}
@@ -738,6 +745,14 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 		{"dk", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dk }},
 		{"dv", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dv }},
 		{"dxn", []int{T, H}, "qkv backward", "norm1 backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dxn }},
+	}
+	if d.lean[i] {
+		// The recomputed act lives in dgate from the down backward on.
+		for k := range grads {
+			if grads[k].name == "dgate" {
+				grads[k].first = "down backward"
+			}
+		}
 	}
 	var grad *ref
 	gb := &model.LayerGradBufs{}

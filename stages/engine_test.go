@@ -167,7 +167,8 @@ func TestRanksAgree(t *testing.T) {
 
 // TestPolicyVariants runs the tiny job under the offload and recompute
 // policies: offloading moves state to pinned host memory and recomputing
-// trades memory for compute, neither may change the numbers. bf16 compute
+// (whole layers or their element-wise activations) trades memory for
+// compute, neither may change the numbers. bf16 compute
 // changes them within bf16 tolerance.
 func TestPolicyVariants(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
@@ -195,6 +196,17 @@ func TestPolicyVariants(t *testing.T) {
 		}, 0},
 		{"recompute every layer", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "true", reflect.Bool) }, 0},
 		{"recompute none", func(t *testing.T, p *spec.Policies) { p.Recompute = compile(t, "false", reflect.Bool) }, 0},
+		{"element-wise every layer", func(t *testing.T, p *spec.Policies) {
+			p.RecomputeElementwise = compile(t, "true", reflect.Bool)
+		}, 0},
+		{"element-wise odd layers, the even ones recomputed", func(t *testing.T, p *spec.Policies) {
+			p.Recompute = compile(t, "layer.index % 2 == 0", reflect.Bool)
+			p.RecomputeElementwise = compile(t, "true", reflect.Bool)
+		}, 0},
+		{"element-wise, bf16 compute", func(t *testing.T, p *spec.Policies) {
+			p.RecomputeElementwise = compile(t, "true", reflect.Bool)
+			p.Precision = compile(t, `"bf16"`, reflect.String)
+		}, 3e-2},
 		{"bf16 compute", func(t *testing.T, p *spec.Policies) { p.Precision = compile(t, `"bf16"`, reflect.String) }, 3e-2},
 	}
 	for _, tt := range tests {

@@ -320,6 +320,12 @@ func (j *Job) unitPolicies() spec.Errors {
 					failed["precision"] = true
 					errs = append(errs, policyError(j.Spec.Policies.Precision, "precision", unitLabel(m, u, st), err))
 				}
+				if e := j.Spec.Policies.RecomputeElementwise; e != nil && u.Kind == model.UnitDecoder && !failed["recompute_elementwise"] {
+					if _, err := e.Bool(j.Env(m, &u, st)); err != nil {
+						failed["recompute_elementwise"] = true
+						errs = append(errs, policyError(e, "recompute_elementwise", unitLabel(m, u, st), err))
+					}
+				}
 				if j.Spec.Policies.Recompute == nil {
 					continue // auto: planning chooses
 				}

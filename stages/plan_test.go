@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -215,6 +216,26 @@ func TestPlanPolicies(t *testing.T) {
 			}
 			if b := p.Buffer("train.rc.layer0.gate"); b != nil {
 				t.Error("recompute buffer declared with recompute off")
+			}
+		}},
+		{"element-wise layers", "recompute: 'false'\n  recompute_elementwise: 'layer.index == 1'", func(t *testing.T, p *plan.Plan) {
+			// Layer 1 keeps gate and up but not xn, xn2 and act; its
+			// backward recomputes act into dgate, which is live from the
+			// down backward on. Layer 0 keeps everything.
+			for _, n := range []string{"xn", "xn2", "act", "gate", "up"} {
+				want := n == "gate" || n == "up"
+				if b := p.Buffer("train.saved.layer1." + n); (b != nil) != want {
+					t.Errorf("train.saved.layer1.%s declared: %v, want %v", n, b != nil, want)
+				}
+				if b := p.Buffer("train.saved.layer0." + n); b == nil {
+					t.Errorf("train.saved.layer0.%s not declared", n)
+				}
+			}
+			for layer, first := range map[int]string{0: "swiglu backward", 1: "down backward"} {
+				b := p.Buffer(fmt.Sprintf("train.bwd.layer%d.dgate", layer))
+				if b == nil || !strings.HasSuffix(p.Ops[b.Start].Name, first) {
+					t.Errorf("train.bwd.layer%d.dgate = %+v, want it live from the %s", layer, b, first)
+				}
 			}
 		}},
 	}

@@ -57,6 +57,11 @@ func TestValidateRecipe(t *testing.T) {
 			want:  []string{f + `:36:15: policies.recompute for layer 0 of model "actor" in stage "shard_actor": evaluating "layer.index % 0 == 0": runtime error: integer divide by zero (1:13)`},
 		},
 		{
+			name:  "an element-wise policy that fails for some layer",
+			edits: []string{"recompute: 'layer.index % 2 == 0'", "recompute: 'layer.index % 2 == 0'\n  recompute_elementwise: 'layer.index % 0 == 1'"},
+			want:  []string{f + `:37:27: policies.recompute_elementwise for layer 0 of model "actor" in stage "shard_actor": evaluating "layer.index % 0 == 1": runtime error: integer divide by zero (1:13)`},
+		},
+		{
 			name:  "several updates per step without old log-probs",
 			edits: []string{"  checkpoint_every: 6\n", "  checkpoint_every: 6\n  ppo_epochs: 2\n", "    - id: old_logp\n      uses: actor_logprob\n      needs: pack\n      with: {chunk_tokens: 256}\n", "", "needs: [ref_logp, old_logp]", "needs: [ref_logp]"},
 			want:  []string{f + `:59:13: stage "train" makes 2 updates per step (train.ppo_epochs 2 × 1 mini-batches of data.global_batch_size 64 in a rollout batch of 64): the ratio needs the log-probs from before the step's first update; add an actor_logprob stage, or set use_rollout_log_probs`},

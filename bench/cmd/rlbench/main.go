@@ -55,6 +55,7 @@ func run(args []string) int {
 	fs.BoolVar(&o.RecomputeAuto, "recompute-auto", false, "policies.recompute auto: the plan recomputes the fewest layers that fit (overrides --recompute)")
 	fs.BoolVar(&o.Offload, "offload", false, "actor params and optimizer state in pinned host memory (policies.offload/offload_optimizer)")
 	fs.BoolVar(&o.OffloadRef, "offload-ref", false, "ref params in pinned host memory too")
+	fs.BoolVar(&o.NoReshard, "no-reshard", false, "the actor's apply_fsdp2 with reshard_after_forward false: its units stay gathered from forward to backward")
 	fs.BoolVar(&o.SyncHostOptimizer, "sync-host-optimizer", false, "with --offload, finish the host AdamW within its op instead of overlapping it with the next ops (for comparisons)")
 	fs.Float64Var(&o.KLCoef, "kl-coef", o.KLCoef, "low_var_kl coefficient")
 	fs.Float64Var(&o.EntropyCoef, "entropy-coef", o.EntropyCoef, "entropy coefficient")
