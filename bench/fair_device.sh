@@ -9,7 +9,10 @@
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
 # Knobs: FAIR_MODELS ("qwen2.5-1.5b qwen2.5-3b"), FAIR_BUDGET_S (540),
-# FAIR_RUNS (of "peer-noac peer-ac auto recompute"; all by default),
+# FAIR_RUNS (of "peer-noac peer-ac auto recompute"; all by default; also
+# "auto-offref", rlpipe's auto with the frozen reference's params in pinned
+# host memory, streamed for its forward, which leaves the train stage more
+# of the device),
 # FAIR_BASE (a second rlbench, e.g. one built from an earlier commit: its
 # auto run is added per model as base-MODEL-auto and compared with
 # rlpipe's, not counted as rlpipe's best).
@@ -32,6 +35,7 @@ for m in $MODELS; do
 	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
 		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
 	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
+	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then
 		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"

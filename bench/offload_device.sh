@@ -12,7 +12,10 @@
 #
 # Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560),
 # OFFLOAD_RUNS (the runs to make per model, of "overlap sync peer resident";
-# all four by default),
+# all four by default; also "noreshard", rlpipe overlapped with the actor's
+# units kept gathered from forward to backward, and "peer-noreshard", the
+# peer likewise, reshard_after_forward=False, with activation checkpointing
+# only if it fails without),
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
 # from a branch: its overlapped offload run is added to each model's rows).
 # JSON, logs (tarred) and summary.md to $OUT.
@@ -39,6 +42,9 @@ for m in $MODELS; do
 	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
 	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
 		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
+	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
+	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
+		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
 	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
@@ -75,6 +81,14 @@ for m in models:
     ov, sy, res = runs.get(f"rlpipe-{m}-offload-overlap"), runs.get(f"rlpipe-{m}-offload-sync"), runs.get(f"rlpipe-{m}-resident")
     peer = runs.get(f"peer-{m}-offload-noac") or runs.get(f"peer-{m}-offload-ac")
     cand = runs.get(f"rlpipe-{m}-offload-candidate")
+    nr = runs.get(f"rlpipe-{m}-offload-noreshard")
+    pnr = runs.get(f"peer-{m}-offload-noreshard-noac") or runs.get(f"peer-{m}-offload-noreshard-ac")
+    if ov and nr:
+        print(f"{m}: noreshard / overlap: train {tps(nr, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(nr) / step_tps(ov):.2f}x")
+    if peer and pnr:
+        print(f"{m}: peer noreshard / peer: train {tps(pnr, 'train') / tps(peer, 'train'):.2f}x")
+    if nr and res:
+        print(f"{m}: resident / offloaded (noreshard): train {tps(res, 'train') / tps(nr, 'train'):.2f}x, ref+train {step_tps(res) / step_tps(nr):.2f}x")
     if ov and cand:
         print(f"{m}: candidate / overlap: train {tps(cand, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(cand) / step_tps(ov):.2f}x")
     if ov and sy:

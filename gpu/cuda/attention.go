@@ -75,23 +75,59 @@ func wgSmem(op string, d int) int {
 	}
 }
 
-// tcLaunch is the launch of tensor-core kernel op ("fwd", "dq", "dkv") for
-// suffix sfx (faSuffix) over t rows of heads heads on this device:
-// k_wg_<op>_<sfx> on Hopper, k_fa_<op>_<sfx> (64 rows and 128 threads a
-// CTA, faSmem bytes of shared memory) elsewhere or under attnNoWgmma.
-func (b *Backend) tcLaunch(op, sfx string, d, t, heads, faSmem int, args *kargs) launch {
+// orderMax is ORDER_MAX of kernels/attention.cu: k_attn_order sorts up
+// to this many blocks.
+const orderMax = 16384
+
+// orderLaunch is the launch of k_attn_order writing, at device address
+// ord, the order of the nb blocks of rows rows (key blocks with keys) of
+// a's batch: heaviest first.
+func orderLaunch(a attnArgs, rows, nb int, keys bool, ord uint64) launch {
+	smem := 0
+	if nb <= orderMax {
+		n := 1
+		for n < nb {
+			n <<= 1
+		}
+		smem = 8 * n
+	}
+	k := 0
+	if keys {
+		k = 1
+	}
+	return launch{name: "k_attn_order", gx: 1, gy: 1, gz: 1, bx: 1024, by: 1, bz: 1, smem: smem,
+		args: new(kargs).u64(a.cu).i32(a.ns1).i32(a.t).i32(rows).i32(k).i32(nb).u64(ord)}
+}
+
+// tcLaunch returns the launches of tensor-core kernel op ("fwd", "dq",
+// "dkv") for suffix sfx (faSuffix) over a's t rows of heads heads on this
+// device. On Hopper: k_attn_order writing the order of the kernel's blocks
+// at device address ord (room for t/64 ints), then k_wg_<op>_<sfx>, one
+// CTA per block and head, the heaviest blocks first, taking the order as
+// its last argument. Elsewhere, or under attnNoWgmma: k_fa_<op>_<sfx> (64
+// rows and 128 threads a CTA, faSmem bytes of shared memory) over a grid
+// of blocks × heads.
+func (b *Backend) tcLaunch(op, sfx string, a attnArgs, heads, faSmem int, args *kargs, ord uint64) []launch {
+	t := a.t
 	l := launch{name: "k_fa_" + op + "_" + sfx, gx: uint32((t + faBM - 1) / faBM), gy: uint32(heads), gz: 1,
 		bx: 128, by: 1, bz: 1, smem: faSmem, args: args}
-	if b.d.info.Hopper() && !attnNoWgmma {
-		l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, d)
-		switch op {
-		case "fwd":
-			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgFwdThreads
-		case "dkv":
-			l.gx, l.bx = uint32((t+wgBM-1)/wgBM), wgDkvThreads
-		}
+	if !b.d.info.Hopper() || attnNoWgmma {
+		return []launch{l}
 	}
-	return l
+	l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, a.d)
+	rows := faBM
+	switch op {
+	case "fwd":
+		rows, l.bx = wgBM, wgFwdThreads
+	case "dkv":
+		rows, l.bx = wgBM, wgDkvThreads
+	}
+	nb := (t + rows - 1) / rows
+	l.gx, l.gy = uint32(nb*heads), 1
+	if args != nil {
+		l.args = args.u64(ord)
+	}
+	return []launch{orderLaunch(a, rows, nb, op == "dkv", ord), l}
 }
 
 // faSuffix returns the "<dtype>_<D>" suffix of the tensor-core kernels that
@@ -210,8 +246,13 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 	}
 	d := a.d
 	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" {
-		return b.issue(b.checkCu(a), b.tcLaunch("fwd", sfx, d, a.t, a.hq, 3*faTile(d),
-			new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)))
+		s, err := b.stream()
+		if err != nil {
+			return err
+		}
+		return b.issue(append([]launch{b.checkCu(a)}, b.tcLaunch("fwd", sfx, a, a.hq, 3*faTile(d),
+			new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale),
+			uint64(s.scratch))...)...)
 	}
 	smem := 4 * (attBK*(d+1) + attBK*d + attFBQ*d)
 	return b.issue(b.checkCu(a), launch{name: "k_attn_fwd", gx: uint32((a.t + attFBQ - 1) / attFBQ), gy: uint32(a.hq), gz: 1,
@@ -250,17 +291,27 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		common := func(l *kargs) *kargs {
 			return l.u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale)
 		}
+		s, err := b.stream()
+		if err != nil {
+			return err
+		}
+		// The two passes' block orders go to the two halves of the
+		// stream's scratch, each with room for the t/64 ints of the dq
+		// pass's (t up to 32M tokens).
+		if a.t/faBM+1 > streamScratchBytes/8 {
+			return fmt.Errorf("%s: %d tokens exceed the %d the block orders have room for", op, a.t, streamScratchBytes/8*faBM)
+		}
 		ls := []launch{b.checkCu(a),
 			{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
-				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
-			b.tcLaunch("dkv", sfx, d, a.t, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
-				common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]))),
-			b.tcLaunch("dq", sfx, d, a.t, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])))}
-		switch attnBwdOnly {
-		case "dkv":
-			ls = ls[:3]
-		case "dq":
-			ls = append(ls[:2], ls[3])
+				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)}}
+		dkv := b.tcLaunch("dkv", sfx, a, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
+			common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3])), uint64(s.scratch))
+		dq := b.tcLaunch("dq", sfx, a, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])), uint64(s.scratch)+streamScratchBytes/2)
+		if attnBwdOnly != "dq" {
+			ls = append(ls, dkv...)
+		}
+		if attnBwdOnly != "dkv" {
+			ls = append(ls, dq...)
 		}
 		return b.issue(ls...)
 	}

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -108,20 +109,22 @@ func TestAttentionPathSelection(t *testing.T) {
 
 // TestTensorCoreLaunch checks the launch shapes of the tensor-core
 // attention kernels per device (no GPU needed): the wgmma kernels on
-// compute capability 9.0 with the CTA sizes and shared memory the kernels
-// assume, within the H100's 227 KB a block may use; the mma.sync ones
-// elsewhere and under attnNoWgmma.
+// compute capability 9.0, one CTA per block and head after k_attn_order,
+// with the CTA sizes and shared memory the kernels assume, within the
+// H100's 227 KB a block may use; the mma.sync ones elsewhere and under
+// attnNoWgmma, on a grid of blocks × heads.
 func TestTensorCoreLaunch(t *testing.T) {
 	hopper := &Backend{d: &device{info: DeviceInfo{CCMajor: 9, CCMinor: 0}}}
 	ampere := &Backend{d: &device{info: DeviceInfo{CCMajor: 8, CCMinor: 0}}}
-	const tokens, heads, faSmem = 1000, 12, 777
+	const tokens, heads, faSmem, ord = 1000, 12, 777, 4096
 	for _, c := range []struct {
 		b         *Backend
 		noWgmma   bool
 		op        string
 		d         int
 		name      string
-		gx, bx    uint32
+		blocks    uint32 // of the batch's rows
+		bx        uint32
 		smem, max int
 	}{
 		{hopper, false, "fwd", 128, "k_wg_fwd_bf16_128", 8, 256, 0, 232448},
@@ -133,11 +136,25 @@ func TestTensorCoreLaunch(t *testing.T) {
 		{ampere, false, "dkv", 128, "k_fa_dkv_bf16_128", 16, 128, faSmem, 0},
 	} {
 		attnNoWgmma = c.noWgmma
-		l := c.b.tcLaunch(c.op, fmt.Sprintf("bf16_%d", c.d), c.d, tokens, heads, faSmem, nil)
+		a := attnArgs{t: tokens, d: c.d, ns1: 3}
+		ls := c.b.tcLaunch(c.op, fmt.Sprintf("bf16_%d", c.d), a, heads, faSmem, new(kargs), ord)
 		attnNoWgmma = false
-		if l.name != c.name || l.gx != c.gx || l.gy != heads || l.bx != c.bx {
+		wg := strings.HasPrefix(c.name, "k_wg_")
+		if want := map[bool]int{true: 2, false: 1}[wg]; len(ls) != want {
+			t.Fatalf("%s: %d launches, want %d", c.name, len(ls), want)
+		}
+		l := ls[len(ls)-1]
+		gx, gy := c.blocks, uint32(heads)
+		if wg {
+			gx, gy = c.blocks*heads, 1
+			o := ls[0]
+			if o.name != "k_attn_order" || o.gx != 1 || o.bx != 1024 || o.smem != 8*16 && o.smem != 8*8 {
+				t.Errorf("%s: order launch %s grid %d block %d smem %d", c.name, o.name, o.gx, o.bx, o.smem)
+			}
+		}
+		if l.name != c.name || l.gx != gx || l.gy != gy || l.bx != c.bx {
 			t.Errorf("%s d%d (cc %d.%d, noWgmma %v): got %s grid %d×%d block %d, want %s grid %d×%d block %d",
-				c.op, c.d, c.b.d.info.CCMajor, c.b.d.info.CCMinor, c.noWgmma, l.name, l.gx, l.gy, l.bx, c.name, c.gx, heads, c.bx)
+				c.op, c.d, c.b.d.info.CCMajor, c.b.d.info.CCMinor, c.noWgmma, l.name, l.gx, l.gy, l.bx, c.name, gx, gy, c.bx)
 		}
 		if c.smem != 0 && l.smem != c.smem {
 			t.Errorf("%s: shared memory %d, want %d", l.name, l.smem, c.smem)
@@ -151,5 +168,88 @@ func TestTensorCoreLaunch(t *testing.T) {
 	}
 	if got, want := (DeviceInfo{CCMajor: 8, CCMinor: 6}).Arch(), "sm_86"; got != want {
 		t.Errorf("Arch of 8.6 = %q, want %q", got, want)
+	}
+}
+
+// TestAttentionOrder checks k_attn_order against the work it is meant to
+// sort by, computed here: for query blocks of 64 and 128 rows and key
+// blocks of 128, on batches of equal, mixed and single sequences, the order
+// is a permutation of the blocks with non-increasing work and, among equal
+// work, increasing index; past orderMax blocks it is the reverse index
+// order.
+func TestAttentionOrder(t *testing.T) {
+	e := newEnv(t)
+	work := func(cu []int32, t, rows, i int, keys bool) int {
+		r0, r1 := i*rows, min(i*rows+rows, t)-1
+		s := 0
+		for s+1 < len(cu)-1 && int(cu[s+1]) <= r0 {
+			s++
+		}
+		if !keys {
+			return r1 - int(cu[s]) + 1
+		}
+		e := 0
+		for e < len(cu)-1 && int(cu[e]) <= r1 {
+			e++
+		}
+		return int(cu[e]) - r0
+	}
+	for _, c := range []struct {
+		name string
+		lens []int
+	}{
+		{"8 x 2048", []int{2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048}},
+		{"mixed", []int{1, 700, 64, 3000, 129, 2, 5000, 311}},
+		{"one", []int{9000}},
+		{"past the sort", []int{orderMax*64 + 100}},
+	} {
+		cu := packed(c.lens...)
+		tok := int(cu[len(cu)-1])
+		gcu, _ := e.ids(cu)
+		ord, _ := e.alloc(gpu.I32, tok/64+1)
+		oa, err := e.g.taddr("order", "order", ord, gpu.I32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca, err := e.g.taddr("order", "cu", gcu, gpu.I32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := attnArgs{t: tok, ns1: len(cu), cu: ca}
+		for _, k := range []struct {
+			rows int
+			keys bool
+		}{{64, false}, {128, false}, {128, true}} {
+			nb := (tok + k.rows - 1) / k.rows
+			if err := e.g.issue(orderLaunch(a, k.rows, nb, k.keys, oa)); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]int32, ord.Numel())
+			if err := e.g.DownloadI32(got, ord); err != nil {
+				t.Fatal(err)
+			}
+			got = got[:nb]
+			seen := make([]bool, nb)
+			for r, b := range got {
+				if b < 0 || int(b) >= nb || seen[b] {
+					t.Fatalf("%s rows %d keys %v: rank %d holds block %d: not a permutation of %d blocks", c.name, k.rows, k.keys, r, b, nb)
+				}
+				seen[b] = true
+				if nb > orderMax {
+					if int(b) != nb-1-r {
+						t.Fatalf("%s: rank %d holds block %d, want the reverse order", c.name, r, b)
+					}
+					continue
+				}
+				if r == 0 {
+					continue
+				}
+				p := got[r-1]
+				wp, wb := work(cu, tok, k.rows, int(p), k.keys), work(cu, tok, k.rows, int(b), k.keys)
+				if wp < wb || wp == wb && p > b {
+					t.Fatalf("%s rows %d keys %v: rank %d block %d (work %d) after block %d (work %d)", c.name, k.rows, k.keys, r, b, wb, p, wp)
+				}
+			}
+		}
 	}
 }

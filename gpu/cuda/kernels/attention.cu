@@ -1337,13 +1337,13 @@ __device__ __forceinline__ u16* wg_smem(u32& base) {
 // warpgroup skips a tile wholly after its last row.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu,
-                                       int ns1, int t, int hq, int hkv, float scale) {
+                                       int ns1, int t, int hq, int hkv, float scale, const int* order) {
   constexpr int ND = D / 8, NT = WG_BN / 8, KT = WG_BN * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Ks = Qs + WG_BM * D * 2, Vs = Ks + 2 * KT;
-  int h = blockIdx.y, hk = h / (hq / hkv);
-  int q0 = (gridDim.x - 1 - blockIdx.x) * WG_BM;  // heavy (late) tiles start first
+  int h = blockIdx.x % hq, hk = h / (hq / hkv);
+  int q0 = order[blockIdx.x / hq] * WG_BM;  // the heaviest blocks first (k_attn_order)
   int grp = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   int qlast = min(q0 + WG_BM - 1, t - 1);
   int kmin = seq_start(cu, ns1, q0);
@@ -1427,13 +1427,14 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
 // double-buffered K and V tiles, in lockstep, ran slower on the H100.)
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
-                                      const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
+                                      const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale,
+                                      const int* order) {
   constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = 64 * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Gs = Qs + TILE, Ks = Gs + TILE, Vs = Ks + TILE;
-  int h = blockIdx.y, hk = h / (hq / hkv);
-  int q0 = (gridDim.x - 1 - blockIdx.x) * 64;
+  int h = blockIdx.x % hq, hk = h / (hq / hkv);
+  int q0 = order[blockIdx.x / hq] * 64;  // the heaviest blocks first (k_attn_order)
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   int qlast = min(q0 + 63, t - 1);
   int kmin = seq_start(cu, ns1, q0);
@@ -1537,7 +1538,7 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
                                        const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
-                                       float scale) {
+                                       float scale, const int* order) {
   constexpr int BN = 64, NS = WG_DKV_STAGES, KT = 128 * D * 2, QT = BN * D * 2;
   u32 Ks;
   u16* sm = wg_smem(Ks);
@@ -1546,8 +1547,8 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
   float* Ds = Ls + NS * BN;
   int* Ss = (int*)(Ds + NS * BN);
   u32 bars = fa_smem(Ss + NS * BN);  // full[NS], then empty[NS]
-  int hk = blockIdx.y, group = hq / hkv;
-  int k0 = blockIdx.x * 128;
+  int hk = blockIdx.x % hkv, group = hq / hkv;
+  int k0 = order[blockIdx.x / hkv] * 128;  // the heaviest blocks first (k_attn_order)
   int klast = min(k0 + 127, t - 1);
   int qend = seq_end(cu, ns1, klast, t);
   int nqt = (qend - k0 + BN - 1) / BN;
@@ -1603,7 +1604,7 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
                                                const float* Ds, const int* Ss, u32 bars, u16* sm, int k0, int total,
                                                int nqt, int t, int hkv, float scale) {
   constexpr int ND = D / 8, BN = 64, NT = BN / 8, NS = WG_DKV_STAGES, QT = BN * D * 2;
-  int hk = blockIdx.y;
+  int hk = blockIdx.x % hkv;
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   int gk0 = k0 + 64 * grp, gk1 = min(gk0 + 63, t - 1);  // the warpgroup's keys
   int kw0 = k0 + warp * 16;
@@ -1722,6 +1723,57 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 
 // The wgmma entry points (k_wg_<op>_<dtype>_<D>); compiled only for sm_90a
 // (their bodies trap elsewhere; the host launches them only on sm_90a).
+// k_attn_order writes the order in which the wgmma kernels take their
+// blocks of rows rows (query blocks; key blocks with keys set): the nb
+// blocks by decreasing work, ties by index, so that the heaviest start
+// first and the light ones fill the tail (longest processing time first).
+// In a causal varlen batch a block's work grows with its distance into its
+// sequence (query blocks) or from its sequence's end (key blocks), so the
+// index order leaves a long tail: one CTA an SM of the dk/dv kernel, 8
+// sequences of 2048 tokens and 2 kv heads take 27 units of the heaviest
+// block's time in index order and 17 in this one. A query block's work is
+// the keys its last row sees from the start of its first row's sequence, a
+// key block's the queries from its first key to its last key's sequence
+// end. One CTA of 1024 threads sorts (bitonic, in shared memory) up to
+// ORDER_MAX blocks; more are taken in reverse index order.
+#define ORDER_MAX 16384
+extern "C" __global__ void __launch_bounds__(1024) k_attn_order(const int* cu, int ns1, int t, int rows, int keys, int nb,
+                                                                int* order) {
+  extern __shared__ unsigned long long ord_sm[];
+  if (nb > ORDER_MAX) {
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) order[i] = nb - 1 - i;
+    return;
+  }
+  int n = 1;
+  while (n < nb) n <<= 1;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    unsigned long long key = ~0ull;
+    if (i < nb) {
+      int r0 = i * rows, r1 = min(r0 + rows, t) - 1;
+      int w = keys ? seq_end(cu, ns1, r1, t) - r0 : r1 - seq_start(cu, ns1, r0) + 1;
+      key = ((unsigned long long)(unsigned)(0x7fffffff - w) << 32) | (unsigned)i;
+    }
+    ord_sm[i] = key;
+  }
+  __syncthreads();
+  for (int k = 2; k <= n; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int p = i ^ j;
+        if (p > i) {
+          unsigned long long a = ord_sm[i], b = ord_sm[p];
+          if ((a > b) == ((i & k) == 0)) {
+            ord_sm[i] = b;
+            ord_sm[p] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) order[i] = (int)(ord_sm[i] & 0xffffffffu);
+}
+
 // The entry points are spelled out like the mma.sync ones above.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ONLY(x) x
@@ -1729,42 +1781,42 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 #define WG_ONLY(x) __trap()
 #endif
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
-}
-extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
-}
-extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
-  WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+  WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
