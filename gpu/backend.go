@@ -123,6 +123,18 @@ type Backend interface {
 	// RMSNormBackward computes dx (write) and dw (accumulate; may be empty
 	// to skip) from dy, x, w and the rstd saved by RMSNorm. dx may be dy.
 	RMSNormBackward(dx, dw, dy, x, w, rstd Tensor) error
+	// AddRMSNorm writes sum = a + b and then RMSNorm(dst, rstd, sum, w,
+	// eps): the residual add before a norm in one pass where the backend
+	// has a kernel for it, with the values of the two steps
+	// (AddRMSNormSteps). sum may be a or b.
+	AddRMSNorm(sum, dst, rstd, a, b, w Tensor, eps float32) error
+	// RMSNormBackwardAdd is RMSNormBackward whose dx, in dy's dtype, is
+	// added into acc instead of written, followed, when cast is present
+	// (Mem not nil), by cast = acc in cast's dtype: the norm backward, the
+	// residual gradient's update and the next op's cast of it in one pass
+	// where the backend has a kernel for it, with the values of those
+	// steps (RMSNormBackwardAddSteps). dy is clobbered.
+	RMSNormBackwardAdd(acc, cast, dw, dy, x, w, rstd Tensor) error
 
 	// Gemm computes c = alpha*op(a)@op(b) + beta*c with float32
 	// accumulation, where op(a) is a or aᵀ (transA) and op(b) likewise; all

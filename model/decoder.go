@@ -361,13 +361,10 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 			return err
 		}
 	}
-	if err := b.Add(lv.mid, in, lv.oOut); err != nil {
-		return err
-	}
 	if err := batch.enter("norm2"); err != nil {
 		return err
 	}
-	if err := b.RMSNorm(lv.xn2, lv.rstd2, lv.mid, w.PostNorm, eps); err != nil {
+	if err := b.AddRMSNorm(lv.mid, lv.xn2, lv.rstd2, in, lv.oOut, w.PostNorm, eps); err != nil {
 		return err
 	}
 	if err := batch.enter("gate_up"); err != nil {
@@ -501,13 +498,13 @@ func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 //	dact  = dy·W_down              (last use of dy)
 //	dgate, dup = swiglu'(dact)     dW_gate, dW_up += ·ᵀ·xn2
 //	dxn2  = dgate·W_gate + dup·W_up (last use of dact, dgate, dup)
-//	dxn2  = rmsnorm'(dxn2); dres += dxn2
-//	dy_o  = dres (cast)            dW_o += dy_oᵀ·attn; o_proj bias grad
+//	dres += rmsnorm'(dxn2); dy_o = dres (cast)   (one RMSNormBackwardAdd)
+//	dW_o += dy_oᵀ·attn; o_proj bias grad
 //	dattn = dy_o·W_o               (last use of dy_o)
 //	dq, dk, dv = attention'(dattn); RoPE' and q/k norm' in place; bias
 //	grads; dW_q, dW_k, dW_v += ·ᵀ·xn (last use of dattn)
 //	dxn   = dq·W_q + dk·W_k + dv·W_v (last use of dq, dk, dv)
-//	dxn   = rmsnorm'(dxn); dres += dxn
+//	dres += rmsnorm'(dxn)            (RMSNormBackwardAdd)
 func (c *Config) LayerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, g *LayerGradBufs, in, dres gpu.Tensor, batch Batch) error {
 	if err := c.layerBackward(b, w, dw, a, g, in, dres, batch); err != nil {
 		return fmt.Errorf("layer backward: %w", err)
@@ -597,18 +594,12 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	if err := batch.enter("norm2 backward"); err != nil {
 		return err
 	}
-	if err := b.RMSNormBackward(gv.Dxn2, dw.PostNorm, gv.Dxn2, lv.mid, w.PostNorm, lv.rstd2); err != nil {
-		return err
-	}
-	if err := b.AddScaled(dres, gv.Dxn2, 1); err != nil {
+	if err := b.RMSNormBackwardAdd(dres, gv.DyO, dw.PostNorm, gv.Dxn2, lv.mid, w.PostNorm, lv.rstd2); err != nil {
 		return err
 	}
 
 	// Attention.
 	if err := batch.enter("o_proj backward"); err != nil {
-		return err
-	}
-	if err := b.Copy(gv.DyO, dres); err != nil {
 		return err
 	}
 	if c.OutputBias {
@@ -628,10 +619,7 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	if err := batch.enter("norm1 backward"); err != nil {
 		return err
 	}
-	if err := b.RMSNormBackward(gv.Dxn, dw.InputNorm, gv.Dxn, in, w.InputNorm, lv.rstd1); err != nil {
-		return err
-	}
-	return b.AddScaled(dres, gv.Dxn, 1)
+	return b.RMSNormBackwardAdd(dres, gpu.Tensor{}, dw.InputNorm, gv.Dxn, in, w.InputNorm, lv.rstd1)
 }
 
 // qkvRecompute says whether qkvBackward first recomputes xn (into gv.Dxn)

@@ -454,3 +454,21 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 	})
 	return nil
 }
+
+// AddRMSNorm runs its steps (gpu.AddRMSNormSteps): the CPU backend has no
+// fused kernel.
+func (b *Backend) AddRMSNorm(sum, dst, rstd, x, y, w gpu.Tensor, eps float32) error {
+	if _, _, err := gpu.AddRMSNormDims("add rmsnorm", sum, dst, rstd, x, y, w, eps); err != nil {
+		return err
+	}
+	return gpu.AddRMSNormSteps(b, sum, dst, rstd, x, y, w, eps)
+}
+
+// RMSNormBackwardAdd runs its steps (gpu.RMSNormBackwardAddSteps): the CPU
+// backend has no fused kernel.
+func (b *Backend) RMSNormBackwardAdd(acc, cast, dw, dy, x, w, rstd gpu.Tensor) error {
+	if _, _, err := gpu.RMSNormBackwardAddDims("rmsnorm backward add", acc, cast, dw, dy, x, w, rstd); err != nil {
+		return err
+	}
+	return gpu.RMSNormBackwardAddSteps(b, acc, cast, dw, dy, x, w, rstd)
+}

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -583,6 +584,87 @@ func TestRMSNorm(t *testing.T) {
 			e.compare("rmsnorm backward in place "+dt.String(), gdy, cdy, tol)
 			e.check("rmsnorm in place", e.g.RMSNorm(gx, gr, gx, gw, 1e-5), e.c.RMSNorm(cx, cr, cx, cw, 1e-5))
 			e.compare("rmsnorm in place "+dt.String(), gx, cx, tol)
+		}
+	}
+}
+
+// TestFusedNorms checks AddRMSNorm and RMSNormBackwardAdd: bit for bit
+// against their steps (gpu.AddRMSNormSteps, gpu.RMSNormBackwardAddSteps)
+// on the GPU, on the shapes the fused kernels take (rows of 1000, 1536
+// and 5120 values) and on those that run the steps (64, 36), and against
+// the CPU backend within the dtype's tolerance.
+func TestFusedNorms(t *testing.T) {
+	e := newEnv(t)
+	same := func(name string, a, b gpu.Tensor) {
+		t.Helper()
+		x, y := make([]byte, a.Bytes()), make([]byte, b.Bytes())
+		if err := e.g.DownloadBytes(x, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.g.DownloadBytes(y, b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(x, y) {
+			t.Errorf("%s: the fused op differs from its steps", name)
+		}
+	}
+	dup := func(g gpu.Tensor) gpu.Tensor {
+		t.Helper()
+		d, _ := e.alloc(g.DType, g.Shape...)
+		if err := e.g.Copy(d, g); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, dt := range floatTypes {
+		for _, c := range []struct{ rows, h int }{{67, 1000}, {700, 1536}, {67, 5120}, {67, 64}, {5, 36}} {
+			e.off = 0 // the previous case's buffers are dead
+			rows, h := c.rows, c.h
+			name := fmt.Sprintf("%v %dx%d", dt, rows, h)
+			tol := tolFor(false, dt)
+			ga, ca := e.in(gpu.F32, 2, rows, h)
+			gb, cb := e.in(dt, 1, rows, h)
+			gw, cw := e.in(dt, 1, h)
+			gs, cs := e.out(gpu.F32, rows, h)
+			gd, cd := e.out(dt, rows, h)
+			gr, cr := e.out(gpu.F32, rows)
+			e.check("add rmsnorm", e.g.AddRMSNorm(gs, gd, gr, ga, gb, gw, 1e-6), e.c.AddRMSNorm(cs, cd, cr, ca, cb, cw, 1e-6))
+			e.compare("add rmsnorm sum "+name, gs, cs, tolF32)
+			e.compare("add rmsnorm "+name, gd, cd, tol)
+			s2, d2, r2 := dup(gs), dup(gd), dup(gr)
+			if err := gpu.AddRMSNormSteps(e.g, s2, d2, r2, ga, gb, gw, 1e-6); err != nil {
+				t.Fatal(err)
+			}
+			same("add rmsnorm sum "+name, gs, s2)
+			same("add rmsnorm "+name, gd, d2)
+			same("add rmsnorm rstd "+name, gr, r2)
+
+			for _, withCast := range []bool{true, false} {
+				gacc, cacc := e.in(gpu.F32, 1, rows, h)
+				gdy, cdy := e.in(dt, 1, rows, h)
+				gdw, cdw := e.in(gpu.F32, 1, h)
+				var gc, cc gpu.Tensor
+				if withCast {
+					gc, cc = e.out(gpu.BF16, rows, h)
+				}
+				acc2, dy2, dw2 := dup(gacc), dup(gdy), dup(gdw)
+				var c2 gpu.Tensor
+				if withCast {
+					c2 = dup(gc)
+				}
+				e.check("rmsnorm backward add", e.g.RMSNormBackwardAdd(gacc, gc, gdw, gdy, gs, gw, gr), e.c.RMSNormBackwardAdd(cacc, cc, cdw, cdy, cs, cw, cr))
+				e.compare("rmsnorm backward add acc "+name, gacc, cacc, tol)
+				e.compare("rmsnorm backward add dw "+name, gdw, cdw, tolF32)
+				if err := gpu.RMSNormBackwardAddSteps(e.g, acc2, c2, dw2, dy2, gs, gw, gr); err != nil {
+					t.Fatal(err)
+				}
+				same("rmsnorm backward add acc "+name, gacc, acc2)
+				same("rmsnorm backward add dw "+name, gdw, dw2)
+				if withCast {
+					e.compare("rmsnorm backward add cast "+name, gc, cc, tolFor(false, gpu.BF16))
+					same("rmsnorm backward add cast "+name, gc, c2)
+				}
+			}
 		}
 	}
 }

@@ -214,7 +214,7 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w, rstd gpu.Tensor) error {
 		}
 	}
 	if vec8(int64(h), dxa, dya, xa, wa) && int64(h)/8 <= 2*maxRowBlock {
-		return b.rmsnormBackward8(dx, dw, dy, x, w, dxa, dwa, dya, xa, wa, ra, int64(t), int64(h))
+		return b.rmsnormBackward8(dx, dw, dy, x, w, dxa, dwa, dya, xa, wa, ra, int64(t), int64(h), fusedAdd{})
 	}
 	var ls []launch
 	if withDW {
@@ -517,7 +517,15 @@ func groupBlock(ng int64, limit int64) uint32 {
 // adds the blocks' sums in a fixed order. Threads own K = 1 or 2 groups of
 // 8 columns, so h/8 may be up to 2*maxRowBlock; rows of at most warpGroups
 // groups take k_rmsnorm_bwd8_w, a warp per row.
-func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, xa, wa, ra uint64, t, h int64) error {
+// fusedAdd, when acc is not 0, makes k_rmsnorm_bwd8_1/2 add dx into the
+// float32 acc (and store it again in cast, dtype ct, when cast is not 0)
+// instead of writing it (RMSNormBackwardAdd).
+type fusedAdd struct {
+	acc, cast uint64
+	ct        gpu.DType
+}
+
+func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, xa, wa, ra uint64, t, h int64, fa fusedAdd) error {
 	s, err := b.stream()
 	if err != nil {
 		return err
@@ -545,11 +553,86 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 	if ng <= warpGroups {
 		name, bx = "k_rmsnorm_bwd8_w", 256
 	}
-	ls := []launch{{name: name, gx: uint32(blocks), gy: 1, gz: 1, bx: bx, by: 1, bz: 1,
-		args: new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).
-			i64(t).i64(h).i64(rpb).u64(part)}}
+	args := new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).
+		i64(t).i64(h).i64(rpb).u64(part)
+	if ng > warpGroups {
+		args = args.u64(fa.acc).u64(fa.cast).dt(fa.ct)
+	}
+	ls := []launch{{name: name, gx: uint32(blocks), gy: 1, gz: 1, bx: bx, by: 1, bz: 1, args: args}}
 	if dw.Mem != nil {
 		ls = append(ls, cols32("k_rmsnorm_dw_reduce", h, new(kargs).u64(dwa).dt(dw.DType).u64(part).i64(blocks).i64(h)))
 	}
 	return b.issue(ls...)
+}
+
+// AddRMSNorm writes sum = a + b and normalises it: one pass of
+// k_add_rmsnorm8 for rows of more than 256 values at 16-byte aligned
+// addresses (the shapes k_rmsnorm8 takes), otherwise the two steps
+// (gpu.AddRMSNormSteps); the values are the same.
+func (b *Backend) AddRMSNorm(sum, dst, rstd, x, y, w gpu.Tensor, eps float32) error {
+	const op = "add rmsnorm"
+	t, h, err := gpu.AddRMSNormDims(op, sum, dst, rstd, x, y, w, eps)
+	if err != nil {
+		return err
+	}
+	var as [5]uint64
+	for i, n := range []named{arg("sum", sum), arg("dst", dst), arg("a", x), arg("b", y), arg("w", w)} {
+		if as[i], err = b.faddr(op, n.Name, n.T); err != nil {
+			return err
+		}
+	}
+	ra, err := b.taddr(op, "rstd", rstd, gpu.F32)
+	if err != nil {
+		return err
+	}
+	if !vec8(int64(h), as[:]...) || int64(h)/8 <= warpGroups {
+		return gpu.AddRMSNormSteps(b, sum, dst, rstd, x, y, w, eps)
+	}
+	if t == 0 {
+		return nil
+	}
+	return b.issue(launch{name: "k_add_rmsnorm8", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: groupBlock(int64(h)/8, 1024), by: 1, bz: 1,
+		args: new(kargs).u64(as[0]).dt(sum.DType).u64(as[1]).dt(dst.DType).u64(ra).u64(as[2]).dt(x.DType).u64(as[3]).dt(y.DType).
+			u64(as[4]).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)})
+}
+
+// RMSNormBackwardAdd adds the norm's dx into acc (and casts acc into cast):
+// one pass of k_rmsnorm_bwd8_1/2 for a float32 acc and rows of more than
+// 256 values at 16-byte aligned addresses (the shapes those kernels take),
+// otherwise the steps (gpu.RMSNormBackwardAddSteps); the values are the
+// same.
+func (b *Backend) RMSNormBackwardAdd(acc, cast, dw, dy, x, w, rstd gpu.Tensor) error {
+	const op = "rmsnorm backward add"
+	t, h, err := gpu.RMSNormBackwardAddDims(op, acc, cast, dw, dy, x, w, rstd)
+	if err != nil {
+		return err
+	}
+	ns := []named{arg("acc", acc), arg("dy", dy), arg("x", x), arg("w", w)}
+	if cast.Mem != nil {
+		ns = append(ns, arg("cast", cast))
+	}
+	as := make([]uint64, len(ns))
+	for i, n := range ns {
+		if as[i], err = b.faddr(op, n.Name, n.T); err != nil {
+			return err
+		}
+	}
+	ra, err := b.taddr(op, "rstd", rstd, gpu.F32)
+	if err != nil {
+		return err
+	}
+	var dwa uint64
+	if dw.Mem != nil {
+		if dwa, err = b.faddr(op, "dw", dw); err != nil {
+			return err
+		}
+	}
+	if acc.DType != gpu.F32 || !vec8(int64(h), as...) || int64(h)/8 <= warpGroups || int64(h)/8 > 2*maxRowBlock {
+		return gpu.RMSNormBackwardAddSteps(b, acc, cast, dw, dy, x, w, rstd)
+	}
+	fa := fusedAdd{acc: as[0], ct: dy.DType}
+	if cast.Mem != nil {
+		fa.cast, fa.ct = as[4], cast.DType
+	}
+	return b.rmsnormBackward8(dy, dw, dy, x, w, as[1], dwa, as[1], as[2], as[3], ra, int64(t), int64(h), fa)
 }

@@ -73,17 +73,32 @@ extern "C" __global__ void k_rmsnorm_dw(void* dw, int dtdw, const void* dy, int 
 // when h is a multiple of 8, the operands are 16-byte aligned and every
 // dtype is a float dtype; blockDim.x is a multiple of 32.
 
-// k_rmsnorm8: one block per row (grid-striding), threads over the row's
-// 8-column groups.
-extern "C" __global__ void __launch_bounds__(1024) k_rmsnorm8(void* dst, int dtd, float* rstd, const void* x, int dtx,
-                                                              const void* w, int dtw, i64 rows, i64 h, float eps) {
+// rmsnorm8 is RMSNorm over rows of 8-column groups: one block per row
+// (grid-striding), threads over the row's groups. With ADD, the row is
+// sum = a + b, which it writes (in dts) on the way: each thread sums,
+// rounds to dts and stores its groups, and rereads them from sum for the
+// normalised row, so the values are those of an add into sum followed by
+// the norm over it (AddRMSNorm), with one pass over the row fewer; sum may
+// be a or b. Without ADD, the row is a (in dta) and sum and b are unused.
+template <bool ADD>
+__device__ void rmsnorm8(void* sum, int dts, void* dst, int dtd, float* rstd, const void* a, int dta, const void* b,
+                         int dtb, const void* w, int dtw, i64 rows, i64 h, float eps) {
   __shared__ double sh[33];
   i64 ng = h / 8;
+  const void* x = ADD ? (const void*)sum : a;
+  int dtx = ADD ? dts : dta;
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
     double ss = 0.0;
     for (i64 g = threadIdx.x; g < ng; g += blockDim.x) {
       float v[8];
-      ld8(x, dtx, r * h + g * 8, v);
+      ld8(a, dta, r * h + g * 8, v);
+      if (ADD) {
+        float u[8];
+        ld8(b, dtb, r * h + g * 8, u);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = rnd(dts, v[k] + u[k]);
+        st8(sum, dts, r * h + g * 8, v);
+      }
 #pragma unroll
       for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
     }
@@ -103,14 +118,30 @@ extern "C" __global__ void __launch_bounds__(1024) k_rmsnorm8(void* dst, int dtd
   }
 }
 
+extern "C" __global__ void __launch_bounds__(1024) k_rmsnorm8(void* dst, int dtd, float* rstd, const void* x, int dtx,
+                                                              const void* w, int dtw, i64 rows, i64 h, float eps) {
+  rmsnorm8<false>(0, 0, dst, dtd, rstd, x, dtx, 0, 0, w, dtw, rows, h, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) k_add_rmsnorm8(void* sum, int dts, void* dst, int dtd, float* rstd,
+                                                                  const void* a, int dta, const void* b, int dtb,
+                                                                  const void* w, int dtw, i64 rows, i64 h, float eps) {
+  rmsnorm8<true>(sum, dts, dst, dtd, rstd, a, dta, b, dtb, w, dtw, rows, h, eps);
+}
+
 // rmsnorm_bwd8 is RMSNorm's backward over the rows [b*rpb, (b+1)*rpb) of
 // block b. Thread t owns the K column groups t + k*blockDim.x, holds their
 // weights and, when partial is not null, its float64 sums of dy*x*rstd over
 // the block's rows, written at the end to partial[b*h + column]. Each
-// thread reads its dy before writing dx, so dx may be dy.
+// thread reads its dy before writing dx, so dx may be dy. With addto
+// (float32 [rows,h]) not null, dx rounded to dtdx is added into it instead
+// of written, and with cast not null the updated sum is also stored there
+// in dtc: the values of the backward into dx, an add of dx into addto and
+// a cast of the sum (RMSNormBackwardAdd).
 template <int K>
 __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx, const void* w,
-                             int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial) {
+                             int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial, float* addto,
+                             void* cast, int dtc) {
   __shared__ double sh[33];
   i64 ng = h / 8;
   float wf[K][8];
@@ -155,7 +186,16 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
           double gw = (double)gv[k][e] * (double)wf[k][e];
           o[e] = (float)(rv * (gw - xn * dot));
         }
-        st8(dx, dtdx, r * h + g * 8, o);
+        if (addto == 0) {
+          st8(dx, dtdx, r * h + g * 8, o);
+          continue;
+        }
+        float a[8];
+        ld8(addto, DT_F32, r * h + g * 8, a);
+#pragma unroll
+        for (int e = 0; e < 8; e++) a[e] = a[e] + rnd(dtdx, o[e]);
+        st8(addto, DT_F32, r * h + g * 8, a);
+        if (cast != 0) st8(cast, dtc, r * h + g * 8, a);
       }
     }
   }
@@ -172,15 +212,15 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
 extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_1(void* dx, int dtdx, const void* dy, int dtdy,
                                                                    const void* x, int dtx, const void* w, int dtw,
                                                                    const float* rstd, i64 rows, i64 h, i64 rpb,
-                                                                   double* partial) {
-  rmsnorm_bwd8<1>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial);
+                                                                   double* partial, float* addto, void* cast, int dtc) {
+  rmsnorm_bwd8<1>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
 }
 
 extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_2(void* dx, int dtdx, const void* dy, int dtdy,
                                                                    const void* x, int dtx, const void* w, int dtw,
                                                                    const float* rstd, i64 rows, i64 h, i64 rpb,
-                                                                   double* partial) {
-  rmsnorm_bwd8<2>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial);
+                                                                   double* partial, float* addto, void* cast, int dtc) {
+  rmsnorm_bwd8<2>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
 }
 
 // The *_w kernels are the 8-wide RMSNorm kernels for short rows (at most
