@@ -176,7 +176,7 @@ func TestTensorCoreLaunch(t *testing.T) {
 // blocks of 128, on batches of equal, mixed and single sequences, the order
 // is a permutation of the blocks with non-increasing work and, among equal
 // work, increasing index; past orderMax blocks it is the reverse index
-// order.
+// order for query blocks and the index order for key blocks.
 func TestAttentionOrder(t *testing.T) {
 	e := newEnv(t)
 	work := func(cu []int32, t, rows, i int, keys bool) int {
@@ -202,6 +202,7 @@ func TestAttentionOrder(t *testing.T) {
 		{"mixed", []int{1, 700, 64, 3000, 129, 2, 5000, 311}},
 		{"one", []int{9000}},
 		{"past the sort", []int{orderMax*64 + 100}},
+		{"past the sort for 128 rows", []int{orderMax*128 + 100}},
 	} {
 		cu := packed(c.lens...)
 		tok := int(cu[len(cu)-1])
@@ -236,8 +237,12 @@ func TestAttentionOrder(t *testing.T) {
 				}
 				seen[b] = true
 				if nb > orderMax {
-					if int(b) != nb-1-r {
-						t.Fatalf("%s: rank %d holds block %d, want the reverse order", c.name, r, b)
+					want := nb - 1 - r
+					if k.keys {
+						want = r
+					}
+					if int(b) != want {
+						t.Fatalf("%s rows %d keys %v: rank %d holds block %d, want %d", c.name, k.rows, k.keys, r, b, want)
 					}
 					continue
 				}

@@ -1735,13 +1735,15 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 // the keys its last row sees from the start of its first row's sequence, a
 // key block's the queries from its first key to its last key's sequence
 // end. One CTA of 1024 threads sorts (bitonic, in shared memory) up to
-// ORDER_MAX blocks; more are taken in reverse index order.
+// ORDER_MAX blocks; more are taken in the order that is heaviest first
+// when every sequence is one: reverse index order for query blocks, index
+// order for key blocks.
 #define ORDER_MAX 16384
 extern "C" __global__ void __launch_bounds__(1024) k_attn_order(const int* cu, int ns1, int t, int rows, int keys, int nb,
                                                                 int* order) {
   extern __shared__ unsigned long long ord_sm[];
   if (nb > ORDER_MAX) {
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) order[i] = nb - 1 - i;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) order[i] = keys ? i : nb - 1 - i;
     return;
   }
   int n = 1;
