@@ -83,20 +83,21 @@ for m in models:
     cand = runs.get(f"rlpipe-{m}-offload-candidate")
     nr = runs.get(f"rlpipe-{m}-offload-noreshard")
     pnr = runs.get(f"peer-{m}-offload-noreshard-noac") or runs.get(f"peer-{m}-offload-noreshard-ac")
-    if ov and nr:
-        print(f"{m}: noreshard / overlap: train {tps(nr, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(nr) / step_tps(ov):.2f}x")
-    if peer and pnr:
-        print(f"{m}: peer noreshard / peer: train {tps(pnr, 'train') / tps(peer, 'train'):.2f}x")
-    if nr and res:
-        print(f"{m}: resident / offloaded (noreshard): train {tps(res, 'train') / tps(nr, 'train'):.2f}x, ref+train {step_tps(res) / step_tps(nr):.2f}x")
-    if ov and cand:
-        print(f"{m}: candidate / overlap: train {tps(cand, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(cand) / step_tps(ov):.2f}x")
-    if ov and sy:
-        print(f"{m}: overlap / sync: train {tps(ov, 'train') / tps(sy, 'train'):.2f}x, ref+train {step_tps(ov) / step_tps(sy):.2f}x")
-    if ov and peer:
-        print(f"{m}: offloaded, rlpipe overlap / peer: train {tps(ov, 'train') / tps(peer, 'train'):.2f}x, ref+train {step_tps(ov) / step_tps(peer):.2f}x")
-    if ov and res:
-        print(f"{m}: resident / offloaded (overlap): train {tps(res, 'train') / tps(ov, 'train'):.2f}x, ref+train {step_tps(res) / step_tps(ov):.2f}x")
+    # (label, numerator, denominator, whether ref+train is compared too)
+    for label, a, b, both in [
+        ("noreshard / overlap", nr, ov, True),
+        ("peer noreshard / peer", pnr, peer, False),
+        ("resident / offloaded (noreshard)", res, nr, True),
+        ("candidate / overlap", cand, ov, True),
+        ("overlap / sync", ov, sy, True),
+        ("offloaded, rlpipe overlap / peer", ov, peer, True),
+        ("resident / offloaded (overlap)", res, ov, True),
+    ]:
+        if a and b:
+            line = f"{m}: {label}: train {tps(a, 'train') / tps(b, 'train'):.2f}x"
+            if both:
+                line += f", ref+train {step_tps(a) / step_tps(b):.2f}x"
+            print(line)
 PY
 cat "$OUT/summary.md"
 # At most 8 files come back from a device call: the JSON goes in a tarball.

@@ -196,14 +196,17 @@ func (s *search) chooseRecompute(trained map[string]int) ([]plan.Choice, error) 
 		most = max(most, n)
 	}
 	autoLean := s.j.Spec.Policies.RecomputeElementwise == nil
+	set := func(l, k int) {
+		for name, n := range trained {
+			s.a.lean[name], s.a.recompute[name] = min(l, n), min(k, n)
+		}
+	}
 	at := map[[2]int]*plan.Plan{} // by (element-wise, recomputed) layers, the plans tried
 	try := func(l, k int) (*plan.Plan, error) {
 		if p, ok := at[[2]int{l, k}]; ok {
 			return p, nil
 		}
-		for name, n := range trained {
-			s.a.lean[name], s.a.recompute[name] = min(l, n), min(k, n)
-		}
+		set(l, k)
 		s.cur = nil
 		p, err := s.plan()
 		if err != nil {
@@ -235,9 +238,7 @@ func (s *search) chooseRecompute(trained map[string]int) ([]plan.Choice, error) 
 	if err != nil {
 		return nil, err
 	}
-	for name, n := range trained {
-		s.a.lean[name], s.a.recompute[name] = min(l, n), min(k, n)
-	}
+	set(l, k) // try may have answered from the plans tried
 	s.cur = p
 	return s.recomputeChoices(trained, autoLean, l, k, at), nil
 }

@@ -123,10 +123,7 @@ func (b *Backend) tcLaunch(op, sfx string, a attnArgs, heads, faSmem int, args *
 		rows, l.bx = wgBM, wgDkvThreads
 	}
 	nb := (t + rows - 1) / rows
-	l.gx, l.gy = uint32(nb*heads), 1
-	if args != nil {
-		l.args = args.u64(ord)
-	}
+	l.gx, l.gy, l.args = uint32(nb*heads), 1, args.u64(ord)
 	return []launch{orderLaunch(a, rows, nb, op == "dkv", ord), l}
 }
 

@@ -1729,9 +1729,10 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_128(u16* dk, u16*
 // first and the light ones fill the tail (longest processing time first).
 // In a causal varlen batch a block's work grows with its distance into its
 // sequence (query blocks) or from its sequence's end (key blocks), so the
-// index order leaves a long tail: one CTA an SM of the dk/dv kernel, 8
-// sequences of 2048 tokens and 2 kv heads take 27 units of the heaviest
-// block's time in index order and 17 in this one. A query block's work is
+// index order leaves a long tail: with one CTA an SM of the dk/dv kernel,
+// 8 sequences of 2048 tokens and 2 kv heads, the last CTA ends after 27
+// tiles' time in index order and 17 in this one, the ideal being 16.5
+// (bench/sched_model.py's list-scheduling model). A query block's work is
 // the keys its last row sees from the start of its first row's sequence, a
 // key block's the queries from its first key to its last key's sequence
 // end. One CTA of 1024 threads sorts (bitonic, in shared memory) up to
