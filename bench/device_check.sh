@@ -15,8 +15,11 @@
 #   (cd OLD_CHECKOUT && go build "$L" -o .devbin/rlbench-old ./bench/cmd/rlbench)
 #
 # Knobs: CHECK_TESTS (regexp for stages.test, default TestRunTinyCUDA$),
-# CHECK_AB_MODEL (default qwen2.5-1.5b; empty skips the A/B), CHECK_AB_ROUNDS
-# (default 2), CHECK_DP (default 1; rlbench --dp).
+# CHECK_AB_MODEL (default qwen2.5-1.5b; several, space-separated, run one
+# after the other; empty skips the A/B), CHECK_AB_ROUNDS (default 2),
+# CHECK_AB_FLAGS (default --recompute; e.g. --recompute-auto),
+# CHECK_AB_STEPS (timed steps, default 3), CHECK_DP (default 1; rlbench
+# --dp), CHECK_BENCH (regexp for cuda.test's benchmarks, default none).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/check-out}
@@ -36,6 +39,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$D/env.tx
 say "$(tail -n +2 "$D/env.txt" | head -n 1)"
 D=$(realpath "$D")
 gotest gpu/cuda cuda 240
+if [[ -n ${CHECK_BENCH:-} && -x $B/cuda.test ]]; then
+	(cd gpu/cuda && run cuda-bench 180 "$OLDPWD/$B/cuda.test" -test.run '^$' -test.bench "$CHECK_BENCH" -test.benchtime 20x)
+fi
 gotest model model 240
 gotest stages stages 300 -test.run "${CHECK_TESTS:-TestRunTinyCUDA\$}"
 if [[ -x $B/rlpipe ]]; then
@@ -46,15 +52,16 @@ if [[ -x $B/rlpipe ]]; then
 		cp /tmp/check-runs-$r/*/metrics.jsonl "$D/$r-metrics.jsonl" 2>/dev/null
 	done
 fi
-M=${CHECK_AB_MODEL-qwen2.5-1.5b}
-if [[ -n $M && -x $B/rlbench && -x $B/rlbench-old ]]; then
+for M in ${CHECK_AB_MODEL-qwen2.5-1.5b}; do
+	[[ -x $B/rlbench && -x $B/rlbench-old ]] || break
 	for i in $(seq 1 "${CHECK_AB_ROUNDS:-2}"); do
 		for b in rlbench-old rlbench; do
-			run "$b-$i" 180 "$B/$b" --backend cuda --config "examples/models/$M/config.json" --dp "${CHECK_DP:-1}" \
-				--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --precision bf16 --recompute \
-				--warmup 1 --steps 3 --budget-s 40 --cache /tmp/check-cache --out "$D/$b-$i.json"
+			# shellcheck disable=SC2086 # CHECK_AB_FLAGS is a list of flags
+			run "$M-$b-$i" 180 "$B/$b" --backend cuda --config "examples/models/$M/config.json" --dp "${CHECK_DP:-1}" \
+				--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --precision bf16 ${CHECK_AB_FLAGS:---recompute} \
+				--warmup 1 --steps "${CHECK_AB_STEPS:-3}" --budget-s 40 --cache /tmp/check-cache --out "$D/$M-$b-$i.json"
 		done
 	done
-fi
+done
 say done
 tar czf "$OUT/check.tgz" -C "$OUT" check

@@ -157,6 +157,19 @@ type Backend interface {
 	// negative angle (the transpose of RoPE).
 	RoPEBackward(dx, pos Tensor, theta float64, scaling *RoPEScaling) error
 
+	// QKVSplit takes the output of the fused q/k/v projection, qkv
+	// [T, (Hq+2·Hkv)·D] (each row q's Hq·D columns, then k's Hkv·D, then
+	// v's), adds bias [(Hq+2·Hkv)·D] when it is present (Mem not nil),
+	// writes q [T,Hq,D], k and v [T,Hkv,D], and rotates q and k by RoPE:
+	// the values of the steps QKVSplitSteps gives (the columns copied,
+	// AddBias, RoPE), in one pass where the backend has a kernel for it.
+	QKVSplit(q, k, v, qkv, bias, pos Tensor, theta float64, scaling *RoPEScaling) error
+	// QKVPack is the backward of QKVSplit's copy and rotation: it writes
+	// dqkv [T, (Hq+2·Hkv)·D] from dq [T,Hq,D] and dk rotated back
+	// (RoPEBackward) and from dv: the values of QKVPackSteps. dq and dk
+	// are clobbered.
+	QKVPack(dqkv, dq, dk, dv, pos Tensor, theta float64, scaling *RoPEScaling) error
+
 	// Attention is causal scaled-dot-product attention over packed
 	// variable-length sequences: q [T,Hq,D], k and v [T,Hkv,D], out
 	// [T,Hq,D], lse F32 [Hq,T] (saved log-sum-exp of the scaled scores, for

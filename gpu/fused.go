@@ -1,5 +1,7 @@
 package gpu
 
+import "fmt"
+
 // This file holds the reference forms of the fused ops of Backend: each
 // backend's fused op must give the values of its steps, which a backend
 // without a fused kernel (or a shape its kernel does not take) runs as is.
@@ -74,4 +76,128 @@ func RMSNormBackwardAddSteps(bk Backend, acc, cast, dw, dy, x, w, rstd Tensor) e
 		return nil
 	}
 	return bk.Copy(cast, acc)
+}
+
+// QKVDims checks the operands of QKVSplit and QKVPack: q [T,Hq,D], k and v
+// [T,Hkv,D] with D even, qkv [T,(Hq+2·Hkv)·D] overlapping none of them,
+// bias [(Hq+2·Hkv)·D] unless it is absent (Mem nil), pos I32 [T]; every
+// float operand in q's dtype but bias. It returns T, Hq, Hkv and D.
+func QKVDims(op string, q, k, v, qkv, bias, pos Tensor) (t, hq, hkv, d int, err error) {
+	if err := CheckRank(op, "q", q, 3); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if err := CheckRank(op, "k", k, 3); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	t, hq, d, hkv = q.Shape[0], q.Shape[1], q.Shape[2], k.Shape[1]
+	if d%2 != 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%s: head dim %d is odd", op, d)
+	}
+	w := (hq + 2*hkv) * d
+	type shaped struct {
+		name  string
+		t     Tensor
+		shape []int
+	}
+	checks := []shaped{{"k", k, []int{t, hkv, d}}, {"v", v, []int{t, hkv, d}}, {"qkv", qkv, []int{t, w}}, {"pos", pos, []int{t}}}
+	if bias.Mem != nil {
+		checks = append(checks, shaped{"bias", bias, []int{w}})
+	}
+	for _, c := range checks {
+		if err := CheckShape(op, c.name, c.t, c.shape...); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	if pos.DType != I32 {
+		return 0, 0, 0, 0, fmt.Errorf("%s: pos must be i32, got %v", op, pos.DType)
+	}
+	for _, c := range []Named{{"k", k}, {"v", v}, {"qkv", qkv}} {
+		if c.T.DType != q.DType {
+			return 0, 0, 0, 0, fmt.Errorf("%s: %s is %v, q %v", op, c.Name, c.T.DType, q.DType)
+		}
+	}
+	parts := []Named{{"q", q}, {"k", k}, {"v", v}}
+	if err := CheckNoAliasAll(op, "qkv", qkv, append(parts, Named{"bias", bias}, Named{"pos", pos})...); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	for i, a := range parts {
+		if err := CheckNoAliasAll(op, a.Name, a.T, append(parts[i+1:], Named{"bias", bias}, Named{"pos", pos})...); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	return t, hq, hkv, d, nil
+}
+
+// qkvParts returns the column ranges of q, k and v in a fused row.
+func qkvParts(hq, hkv, d int) [3][2]int {
+	qd, kd := hq*d, hkv*d
+	return [3][2]int{{0, qd}, {qd, qd + kd}, {qd + kd, qd + 2*kd}}
+}
+
+// QKVSplitSteps runs QKVSplit as its steps: each part's columns copied out
+// of qkv (ColumnCopy), its bias slice added (AddBias), and q and k rotated
+// (RoPE).
+func QKVSplitSteps(bk Backend, cp ColumnCopier, q, k, v, qkv, bias, pos Tensor, theta float64, scaling *RoPEScaling) error {
+	t, hq, hkv, d, err := QKVDims("qkv split", q, k, v, qkv, bias, pos)
+	if err != nil {
+		return err
+	}
+	for i, part := range []Tensor{q, k, v} {
+		cols := qkvParts(hq, hkv, d)[i]
+		dst, err := part.Reshape(t, cols[1]-cols[0])
+		if err != nil {
+			return err
+		}
+		if err := cp.CopyColumns(dst, 0, qkv, cols[0], cols[1]-cols[0]); err != nil {
+			return err
+		}
+		if bias.Mem != nil {
+			bs, err := bias.Flat(cols[0], cols[1])
+			if err != nil {
+				return err
+			}
+			if err := bk.AddBias(dst, bs); err != nil {
+				return err
+			}
+		}
+		if i < 2 {
+			if err := bk.RoPE(part, pos, theta, scaling); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// QKVPackSteps runs QKVPack as its steps: dq and dk rotated back in place
+// (RoPEBackward), then dq, dk and dv copied into their columns of dqkv.
+func QKVPackSteps(bk Backend, cp ColumnCopier, dqkv, dq, dk, dv, pos Tensor, theta float64, scaling *RoPEScaling) error {
+	t, hq, hkv, d, err := QKVDims("qkv pack", dq, dk, dv, dqkv, Tensor{}, pos)
+	if err != nil {
+		return err
+	}
+	for i, part := range []Tensor{dq, dk, dv} {
+		if i < 2 {
+			if err := bk.RoPEBackward(part, pos, theta, scaling); err != nil {
+				return err
+			}
+		}
+		cols := qkvParts(hq, hkv, d)[i]
+		src, err := part.Reshape(t, cols[1]-cols[0])
+		if err != nil {
+			return err
+		}
+		if err := cp.CopyColumns(dqkv, cols[0], src, 0, cols[1]-cols[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ColumnCopier copies blocks of columns between row-major matrices, which
+// the steps of QKVSplit and QKVPack need and Backend does not offer.
+type ColumnCopier interface {
+	// CopyColumns copies columns [srcCol, srcCol+n) of src [T,*] into
+	// columns [dstCol, dstCol+n) of dst [T,*], in dst's dtype.
+	CopyColumns(dst Tensor, dstCol int, src Tensor, srcCol, n int) error
 }

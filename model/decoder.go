@@ -46,13 +46,24 @@ type LayerActs struct {
 	// kept; it costs one RMSNorm twice and one SwiGLU per layer and frees
 	// 2·[T,H] + [T,I] of saved activations.
 	Lean bool
+	// QKV, when present, is forward scratch [T, Hq·D+2·Hkv·D] for the
+	// q, k and v projections as one matrix product, which
+	// gpu.Backend.QKVSplit then splits (adding the biases and applying
+	// RoPE). The weights must be adjacent (Config.FusedQKV); Qwen3's
+	// q/k norms do not take this path.
+	QKV gpu.Tensor
 }
 
 // LayerGradBufs holds the gradient temporaries of a decoder layer backward,
 // in the compute dtype, each with T rows: Dy, DyO, Dxn2 and Dxn [T,H];
 // Dact, Dgate and Dup [T,I]; Dattn and Dq [T,Hq·D]; Dk and Dv [T,Hkv·D].
+//
+// Dqkv [T, Hq·D+2·Hkv·D], when present, takes the fused backward of the
+// q, k and v projections (see LayerActs.QKV): dq, dk rotated back and dv
+// packed into it (gpu.Backend.QKVPack), then one product for the weight
+// gradients and one for dxn.
 type LayerGradBufs struct {
-	Dy, Dact, Dgate, Dup, Dxn2, DyO, Dattn, Dq, Dk, Dv, Dxn gpu.Tensor
+	Dy, Dact, Dgate, Dup, Dxn2, DyO, Dattn, Dq, Dk, Dv, Dxn, Dqkv gpu.Tensor
 }
 
 // Batch describes a packed micro-batch: Positions (I32 [T], restarting at 0
@@ -154,7 +165,7 @@ func shaped(name string, t gpu.Tensor, shape ...int) (gpu.Tensor, error) {
 // layerViews are a layer's activations viewed with the shapes the ops need.
 type layerViews struct {
 	xn, rstd1, qraw, kraw, rstdQ, rstdK, q, k, v, q2, k2, v2, attn, attn2, lse gpu.Tensor
-	mid, xn2, rstd2, gate, up, act, oOut, downOut                              gpu.Tensor
+	mid, xn2, rstd2, gate, up, act, oOut, downOut, qkv                         gpu.Tensor
 }
 
 // viewActs checks and reshapes a's tensors. With withDown false, DownOut
@@ -196,6 +207,12 @@ func (c *Config) viewActs(a *LayerActs, dm dims, withDown, lean bool) (layerView
 	}
 	if withDown {
 		reqs = append(reqs, req{"down_out", &lv.downOut, a.DownOut, []int{t, dm.h}})
+	}
+	if a.QKV.Mem != nil {
+		if c.QKNorm {
+			return lv, fmt.Errorf("the fused q/k/v projection does not take Qwen3's q/k norms")
+		}
+		reqs = append(reqs, req{"qkv", &lv.qkv, a.QKV, []int{t, qd + 2*kd}})
 	}
 	if c.QKNorm {
 		reqs = append(reqs,
@@ -398,6 +415,16 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 // q/k norm and RoPE.
 func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dims, batch Batch) error {
 	qd, kd := dm.hq*dm.d, dm.hkv*dm.d
+	if lv.qkv.Mem != nil {
+		wqkv, bqkv, err := c.fusedQKV(w)
+		if err != nil {
+			return err
+		}
+		if err := b.Gemm(lv.qkv, lv.xn, wqkv, false, true, 1, 0); err != nil {
+			return err
+		}
+		return b.QKVSplit(lv.q, lv.k, lv.v, lv.qkv, bqkv, batch.Positions, c.RopeTheta, c.RoPEScaling())
+	}
 	proj := func(dst, wt, bias gpu.Tensor) error {
 		if err := b.Gemm(dst, lv.xn, wt, false, true, 1, 0); err != nil {
 			return err
@@ -450,6 +477,40 @@ func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dim
 	return b.RoPE(lv.k, batch.Positions, c.RopeTheta, rs)
 }
 
+// fusedQKV returns the q, k and v projection weights of w (or of a
+// gradient view of the same layout) as one [Hq·D+2·Hkv·D, H] matrix, and
+// their biases as one vector when the config has them (else absent). They
+// must lie next to each other in that order (Config.FusedQKV).
+func (c *Config) fusedQKV(w LayerWeights) (wqkv, bqkv gpu.Tensor, err error) {
+	if wqkv, err = adjacent("q/k/v weights", w.Q, w.K, w.V); err != nil {
+		return gpu.Tensor{}, gpu.Tensor{}, err
+	}
+	if c.AttentionBias {
+		if bqkv, err = adjacent("q/k/v biases", w.QBias, w.KBias, w.VBias); err != nil {
+			return gpu.Tensor{}, gpu.Tensor{}, err
+		}
+	}
+	return wqkv, bqkv, nil
+}
+
+// adjacent returns parts, which must follow each other in one memory with
+// one dtype and the same trailing dimensions, as one tensor whose first
+// dimension is the sum of theirs.
+func adjacent(what string, parts ...gpu.Tensor) (gpu.Tensor, error) {
+	first := parts[0]
+	rows, next := 0, first.Off
+	for _, p := range parts {
+		if p.Mem == nil || p.Mem != first.Mem || p.DType != first.DType || p.Off != next ||
+			len(p.Shape) != len(first.Shape) || !gpu.SameShape(p.Shape[1:], first.Shape[1:]) {
+			return gpu.Tensor{}, fmt.Errorf("%s are not adjacent in one buffer, as the fused projection needs", what)
+		}
+		rows += p.Shape[0]
+		next = p.Off + p.Bytes()
+	}
+	shape := append([]int{rows}, first.Shape[1:]...)
+	return gpu.NewTensor(first.Mem, first.Off, first.DType, shape...)
+}
+
 // viewGrads checks and reshapes the gradient temporaries.
 func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 	if g == nil {
@@ -481,6 +542,13 @@ func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 			return v, err
 		}
 		*r.dst = x
+	}
+	if g.Dqkv.Mem != nil {
+		x, err := shaped("dqkv", g.Dqkv, t, qd+2*kd)
+		if err != nil {
+			return v, err
+		}
+		v.Dqkv = x
 	}
 	return v, nil
 }
@@ -622,6 +690,41 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	return b.RMSNormBackwardAdd(dres, gpu.Tensor{}, dw.InputNorm, gv.Dxn, in, w.InputNorm, lv.rstd1)
 }
 
+// qkvBackwardFused is qkvBackward's part after the attention backward for
+// a fused projection (gv.Dqkv): dq, dk rotated back and dv packed into
+// dqkv, the bias gradients from it, then one product for the three weight
+// gradients and one for dxn.
+func (c *Config) qkvBackwardFused(b gpu.Backend, w, dw LayerWeights, lv layerViews, gv LayerGradBufs, dq, dk, dv gpu.Tensor, batch Batch, rc qkvRecompute) error {
+	if c.QKNorm {
+		return fmt.Errorf("the fused q/k/v projection does not take Qwen3's q/k norms")
+	}
+	wqkv, _, err := c.fusedQKV(w)
+	if err != nil {
+		return err
+	}
+	dwqkv, dbqkv, err := c.fusedQKV(dw)
+	if err != nil {
+		return fmt.Errorf("gradients: %w", err)
+	}
+	if err := b.QKVPack(gv.Dqkv, dq, dk, dv, batch.Positions, c.RopeTheta, c.RoPEScaling()); err != nil {
+		return err
+	}
+	if c.AttentionBias {
+		if err := b.BiasGrad(dbqkv, gv.Dqkv); err != nil {
+			return err
+		}
+	}
+	if rc.lean {
+		if err := b.RMSNorm(lv.xn, lv.rstd1, rc.in, w.InputNorm, rc.eps); err != nil {
+			return err
+		}
+	}
+	if err := b.Gemm(dwqkv, gv.Dqkv, lv.xn, true, false, 1, 1); err != nil {
+		return err
+	}
+	return b.Gemm(gv.Dxn, gv.Dqkv, wqkv, false, false, 1, 0)
+}
+
 // qkvRecompute says whether qkvBackward first recomputes xn (into gv.Dxn)
 // from the layer input in (see LayerActs.Lean).
 type qkvRecompute struct {
@@ -648,6 +751,9 @@ func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, g
 		return err
 	}
 	rs := c.RoPEScaling()
+	if gv.Dqkv.Mem != nil {
+		return c.qkvBackwardFused(b, w, dw, lv, gv, dq, dk, dv, batch, rc)
+	}
 	if err := b.RoPEBackward(dq, batch.Positions, c.RopeTheta, rs); err != nil {
 		return err
 	}

@@ -210,6 +210,12 @@ const testDP = 3 // pads every parameter as for 3 ranks
 
 func loadTestModel(t *testing.T, a *testArena, dir string) *testModel {
 	t.Helper()
+	return loadTestModelDP(t, a, dir, testDP)
+}
+
+// loadTestModelDP is loadTestModel with the layouts of dp ranks.
+func loadTestModelDP(t *testing.T, a *testArena, dir string, dp int) *testModel {
+	t.Helper()
 	c, err := LoadConfig(filepath.Join(dir, "model"))
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +230,7 @@ func loadTestModel(t *testing.T, a *testArena, dir string) *testModel {
 	}
 	m := &testModel{c: c, units: c.Units()}
 	for _, u := range m.units {
-		slots := c.Layout(u, testDP)
+		slots := c.Layout(u, dp)
 		host := make([]float32, LayoutElems(slots))
 		for _, s := range slots {
 			if s.Tied {
@@ -415,6 +421,7 @@ const (
 	kept       actMode = iota // the forward's, all of them
 	recomputed                // a rerun of the layer's forward into one shared set of buffers
 	lean                      // the forward's without xn, xn2 and act, which are poisoned (LayerActs.Lean)
+	fused                     // as recomputed, with the q/k/v projections fused (LayerActs.QKV, LayerGradBufs.Dqkv)
 )
 
 // backward backpropagates dlogp and dentropy (after a forward at
@@ -452,8 +459,13 @@ func (r *run) backward(dlogp, dent []float32, mode actMode) []gpu.Tensor {
 		w, dw := r.layerWeights(l, r.gathered[l+1]), r.layerWeights(l, grads[l+1])
 		acts := &r.acts[l]
 		switch mode {
-		case recomputed:
+		case recomputed, fused:
 			acts = &r.rc
+			acts.QKV, r.gb.Dqkv = gpu.Tensor{}, gpu.Tensor{}
+			if mode == fused {
+				n := (c.NumHeads + 2*c.NumKVHeads) * c.HeadDim
+				acts.QKV, r.gb.Dqkv = a.tensor(r.dt, r.batch.T, n), a.tensor(r.dt, r.batch.T, n)
+			}
 			if err := c.LayerForward(b, w, acts, r.inputs[l], gpu.Tensor{}, r.batch); err != nil {
 				r.t.Fatal(err)
 			}
@@ -470,6 +482,7 @@ func (r *run) backward(dlogp, dent []float32, mode actMode) []gpu.Tensor {
 		if err := c.LayerBackward(b, w, dw, acts, &r.gb, r.inputs[l], dres, r.batch); err != nil {
 			r.t.Fatal(err)
 		}
+		r.gb.Dqkv = gpu.Tensor{}
 	}
 	dEmbed, err := SlotView(r.m.slots[0][0], grads[0])
 	if err != nil {
@@ -690,6 +703,7 @@ func TestDecoderParityHF(t *testing.T) {
 		// activations recomputed), give bit-identical gradients. The lean
 		// run poisons the forward's xn, xn2 and act, so it goes last.
 		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, recomputed), "recomputed activations")
+		fusedGrads(t, b, dir, p, gpu.F32, r.params(grads), out, 1e-5, "fused q/k/v projections")
 		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, lean), "lean layers")
 
 		// Clip by global norm, then one AdamW step.
@@ -815,6 +829,7 @@ func TestDecoderBF16(t *testing.T) {
 		}
 		grads := r.backward(out.DLogP, out.DEntropy, recomputed)
 		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, kept), "kept activations (bf16)")
+		fusedGrads(t, b, dir, p, gpu.BF16, r.params(grads), out, 2e-2, "fused q/k/v projections (bf16)")
 		sameGrads(t, b, grads, r.backward(out.DLogP, out.DEntropy, lean), "lean layers (bf16)")
 		gotG := r.params(grads)
 		wantG := readF32Safetensors(t, filepath.Join(dir, "grads.safetensors"))
@@ -849,6 +864,39 @@ func sameGrads(t *testing.T, b gpu.Backend, want, got []gpu.Tensor, what string)
 	}
 }
 
+// fusedGrads runs the model of dir laid out for one rank, where its q, k
+// and v weights are adjacent (Config.FusedQKV; Qwen3 returns at once),
+// forward at temperature 1 in dtype dt and backward from out's gradients
+// with the fused projections, and checks its gradients against want (by
+// parameter name), within a relative L2 error of tol per parameter: q, k
+// and v are the same bits (the CPU's products sum each element in the same
+// order whatever the matrix's width), but dxn is one sum where the
+// separate products added three partial sums, rounded to the gradient
+// dtype after each; cuBLASLt may also pick another algorithm for the wider
+// products.
+func fusedGrads(t *testing.T, b gpu.Backend, dir string, p packed, dt gpu.DType, want map[string][]float32, out rl.Output, tol float64, what string) {
+	t.Helper()
+	m := loadTestModelDP(t, newTestArena(t, b, 24<<20), dir, 1)
+	if !m.c.FusedQKV(m.slots[1]) {
+		if !m.c.QKNorm {
+			t.Errorf("%s: a model without q/k norms does not fuse at dp 1", what)
+		}
+		return
+	}
+	r := newRun(t, newTestArena(t, b, 24<<20), m, p, dt, dt)
+	r.forward(1)
+	got := r.params(r.backward(out.DLogP, out.DEntropy, fused))
+	worst := 0.0
+	for name, w := range want {
+		e := relL2(got[name], w)
+		worst = max(worst, e)
+		if e > tol {
+			t.Errorf("%s: gradient with %s: rel L2 %.3g > %g", name, what, e, tol)
+		}
+	}
+	t.Logf("%s: max rel L2 %.3g against the separate products", what, worst)
+}
+
 // TestLayout checks padded per-parameter layouts, including the tied
 // head's appended embedding.
 func TestLayout(t *testing.T) {
@@ -866,7 +914,9 @@ func TestLayout(t *testing.T) {
 		{"llama", 3, -1, []string{"model.norm.weight", "lm_head.weight"}, []int64{66, 258}, []int64{0, 66}, 66 + 258*64, 22 + 86*64},
 		{"llama", 1, 0, []string{EmbedWeightName}, []int64{256}, []int64{0}, 256 * 64, 256 * 64},
 		{"llama", 5, 1, nil, nil, nil, 0, 0},
-		// A decoder layer with q/k/v and o_proj biases, in HF parameter order.
+		// A decoder layer with q/k/v and o_proj biases, in HF parameter
+		// order; in the gathered buffer the q, k and v biases follow
+		// v_proj.weight (FusedQKV).
 		{"llama_bias", 1, 1, []string{
 			"model.layers.0.input_layernorm.weight",
 			"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
@@ -876,7 +926,7 @@ func TestLayout(t *testing.T) {
 			"model.layers.0.post_attention_layernorm.weight",
 			"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
 		}, []int64{64, 64, 64, 32, 32, 32, 32, 64, 64, 64, 128, 128, 64},
-			[]int64{0, 64, 4160, 4224, 6272, 6304, 8352, 8384, 12480, 12544, 12608, 20800, 28992}, 37184, 37184},
+			[]int64{0, 64, 8256, 4160, 8320, 6208, 8352, 8384, 12480, 12544, 12608, 20800, 28992}, 37184, 37184},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/dp%d/unit%d", tc.family, tc.dp, tc.unit), func(t *testing.T) {
@@ -907,13 +957,18 @@ func TestLayout(t *testing.T) {
 					t.Errorf("LayoutShardElems = %d, want %d", got, tc.shard)
 				}
 			}
-			// General invariants: contiguous, padded to dp, shard sizes.
+			// General invariants: contiguous in the gathered buffer (in
+			// gathered order) and in the shard (in slot order), padded to
+			// dp, shard sizes.
 			var off, shard int64
 			d := int64(tc.dp)
-			for _, s := range slots {
-				if s.Offset != off {
+			for _, k := range gatheredOrder(slots) {
+				if s := slots[k]; s.Offset != off {
 					t.Errorf("%s at offset %d, want %d", s.Name, s.Offset, off)
 				}
+				off += slots[k].PaddedElems()
+			}
+			for _, s := range slots {
 				if s.ShardRows != (s.Rows()+d-1)/d || s.PaddedRows != d*s.ShardRows {
 					t.Errorf("%s: shard rows %d, padded %d for %d rows", s.Name, s.ShardRows, s.PaddedRows, s.Rows())
 				}
@@ -923,7 +978,6 @@ func TestLayout(t *testing.T) {
 				if !s.Tied {
 					shard += s.ShardElems()
 				}
-				off += s.PaddedElems()
 			}
 			var unpadded int64
 			for _, p := range u.Params {
@@ -931,6 +985,36 @@ func TestLayout(t *testing.T) {
 			}
 			if tc.dp == 1 && u.Kind != UnitHead && LayoutElems(slots) != unpadded {
 				t.Errorf("dp 1: %d elements, want %d", LayoutElems(slots), unpadded)
+			}
+		})
+	}
+}
+
+// TestFusedQKV checks when a decoder layer's layout takes the fused q/k/v
+// projection: q, k and v weights (and biases) adjacent and unpadded, no
+// q/k norms.
+func TestFusedQKV(t *testing.T) {
+	tests := []struct {
+		family string
+		dp     int
+		want   bool
+	}{
+		{"qwen2", 1, true},      // biases moved after v_proj.weight
+		{"llama_bias", 1, true}, // with an o_proj bias too
+		{"llama_bias", 2, true},
+		{"llama_bias", 3, false}, // 64 q rows padded to 66
+		{"llama", 1, true},       // no biases
+		{"qwen3", 1, false},      // q/k norms
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/dp%d", tc.family, tc.dp), func(t *testing.T) {
+			c, err := LoadConfig(filepath.Join("testdata", "hf", tc.family, "model"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := c.Units()[1]
+			if got := c.FusedQKV(c.Layout(u, tc.dp)); got != tc.want {
+				t.Errorf("FusedQKV = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -67,9 +67,12 @@ func (s Slot) ShardElems() int64 { return s.ShardRows * s.RowElems() }
 
 // Layout returns the gathered layout of unit u for an FSDP mesh of dp
 // ranks: u's parameters in Units() order, each padded to dp·ceil(rows/dp)
-// rows, contiguous in elements. For the head unit of a model with tied word
-// embeddings the embedding weight is appended after the head's own
-// parameters (with Tied set). A dp below 1 is treated as 1.
+// rows. In a rank's shard they are contiguous in that order (ShardOffset;
+// checkpoints store shards so). In the gathered buffer (Offset) they are
+// contiguous in gatheredOrder, which puts a decoder layer's q, k and v
+// weights next to each other (FusedQKV). For the head unit of a model with
+// tied word embeddings the embedding weight is appended after the head's
+// own parameters (with Tied set). A dp below 1 is treated as 1.
 func (c *Config) Layout(u Unit, dp int) []Slot {
 	d := int64(max(dp, 1))
 	params := u.Params
@@ -77,21 +80,93 @@ func (c *Config) Layout(u Unit, dp int) []Slot {
 		params = append(slices.Clone(params), Param{Name: EmbedWeightName, Shape: []int64{int64(c.VocabSize), int64(c.HiddenSize)}})
 	}
 	slots := make([]Slot, 0, len(params))
-	var off, shardOff int64
+	var shardOff int64
 	for _, p := range params {
 		s := Slot{Name: p.Name, Shape: slices.Clone(p.Shape)}
 		s.ShardRows = (s.Rows() + d - 1) / d
 		s.PaddedRows = d * s.ShardRows
-		s.Offset = off
 		s.Tied = u.Kind == UnitHead && p.Name == EmbedWeightName
 		if !s.Tied {
 			s.ShardOffset = shardOff
 			shardOff += s.ShardElems()
 		}
-		off += s.PaddedElems()
 		slots = append(slots, s)
 	}
+	var off int64
+	for _, k := range gatheredOrder(slots) {
+		slots[k].Offset = off
+		off += slots[k].PaddedElems()
+	}
 	return slots
+}
+
+// qkvSuffixes name a decoder layer's attention projection weights and
+// biases, in the order FusedQKV needs them.
+var qkvSuffixes = [2][3]string{
+	{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+	{"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"},
+}
+
+// gatheredOrder returns the slots' indices in the order the gathered buffer
+// holds them: their own, except that q, k and v biases come right after
+// v_proj.weight (Qwen2 interleaves each bias with its weight), so that the
+// three weights are adjacent and so are the three biases.
+func gatheredOrder(slots []Slot) []int {
+	isBias := func(name string) bool {
+		for _, sfx := range qkvSuffixes[1] {
+			if strings.HasSuffix(name, "."+sfx) {
+				return true
+			}
+		}
+		return false
+	}
+	var biases []int
+	for k, s := range slots {
+		if isBias(s.Name) {
+			biases = append(biases, k)
+		}
+	}
+	order := make([]int, 0, len(slots))
+	for k, s := range slots {
+		if isBias(s.Name) {
+			continue
+		}
+		order = append(order, k)
+		if strings.HasSuffix(s.Name, "."+qkvSuffixes[0][2]) {
+			order = append(order, biases...)
+			biases = nil
+		}
+	}
+	return append(order, biases...) // biases without a v_proj stay last
+}
+
+// FusedQKV reports whether the decoder layer laid out by slots (from
+// Layout) holds its q, k and v projection weights adjacent and unpadded in
+// the gathered buffer, one [Hq·D+2·Hkv·D, H] matrix, and their biases (if
+// any) likewise, so that one matrix product computes q, k and v (see
+// LayerActs.QKV). Qwen3's per-head q/k norms keep the separate products.
+func (c *Config) FusedQKV(slots []Slot) bool {
+	if c.QKNorm {
+		return false
+	}
+	for set, want := range []bool{true, c.AttentionBias} {
+		if !want {
+			continue
+		}
+		var next int64 = -1
+		for _, sfx := range qkvSuffixes[set] {
+			k := slices.IndexFunc(slots, func(s Slot) bool { return strings.HasSuffix(s.Name, "."+sfx) })
+			if k < 0 {
+				return false
+			}
+			s := slots[k]
+			if s.PaddedRows != s.Rows() || (next >= 0 && s.Offset != next) {
+				return false
+			}
+			next = s.Offset + s.Elems()
+		}
+	}
+	return true
 }
 
 // LayoutElems returns the number of elements of a gathered buffer with the

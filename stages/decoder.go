@@ -33,6 +33,7 @@ type decoder struct {
 	dts    []gpu.DType
 	rc     []bool
 	lean   []bool          // per unit: a trained layer that does not recompute keeps no element-wise activations (model.LayerActs.Lean)
+	fused  []bool          // per unit: its q, k and v projections run as one product (model.Config.FusedQKV)
 	mb     *rollout.Packed // running only
 	// cp is mesh.cp; with cp > 1 every micro-batch is split over the
 	// rank's cp group (rank cpRank of it), sh is this rank's part of the
@@ -80,6 +81,7 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 		d.dts = append(d.dts, dtypeOf(dt))
 		d.rc = append(d.rc, rc)
 		d.lean = append(d.lean, lean && !rc)
+		d.fused = append(d.fused, u.Kind == model.UnitDecoder && d.cfg.FusedQKV(u.Slots))
 	}
 	if p.running() {
 		d.cpRank = p.r.cpRank(m)
@@ -377,7 +379,7 @@ type actSpec struct {
 // layerActs lists a decoder layer's activations for T tokens in compute
 // dtype dt. A lean layer's element-wise ones (xn, xn2, act) are forward
 // scratch: its backward recomputes them.
-func (d *decoder) layerActs(dt gpu.DType, lean bool) []actSpec {
+func (d *decoder) layerActs(dt gpu.DType, lean, fused bool) []actSpec {
 	c := d.cfg
 	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
 	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
@@ -392,6 +394,9 @@ func (d *decoder) layerActs(dt gpu.DType, lean bool) []actSpec {
 			actSpec{"k_raw", dt, []int{T, kd}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.KRaw }), false},
 			actSpec{"rstd_q", gpu.F32, []int{T * c.NumHeads}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.RstdQ }), false},
 			actSpec{"rstd_k", gpu.F32, []int{T * c.NumKVHeads}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.RstdK }), false})
+	}
+	if fused {
+		acts = append(acts, actSpec{"qkv", dt, []int{T, qd + 2*kd}, "qkv", "qkv", f(func(a *model.LayerActs) *gpu.Tensor { return &a.QKV }), true})
 	}
 	acts = append(acts,
 		actSpec{"q", dt, []int{T, qd}, "qkv", "attention", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Q }), false},
@@ -426,7 +431,7 @@ func (d *decoder) layerForward(i int, train bool) {
 	p, u, dt := d.p, d.st.Units[i], d.dts[i]
 	keep := train && !d.rc[i]
 	lean := keep && d.lean[i]
-	acts := d.layerActs(dt, lean)
+	acts := d.layerActs(dt, lean, d.fused[i])
 	var out *ref
 	la := &model.LayerActs{Lean: lean}
 	if !p.running() {
@@ -707,7 +712,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	if d.rc[i] {
 		p.op(u.Name + " recompute forward")
 		la = &model.LayerActs{}
-		for _, a := range d.layerActs(dt, false) {
+		for _, a := range d.layerActs(dt, false, d.fused[i]) {
 			if a.name == "down_out" {
 				continue // the recomputed forward stops before down_proj
 			}
@@ -727,13 +732,14 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			return c.LayerForward(d.b(), w, la, d.layerIn[i].t, gpu.Tensor{}, d.batch(nil, sc))
 		})
 	}
-	grads := []struct {
+	type gradSpec struct {
 		name  string
 		shape []int
 		first string // the backward op that writes it
 		last  string // the backward op that last reads it
 		field func(*model.LayerGradBufs) *gpu.Tensor
-	}{
+	}
+	grads := []gradSpec{
 		{"dy", []int{T, H}, "down backward", "down backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dy }},
 		{"dact", []int{T, I}, "down backward", "swiglu backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dact }},
 		{"dgate", []int{T, I}, "swiglu backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dgate }},
@@ -745,6 +751,9 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 		{"dk", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dk }},
 		{"dv", []int{T, kd}, "attention backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dv }},
 		{"dxn", []int{T, H}, "qkv backward", "norm1 backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dxn }},
+	}
+	if d.fused[i] {
+		grads = append(grads, gradSpec{"dqkv", []int{T, qd + 2*kd}, "qkv backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dqkv }})
 	}
 	if d.lean[i] {
 		// The recomputed act lives in dgate from the down backward on.

@@ -101,8 +101,9 @@ func TestPlanTinyByHand(t *testing.T) {
 	//   gathered layer0 and prefetched layer1   2 x 1280
 	//   fp32 residual                           512
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
+	//   the fused projection's output (16x16)   512
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*1280 + 512 + 4*256
+	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*1280 + 512 + 4*256 + 512
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}

@@ -595,19 +595,7 @@ func TestRMSNorm(t *testing.T) {
 // the CPU backend within the dtype's tolerance.
 func TestFusedNorms(t *testing.T) {
 	e := newEnv(t)
-	same := func(name string, a, b gpu.Tensor) {
-		t.Helper()
-		x, y := make([]byte, a.Bytes()), make([]byte, b.Bytes())
-		if err := e.g.DownloadBytes(x, a); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.g.DownloadBytes(y, b); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(x, y) {
-			t.Errorf("%s: the fused op differs from its steps", name)
-		}
-	}
+	same := e.sameBits
 	dup := func(g gpu.Tensor) gpu.Tensor {
 		t.Helper()
 		d, _ := e.alloc(g.DType, g.Shape...)
@@ -801,6 +789,22 @@ func (e *env) compareAttention(name string, dt gpu.DType, lens []int, hq, hkv, d
 }
 
 // copyCPU uploads the CPU tensor's contents into the CUDA one.
+// sameBits fails the test unless GPU tensors a (a fused op's output) and
+// b (its steps') hold the same bytes.
+func (e *env) sameBits(name string, a, b gpu.Tensor) {
+	e.t.Helper()
+	x, y := make([]byte, a.Bytes()), make([]byte, b.Bytes())
+	if err := e.g.DownloadBytes(x, a); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.g.DownloadBytes(y, b); err != nil {
+		e.t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		e.t.Errorf("%s: the fused op differs from its steps", name)
+	}
+}
+
 func (e *env) copyCPU(g, c gpu.Tensor) {
 	e.t.Helper()
 	raw := make([]byte, c.Bytes())
@@ -973,5 +977,91 @@ func TestNoDriverSkipsCleanly(t *testing.T) {
 		t.Logf("New: %v", err)
 	} else if err != nil {
 		t.Skip(err.Error()) // "cuda: no driver: ..."
+	}
+}
+
+// hostColumns copies columns through host memory: the steps of QKVSplit and
+// QKVPack for checking the fused kernels on the GPU.
+type hostColumns struct{ b *Backend }
+
+func (h hostColumns) CopyColumns(dst gpu.Tensor, dstCol int, src gpu.Tensor, srcCol, n int) error {
+	t, dw, sw := dst.Shape[0], dst.Shape[1], src.Shape[1]
+	d, s := make([]float32, dst.Numel()), make([]float32, src.Numel())
+	if err := h.b.Download(d, dst); err != nil {
+		return err
+	}
+	if err := h.b.Download(s, src); err != nil {
+		return err
+	}
+	for r := range t {
+		copy(d[r*dw+dstCol:r*dw+dstCol+n], s[r*sw+srcCol:r*sw+srcCol+n])
+	}
+	return h.b.Upload(dst, d)
+}
+
+// TestQKVFused checks QKVSplit and QKVPack against their steps (the same
+// bits) and against the CPU, with and without biases, for head dims that
+// take the 8-wide kernels (128, 64) and one that does not (40).
+func TestQKVFused(t *testing.T) {
+	e := newEnv(t)
+	llama3 := &gpu.RoPEScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+	same := e.sameBits
+	hc := hostColumns{e.g}
+	for _, dt := range floatTypes {
+		for _, c := range []struct {
+			n, hq, hkv, d int
+			bias          bool
+			sc            *gpu.RoPEScaling
+		}{{67, 12, 2, 128, true, nil}, {67, 12, 2, 128, false, llama3}, {33, 14, 2, 64, true, nil}, {5, 3, 1, 40, true, llama3}} {
+			e.off = 0
+			name := fmt.Sprintf("%v %d tokens %d/%d heads of %d bias %v", dt, c.n, c.hq, c.hkv, c.d, c.bias)
+			w := (c.hq + 2*c.hkv) * c.d
+			gp, cp := e.ids(e.randIDs(c.n, 20000))
+			gqkv, cqkv := e.in(dt, 1, c.n, w)
+			var gb, cb gpu.Tensor
+			if c.bias {
+				gb, cb = e.in(dt, 1, w)
+			}
+			gq, cq := e.out(dt, c.n, c.hq, c.d)
+			gk, ck := e.out(dt, c.n, c.hkv, c.d)
+			gv, cv := e.out(dt, c.n, c.hkv, c.d)
+			e.check("qkv split", e.g.QKVSplit(gq, gk, gv, gqkv, gb, gp, 1e6, c.sc), e.c.QKVSplit(cq, ck, cv, cqkv, cb, cp, 1e6, c.sc))
+			for _, p := range []struct {
+				what string
+				g, c gpu.Tensor
+			}{{"q", gq, cq}, {"k", gk, ck}, {"v", gv, cv}} {
+				e.compare("qkv split "+p.what+" "+name, p.g, p.c, tolFor(false, dt))
+			}
+			sq, _ := e.alloc(dt, c.n, c.hq, c.d)
+			sk, _ := e.alloc(dt, c.n, c.hkv, c.d)
+			sv, _ := e.alloc(dt, c.n, c.hkv, c.d)
+			if err := gpu.QKVSplitSteps(e.g, hc, sq, sk, sv, gqkv, gb, gp, 1e6, c.sc); err != nil {
+				t.Fatal(err)
+			}
+			same("qkv split q "+name, gq, sq)
+			same("qkv split k "+name, gk, sk)
+			same("qkv split v "+name, gv, sv)
+
+			// The backward: the fused pack leaves dq and dk, the steps
+			// rotate them in place, so the steps get copies.
+			gdq, cdq := e.in(dt, 1, c.n, c.hq, c.d)
+			gdk, cdk := e.in(dt, 1, c.n, c.hkv, c.d)
+			gdv, cdv := e.in(dt, 1, c.n, c.hkv, c.d)
+			gd, cd := e.out(dt, c.n, w)
+			dq2, _ := e.alloc(dt, c.n, c.hq, c.d)
+			dk2, _ := e.alloc(dt, c.n, c.hkv, c.d)
+			for _, cp2 := range [][2]gpu.Tensor{{dq2, gdq}, {dk2, gdk}} {
+				if err := e.g.Copy(cp2[0], cp2[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.check("qkv pack", e.g.QKVPack(gd, gdq, gdk, gdv, gp, 1e6, c.sc), e.c.QKVPack(cd, cdq, cdk, cdv, cp, 1e6, c.sc))
+			e.compare("qkv pack "+name, gd, cd, tolFor(false, dt))
+			d2, _ := e.alloc(dt, c.n, w)
+			if err := gpu.QKVPackSteps(e.g, hc, d2, dq2, dk2, gdv, gp, 1e6, c.sc); err != nil {
+				t.Fatal(err)
+			}
+			same("qkv pack "+name, gd, d2)
+		}
 	}
 }

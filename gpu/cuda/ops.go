@@ -319,12 +319,9 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 	if err := noAlias(op, "x", "pos", x, pos); err != nil {
 		return err
 	}
-	inv, err := gpu.RoPEInvFreq(d, theta, scaling)
+	tbl, err := ropeTable(op, d, theta, scaling)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if len(inv) > maxRoPEHalf {
-		return fmt.Errorf("%s: head dim %d exceeds %d", op, d, 2*maxRoPEHalf)
+		return err
 	}
 	xa, err := b.faddr(op, "x", x)
 	if err != nil {
@@ -334,11 +331,6 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 	if err != nil {
 		return err
 	}
-	tbl := make([]byte, 4*maxRoPEHalf)
-	for i, f := range inv {
-		u := math.Float32bits(f)
-		tbl[4*i], tbl[4*i+1], tbl[4*i+2], tbl[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-	}
 	args := new(kargs).u64(xa).dt(x.DType).u64(pa).i64(int64(t)).i32(heads).i32(d).put(tbl).i32(b2i(backward))
 	if d%16 == 0 && vec8(8, xa) && t > 0 && heads > 0 {
 		tb := ropeTokens(heads, d)
@@ -346,6 +338,24 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 			args: args.i32(tb)})
 	}
 	return b.issue(launch{name: "k_rope", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: 128, by: 1, bz: 1, args: args})
+}
+
+// ropeTable returns the InvFreq kernel parameter of head dim d: the
+// inverse frequencies (gpu.RoPEInvFreq) as float32 bytes, zero-padded.
+func ropeTable(op string, d int, theta float64, scaling *gpu.RoPEScaling) ([]byte, error) {
+	inv, err := gpu.RoPEInvFreq(d, theta, scaling)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(inv) > maxRoPEHalf {
+		return nil, fmt.Errorf("%s: head dim %d exceeds %d", op, d, 2*maxRoPEHalf)
+	}
+	tbl := make([]byte, 4*maxRoPEHalf)
+	for i, f := range inv {
+		u := math.Float32bits(f)
+		tbl[4*i], tbl[4*i+1], tbl[4*i+2], tbl[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return tbl, nil
 }
 
 // ropeTokens is the tokens a k_rope8 block takes: enough for about 1024

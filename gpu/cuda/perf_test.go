@@ -162,12 +162,121 @@ func BenchmarkOps(bb *testing.B) {
 	bwd8 := func(a attn8, scale float32) func() error {
 		return func() error { return b.AttentionBackward(a.dq, a.dk, a.dv, a.o, a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
 	}
+	// The q/k/v projections of a 1.5B layer on 16384 tokens, as three
+	// products with their biases and RoPE, and fused (one product,
+	// QKVSplit; QKVPack, one product each for the weight and input
+	// gradients).
+	const NQ = (Hq + 2*Hkv) * D
+	x16, dx16 := ten(gpu.BF16, T8, H), ten(gpu.BF16, T8, H)
+	wqkv, dwqkv := ten(gpu.BF16, NQ, H), ten(gpu.BF16, NQ, H)
+	bqkv, dbqkv := ten(gpu.BF16, NQ), ten(gpu.BF16, NQ)
+	qkv16 := ten(gpu.BF16, T8, NQ)
+	q16, k16, v16 := ten(gpu.BF16, T8, Hq*D), ten(gpu.BF16, T8, Hkv*D), ten(gpu.BF16, T8, Hkv*D)
+	pos16 := ten(gpu.I32, T8)
+	pv := make([]int32, T8)
+	for i := range pv {
+		pv[i] = int32(i % 2048)
+	}
+	_ = b.UploadI32(pos16, pv)
+	xr := make([]float32, T8*NQ)
+	for i := range xr {
+		xr[i] = float32((i*2654435761)%1000)/1000 - 0.5
+	}
+	_ = b.Upload(x16, xr[:T8*H])
+	_ = b.Upload(wqkv, xr[:NQ*H])
+	_ = b.Upload(qkv16, xr[:T8*NQ])
+	part := func(t gpu.Tensor, r0, r1 int) gpu.Tensor {
+		cols := 1
+		if len(t.Shape) == 2 {
+			cols = t.Shape[1]
+		}
+		v, err := t.Flat(r0*cols, r1*cols)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		if cols > 1 {
+			v, _ = v.Reshape(r1-r0, cols)
+		}
+		return v
+	}
+	qr, kr := [2]int{0, Hq * D}, [2]int{Hq * D, (Hq + Hkv) * D}
+	vr := [2]int{(Hq + Hkv) * D, NQ}
+	type proj struct{ out, w, dw, bias, db gpu.Tensor }
+	projs := []proj{
+		{q16, part(wqkv, qr[0], qr[1]), part(dwqkv, qr[0], qr[1]), part(bqkv, qr[0], qr[1]), part(dbqkv, qr[0], qr[1])},
+		{k16, part(wqkv, kr[0], kr[1]), part(dwqkv, kr[0], kr[1]), part(bqkv, kr[0], kr[1]), part(dbqkv, kr[0], kr[1])},
+		{v16, part(wqkv, vr[0], vr[1]), part(dwqkv, vr[0], vr[1]), part(bqkv, vr[0], vr[1]), part(dbqkv, vr[0], vr[1])},
+	}
+	q3, _ := q16.Reshape(T8, Hq, D)
+	k3, _ := k16.Reshape(T8, Hkv, D)
+	v3, _ := v16.Reshape(T8, Hkv, D)
+	qkvSeparate := func() error {
+		for _, p := range projs {
+			if err := b.Gemm(p.out, x16, p.w, false, true, 1, 0); err != nil {
+				return err
+			}
+			if err := b.AddBias(p.out, p.bias); err != nil {
+				return err
+			}
+		}
+		if err := b.RoPE(q3, pos16, 1e6, nil); err != nil {
+			return err
+		}
+		return b.RoPE(k3, pos16, 1e6, nil)
+	}
+	qkvFused := func() error {
+		if err := b.Gemm(qkv16, x16, wqkv, false, true, 1, 0); err != nil {
+			return err
+		}
+		return b.QKVSplit(q3, k3, v3, qkv16, bqkv, pos16, 1e6, nil)
+	}
+	qkvSeparateBwd := func() error {
+		if err := b.RoPEBackward(q3, pos16, 1e6, nil); err != nil {
+			return err
+		}
+		if err := b.RoPEBackward(k3, pos16, 1e6, nil); err != nil {
+			return err
+		}
+		for _, p := range projs {
+			if err := b.BiasGrad(p.db, p.out); err != nil {
+				return err
+			}
+			if err := b.Gemm(p.dw, p.out, x16, true, false, 1, 1); err != nil {
+				return err
+			}
+		}
+		for i, p := range projs {
+			if err := b.Gemm(dx16, p.out, p.w, false, false, 1, float32(min(i, 1))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	qkvFusedBwd := func() error {
+		if err := b.QKVPack(qkv16, q3, k3, v3, pos16, 1e6, nil); err != nil {
+			return err
+		}
+		if err := b.BiasGrad(dbqkv, qkv16); err != nil {
+			return err
+		}
+		if err := b.Gemm(dwqkv, qkv16, x16, true, false, 1, 1); err != nil {
+			return err
+		}
+		return b.Gemm(dx16, qkv16, wqkv, false, false, 1, 0)
+	}
+	qkvFlops := 2.0 * T8 * H * NQ
 	cases := []struct {
 		name  string
 		flops float64
 		bytes float64
 		f     func() error
 	}{
+		{"qkv fwd 16384x1536 12/2x128 separate", qkvFlops, 0, qkvSeparate},
+		{"qkv fwd 16384x1536 12/2x128 fused", qkvFlops, 0, qkvFused},
+		{"qkv bwd 16384x1536 12/2x128 separate", 2 * qkvFlops, 0, qkvSeparateBwd},
+		{"qkv bwd 16384x1536 12/2x128 fused", 2 * qkvFlops, 0, qkvFusedBwd},
+		{"qkv split 16384 12/2x128 bf16 +bias", 0, 2 * 2 * T8 * NQ, func() error { return b.QKVSplit(q3, k3, v3, qkv16, bqkv, pos16, 1e6, nil) }},
+		{"qkv pack 16384 12/2x128 bf16", 0, 2 * 2 * T8 * NQ, func() error { return b.QKVPack(qkv16, q3, k3, v3, pos16, 1e6, nil) }},
 		{"gemm bf16 8192x8960x1536", 2 * T * I * H, 0, func() error { return b.Gemm(y, x, w1, false, true, 1, 0) }},
 		{"attention fwd 4x2048 bf16", attnFlops, 0, func() error { return b.Attention(o, lse, q, k, v, cu, 0.088) }},
 		{"attention bwd 4x2048 bf16", 2.5 * attnFlops, 0, func() error {

@@ -380,6 +380,17 @@ extern "C" __global__ void k_rope(void* x, int dt, const int* pos, i64 rows, int
   }
 }
 
+// rope_table fills cs and sn (the block's threads together) with the cos
+// and sin (rope_cs) of the tb tokens from r0 that exist, half entries each.
+__device__ __forceinline__ void rope_table(float* cs, float* sn, const int* pos, i64 r0, i64 rows, int tb, int half,
+                                           const InvFreq& inv, int dt, int backward) {
+  for (int e = threadIdx.x; e < tb * half; e += blockDim.x) {
+    int k = e / half, i = e - k * half;
+    i64 r = r0 + k;
+    if (r < rows) rope_cs((float)pos[r], inv.v[i], dt, backward, &cs[e], &sn[e]);
+  }
+}
+
 // k_rope8 is k_rope, value for value, for head dims that are multiples of 16
 // on a 16-byte-aligned x: each block takes tb tokens (grid-striding), first
 // computing their cos and sin into shared memory (tb·d/2 ≤ 4096 entries),
@@ -391,11 +402,7 @@ extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, in
   __shared__ float cs[4096], sn[4096];
   int half = d / 2, ng = half / 8, per = heads * ng;
   for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
-    for (int e = threadIdx.x; e < tb * half; e += blockDim.x) {
-      int k = e / half, i = e - k * half;
-      i64 r = r0 + k;
-      if (r < rows) rope_cs((float)pos[r], inv.v[i], dt, backward, &cs[e], &sn[e]);
-    }
+    rope_table(cs, sn, pos, r0, rows, tb, half, inv, dt, backward);
     __syncthreads();
     for (int e = threadIdx.x; e < tb * per; e += blockDim.x) {
       int k = e / per, rem = e - k * per;
@@ -415,6 +422,112 @@ extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, in
     }
     __syncthreads();
   }
+}
+
+// qkv_cols moves a token's q, k and v between the fused projection's row
+// pk[r] ((hq+2·hkv)·d columns: q's, k's, v's) and the tensors a [rows,hq,d],
+// b and c [rows,hkv,d], W elements (8, or 1 for any alignment) a thread.
+// With PACK false (QKVSplit) it reads pk, adds bias (when hasb) rounded
+// to dt as AddBias does, rotates q and k by RoPE and writes a, b, c; with
+// PACK true (QKVPack) it reads a and b rotated back, and c, into pk. The
+// cos and sin of the tb tokens from r0 are in cs and sn (rope_cs).
+template <int W, bool PACK>
+__device__ __forceinline__ void qkv_cols(void* pk, void* a, void* b, void* c, const void* bias, int dtb, int hasb,
+                                         int dt, i64 r0, i64 rows, int hq, int hkv, int d, int tb, const float* cs,
+                                         const float* sn) {
+  int half = d / 2, ng = half / W, nrot = (hq + hkv) * ng, per = nrot + hkv * d / W;
+  i64 wd = (i64)(hq + 2 * hkv) * d;
+  for (int e = threadIdx.x; e < tb * per; e += blockDim.x) {
+    int kk = e / per, rem = e - kk * per;
+    i64 r = r0 + kk;
+    if (r >= rows) continue;
+    float x1[W], x2[W], y1[W], y2[W];
+    if (rem < nrot) {
+      int hd = rem / ng, g = rem - hd * ng, col = hd * d + g * W;
+      void* u = hd < hq ? a : b;
+      i64 uo = hd < hq ? (r * hq + hd) * (i64)d + g * W : (r * hkv + hd - hq) * (i64)d + g * W;
+      i64 po = r * wd + col;
+      if constexpr (PACK) {
+        if constexpr (W == 8) ld8(u, dt, uo, x1), ld8(u, dt, uo + half, x2);
+        else x1[0] = ldf(u, dt, uo), x2[0] = ldf(u, dt, uo + half);
+      } else {
+        if constexpr (W == 8) ld8(pk, dt, po, x1), ld8(pk, dt, po + half, x2);
+        else x1[0] = ldf(pk, dt, po), x2[0] = ldf(pk, dt, po + half);
+        if (hasb) {
+          float b1[W], b2[W];
+          if constexpr (W == 8) ld8(bias, dtb, col, b1), ld8(bias, dtb, col + half, b2);
+          else b1[0] = ldf(bias, dtb, col), b2[0] = ldf(bias, dtb, col + half);
+#pragma unroll
+          for (int j = 0; j < W; j++) x1[j] = rnd(dt, x1[j] + b1[j]), x2[j] = rnd(dt, x2[j] + b2[j]);
+        }
+      }
+      const float* cc = cs + kk * half + g * W;
+      const float* ss = sn + kk * half + g * W;
+#pragma unroll
+      for (int j = 0; j < W; j++) rope_pair(dt, x1[j], x2[j], cc[j], ss[j], &y1[j], &y2[j]);
+      void* dst = PACK ? pk : u;
+      i64 o1 = PACK ? po : uo;
+      if constexpr (W == 8) st8(dst, dt, o1, y1), st8(dst, dt, o1 + half, y2);
+      else stf(dst, dt, o1, y1[0]), stf(dst, dt, o1 + half, y2[0]);
+    } else {
+      int col = (rem - nrot) * W;
+      i64 po = r * wd + (i64)(hq + hkv) * d + col, uo = r * hkv * (i64)d + col;
+      const void* src = PACK ? (const void*)c : (const void*)pk;
+      i64 so = PACK ? uo : po;
+      if constexpr (W == 8) ld8(src, dt, so, x1);
+      else x1[0] = ldf(src, dt, so);
+      if (!PACK && hasb) {
+        float b1[W];
+        if constexpr (W == 8) ld8(bias, dtb, (i64)(hq + hkv) * d + col, b1);
+        else b1[0] = ldf(bias, dtb, (i64)(hq + hkv) * d + col);
+#pragma unroll
+        for (int j = 0; j < W; j++) x1[j] = x1[j] + b1[j];
+      }
+      void* dst = PACK ? pk : c;
+      i64 o1 = PACK ? po : uo;
+      if constexpr (W == 8) st8(dst, dt, o1, x1);
+      else stf(dst, dt, o1, x1[0]);
+    }
+  }
+}
+
+// qkv_run walks the token groups of tb rows of a block (grid-striding),
+// computing their cos and sin (backward for PACK) before qkv_cols.
+template <int W, bool PACK>
+__device__ __forceinline__ void qkv_run(void* pk, void* a, void* b, void* c, const void* bias, int dtb, int hasb,
+                                        int dt, const int* pos, i64 rows, int hq, int hkv, int d, const InvFreq& inv,
+                                        int tb) {
+  __shared__ float cs[4096], sn[4096];
+  int half = d / 2;
+  for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
+    rope_table(cs, sn, pos, r0, rows, tb, half, inv, dt, PACK);
+    __syncthreads();
+    qkv_cols<W, PACK>(pk, a, b, c, bias, dtb, hasb, dt, r0, rows, hq, hkv, d, tb, cs, sn);
+    __syncthreads();
+  }
+}
+
+// k_qkv_split8 and k_qkv_split are QKVSplit (8 elements a thread with
+// 16-byte accesses, or one): q, k, v from the fused projection qkv.
+extern "C" __global__ void k_qkv_split8(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
+                                        int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
+                                        InvFreq inv, int tb) {
+  qkv_run<8, false>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_split(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
+                                       int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
+                                       InvFreq inv, int tb) {
+  qkv_run<1, false>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+// k_qkv_pack8 and k_qkv_pack are QKVPack: dqkv from dq and dk rotated back
+// and dv (which they leave as they are).
+extern "C" __global__ void k_qkv_pack8(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt, i64 rows,
+                                       int hq, int hkv, int d, InvFreq inv, int tb) {
+  qkv_run<8, true>(dqkv, dq, dk, dv, 0, dt, 0, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_pack(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt, i64 rows,
+                                      int hq, int hkv, int d, InvFreq inv, int tb) {
+  qkv_run<1, true>(dqkv, dq, dk, dv, 0, dt, 0, dt, pos, rows, hq, hkv, d, inv, tb);
 }
 
 // k_embedding gathers dst[t] = table[ids[t]], one block per token. An id
