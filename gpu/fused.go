@@ -81,12 +81,13 @@ func RMSNormBackwardAddSteps(bk Backend, acc, cast, dw, dy, x, w, rstd Tensor) e
 // QKVDims checks the operands of QKVSplit and QKVPack: q [T,Hq,D], k and v
 // [T,Hkv,D] with D even, qkv [T,(Hq+2·Hkv)·D] overlapping none of them,
 // bias [(Hq+2·Hkv)·D] unless it is absent (Mem nil), pos I32 [T]; every
-// float operand in q's dtype but bias. It returns T, Hq, Hkv and D.
-func QKVDims(op string, q, k, v, qkv, bias, pos Tensor) (t, hq, hkv, d int, err error) {
-	if err := CheckRank(op, "q", q, 3); err != nil {
+// float operand in q's dtype but bias. Errors name the operands with the
+// prefix pre ("d" for QKVPack's). It returns T, Hq, Hkv and D.
+func QKVDims(op, pre string, q, k, v, qkv, bias, pos Tensor) (t, hq, hkv, d int, err error) {
+	if err := CheckRank(op, pre+"q", q, 3); err != nil {
 		return 0, 0, 0, 0, err
 	}
-	if err := CheckRank(op, "k", k, 3); err != nil {
+	if err := CheckRank(op, pre+"k", k, 3); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	t, hq, d, hkv = q.Shape[0], q.Shape[1], q.Shape[2], k.Shape[1]
@@ -99,7 +100,7 @@ func QKVDims(op string, q, k, v, qkv, bias, pos Tensor) (t, hq, hkv, d int, err 
 		t     Tensor
 		shape []int
 	}
-	checks := []shaped{{"k", k, []int{t, hkv, d}}, {"v", v, []int{t, hkv, d}}, {"qkv", qkv, []int{t, w}}, {"pos", pos, []int{t}}}
+	checks := []shaped{{pre + "k", k, []int{t, hkv, d}}, {pre + "v", v, []int{t, hkv, d}}, {pre + "qkv", qkv, []int{t, w}}, {"pos", pos, []int{t}}}
 	if bias.Mem != nil {
 		checks = append(checks, shaped{"bias", bias, []int{w}})
 	}
@@ -111,13 +112,13 @@ func QKVDims(op string, q, k, v, qkv, bias, pos Tensor) (t, hq, hkv, d int, err 
 	if pos.DType != I32 {
 		return 0, 0, 0, 0, fmt.Errorf("%s: pos must be i32, got %v", op, pos.DType)
 	}
-	for _, c := range []Named{{"k", k}, {"v", v}, {"qkv", qkv}} {
+	for _, c := range []Named{{pre + "k", k}, {pre + "v", v}, {pre + "qkv", qkv}} {
 		if c.T.DType != q.DType {
-			return 0, 0, 0, 0, fmt.Errorf("%s: %s is %v, q %v", op, c.Name, c.T.DType, q.DType)
+			return 0, 0, 0, 0, fmt.Errorf("%s: %s is %v, %sq %v", op, c.Name, c.T.DType, pre, q.DType)
 		}
 	}
-	parts := []Named{{"q", q}, {"k", k}, {"v", v}}
-	if err := CheckNoAliasAll(op, "qkv", qkv, append(parts, Named{"bias", bias}, Named{"pos", pos})...); err != nil {
+	parts := []Named{{pre + "q", q}, {pre + "k", k}, {pre + "v", v}}
+	if err := CheckNoAliasAll(op, pre+"qkv", qkv, append(parts, Named{"bias", bias}, Named{"pos", pos})...); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	for i, a := range parts {
@@ -138,7 +139,7 @@ func qkvParts(hq, hkv, d int) [3][2]int {
 // of qkv (ColumnCopy), its bias slice added (AddBias), and q and k rotated
 // (RoPE).
 func QKVSplitSteps(bk Backend, cp ColumnCopier, q, k, v, qkv, bias, pos Tensor, theta float64, scaling *RoPEScaling) error {
-	t, hq, hkv, d, err := QKVDims("qkv split", q, k, v, qkv, bias, pos)
+	t, hq, hkv, d, err := QKVDims("qkv split", "", q, k, v, qkv, bias, pos)
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func QKVSplitSteps(bk Backend, cp ColumnCopier, q, k, v, qkv, bias, pos Tensor, 
 // QKVPackSteps runs QKVPack as its steps: dq and dk rotated back in place
 // (RoPEBackward), then dq, dk and dv copied into their columns of dqkv.
 func QKVPackSteps(bk Backend, cp ColumnCopier, dqkv, dq, dk, dv, pos Tensor, theta float64, scaling *RoPEScaling) error {
-	t, hq, hkv, d, err := QKVDims("qkv pack", dq, dk, dv, dqkv, Tensor{}, pos)
+	t, hq, hkv, d, err := QKVDims("qkv pack", "d", dq, dk, dv, dqkv, Tensor{}, pos)
 	if err != nil {
 		return err
 	}

@@ -66,12 +66,30 @@ func TestOpChecks(t *testing.T) {
 			return nil, CheckLogProbsBackward("logprobs backward", dh, dw, dlogp, Tensor{}, lh, lw, ltg, llog, 4, 8, 16)
 		}
 	}
+	// QKVSplit and QKVPack: q [6,4,8], k, v [6,2,8], qkv [6,64], bias [64],
+	// pos [6].
+	qq, qk, qv, qkv := at(14*k, BF16, 6, 4, 8), at(15*k, BF16, 6, 2, 8), at(16*k, BF16, 6, 2, 8), at(17*k, BF16, 6, 64)
+	qb, qpos := at(18*k, BF16, 64), at(19*k, I32, 6)
+	split := func(pre string, q, kk, v, qkv, bias Tensor) call {
+		return func() ([]int, error) {
+			tt, hq, hkv, d, err := QKVDims("qkv", pre, q, kk, v, qkv, bias, qpos)
+			return dims(tt, hq, hkv, d), err
+		}
+	}
 	tests := []struct {
 		name string
 		f    call
 		want []int
 		err  string
 	}{
+		{"qkv split", split("", qq, qk, qv, qkv, qb), dims(6, 4, 2, 8), ""},
+		{"qkv split no bias", split("", qq, qk, qv, qkv, Tensor{}), dims(6, 4, 2, 8), ""},
+		{"qkv pack names", split("d", qq, qk, qv, at(17*k, BF16, 6, 63), Tensor{}), nil, "dqkv has shape [6 63], want [6 64]"},
+		{"qkv bias shape", split("", qq, qk, qv, qkv, at(18*k, BF16, 48)), nil, "bias has shape [48], want [64]"},
+		{"qkv odd head dim", split("", at(14*k, BF16, 6, 4, 7), qk, qv, qkv, Tensor{}), nil, "head dim 7 is odd"},
+		{"qkv dtype", split("", qq, qk, at(16*k, F32, 6, 2, 8), qkv, Tensor{}), nil, "v is f32"},
+		{"qkv on q", split("", qq, qk, qv, at(14*k+64, BF16, 6, 64), Tensor{}), nil, "qkv must not overlap q"},
+		{"qkv k on v", split("", qq, at(16*k, BF16, 6, 2, 8), qv, qkv, Tensor{}), nil, "k must not overlap v"},
 		{"embedding", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding backward", emb(true, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding rows shape", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 5), at(2*k, I32, 3)), nil, "dst has shape [3 5], want [3 4]"},

@@ -718,7 +718,9 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			}
 			r := p.buf(d.name("rc", u.Name, a.name), plan.Activations, a.dt, a.shape...)
 			*a.field(la) = r.t
-			rc = append(rc, r)
+			if !a.forwardOnly {
+				rc = append(rc, r) // the backward reads it; forward scratch ends with the recompute
+			}
 		}
 		sc := d.ringBufs(u, dt, "rc", false, -1)
 		p.do(func() error {

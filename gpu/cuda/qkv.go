@@ -12,7 +12,7 @@ import (
 // steps (gpu.QKVSplitSteps).
 func (b *Backend) QKVSplit(q, k, v, qkv, bias, pos gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) error {
 	const op = "qkv split"
-	t, hq, hkv, d, err := gpu.QKVDims(op, q, k, v, qkv, bias, pos)
+	t, hq, hkv, d, err := gpu.QKVDims(op, "", q, k, v, qkv, bias, pos)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (b *Backend) QKVSplit(q, k, v, qkv, bias, pos gpu.Tensor, theta float64, sc
 // are; the values of the steps (gpu.QKVPackSteps).
 func (b *Backend) QKVPack(dqkv, dq, dk, dv, pos gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) error {
 	const op = "qkv pack"
-	t, hq, hkv, d, err := gpu.QKVDims(op, dq, dk, dv, dqkv, gpu.Tensor{}, pos)
+	t, hq, hkv, d, err := gpu.QKVDims(op, "d", dq, dk, dv, dqkv, gpu.Tensor{}, pos)
 	if err != nil {
 		return err
 	}
