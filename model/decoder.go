@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -210,7 +211,7 @@ func (c *Config) viewActs(a *LayerActs, dm dims, withDown, lean bool) (layerView
 	}
 	if a.QKV.Mem != nil {
 		if c.QKNorm {
-			return lv, fmt.Errorf("the fused q/k/v projection does not take Qwen3's q/k norms")
+			return lv, errFusedQKNorm
 		}
 		reqs = append(reqs, req{"qkv", &lv.qkv, a.QKV, []int{t, qd + 2*kd}})
 	}
@@ -477,6 +478,11 @@ func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dim
 	return b.RoPE(lv.k, batch.Positions, c.RopeTheta, rs)
 }
 
+// errFusedQKNorm refuses the fused q/k/v path (LayerActs.QKV,
+// LayerGradBufs.Dqkv) for a config with Qwen3's per-head q/k norms, which
+// sit between the projections and RoPE.
+var errFusedQKNorm = errors.New("the fused q/k/v projection does not take Qwen3's q/k norms")
+
 // fusedQKV returns the q, k and v projection weights of w (or of a
 // gradient view of the same layout) as one [Hq·D+2·Hkv·D, H] matrix, and
 // their biases as one vector when the config has them (else absent). They
@@ -696,7 +702,7 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 // gradients and one for dxn.
 func (c *Config) qkvBackwardFused(b gpu.Backend, w, dw LayerWeights, lv layerViews, gv LayerGradBufs, dq, dk, dv gpu.Tensor, batch Batch, rc qkvRecompute) error {
 	if c.QKNorm {
-		return fmt.Errorf("the fused q/k/v projection does not take Qwen3's q/k norms")
+		return errFusedQKNorm
 	}
 	wqkv, _, err := c.fusedQKV(w)
 	if err != nil {
@@ -750,10 +756,10 @@ func (c *Config) qkvBackward(b gpu.Backend, w, dw LayerWeights, lv layerViews, g
 	if err := batch.enter("qkv backward"); err != nil {
 		return err
 	}
-	rs := c.RoPEScaling()
 	if gv.Dqkv.Mem != nil {
 		return c.qkvBackwardFused(b, w, dw, lv, gv, dq, dk, dv, batch, rc)
 	}
+	rs := c.RoPEScaling()
 	if err := b.RoPEBackward(dq, batch.Positions, c.RopeTheta, rs); err != nil {
 		return err
 	}

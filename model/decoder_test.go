@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -1042,6 +1043,8 @@ func TestDecoderErrors(t *testing.T) {
 	noQRaw.QRaw = gpu.Tensor{}
 	noNorm := w
 	noNorm.QNorm = gpu.Tensor{}
+	withQKV := acts // Qwen3's q/k norms do not take the fused projection
+	withQKV.QKV = a.tensor(gpu.F32, tt, (c.NumHeads+2*c.NumKVHeads)*c.HeadDim)
 	idx := a.i32([]int32{0, 9})
 	dst := a.tensor(gpu.F32, 2, c.HiddenSize)
 	tests := []struct {
@@ -1051,6 +1054,12 @@ func TestDecoderErrors(t *testing.T) {
 		{"missing q_raw", func() error { return c.LayerForward(b, w, &noQRaw, in, in, batch) }},
 		{"missing q_norm", func() error { return c.LayerForward(b, noNorm, &acts, in, in, batch) }},
 		{"nil acts", func() error { return c.LayerForward(b, w, nil, in, in, batch) }},
+		{"fused q/k/v with q/k norms", func() error {
+			if err := c.LayerForward(b, w, &withQKV, in, in, batch); !errors.Is(err, errFusedQKNorm) {
+				return nil
+			}
+			return errFusedQKNorm
+		}},
 		{"bad T", func() error {
 			return c.LayerForward(b, w, &acts, in, in, Batch{Positions: batch.Positions, CuSeqlens: batch.CuSeqlens, T: 3})
 		}},
