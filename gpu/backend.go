@@ -211,6 +211,10 @@ type Backend interface {
 	// dw += dlogitsᵀ@h (accumulate, [V,H]) from dlogp F32 [C] and dentropy
 	// F32 [C] (may be empty: no entropy term). dw may be empty to skip it.
 	LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
+	// LogitsBackward is LogProbsBackward for a chunk whose logits LogProbs
+	// has just written into the workspace, for the same h, w and
+	// temperature: it turns them into dlogits without recomputing them.
+	LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
 
 	// AdamW performs one torch.optim.AdamW step (decoupled weight decay,
 	// bias correction, eps added after the square root) on F32 tensors of

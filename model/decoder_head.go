@@ -107,7 +107,7 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, false); err != nil {
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, chunkForward); err != nil {
 			return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -123,22 +123,13 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 // HeadForward. dw.LMHead or dw.Norm may be zero Tensors to skip them. For a
 // tied model dw.LMHead is the embedding's gradient.
 func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, s Sampling) error {
-	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, s.Temperature)
+	a, dxn, drows, err := c.checkHeadGrads(w, rows, xn, rstd, targets, dxn, drows, logits, chunk, s)
 	if err != nil {
 		return fmt.Errorf("head backward: %w", err)
 	}
-	if dxn, err = shaped("dxn", dxn, a.n, c.HiddenSize); err != nil {
-		return fmt.Errorf("head backward: %w", err)
-	}
-	if drows, err = shaped("drows", drows, a.n, c.HiddenSize); err != nil {
-		return fmt.Errorf("head backward: %w", err)
-	}
-	if drows.DType != gpu.F32 {
-		return fmt.Errorf("head backward: drows must be f32, got %v", drows.DType)
-	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, true); err != nil {
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, chunkBackward); err != nil {
 			return fmt.Errorf("head backward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -148,10 +139,69 @@ func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, 
 	return nil
 }
 
-// headChunk runs LogProbs (forward) or LogProbsBackward on rows [lo,hi).
-// In the forward, lp and ent are logp and entropy; in the backward, dlogp
-// and dentropy, with dxn the output.
-func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, s Sampling, backward bool) error {
+// HeadStep is HeadForward and HeadBackward in one pass over the chunks, for
+// a loss whose gradient at a token depends on that token's log-prob and
+// entropy alone. After each chunk's log-probs, grad(lo, hi) must write
+// dlogp and dentropy of rows [lo,hi) (it may read logp and entropy of
+// those rows); the chunk's logits, still in the workspace, then become its
+// gradients (LogitsBackward). It computes one logits product a chunk where
+// HeadForward and HeadBackward compute two. The operands are theirs.
+func (c *Config) HeadStep(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, logp, entropy, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, s Sampling, grad func(lo, hi int) error) error {
+	a, dxn, drows, err := c.checkHeadGrads(w, rows, xn, rstd, targets, dxn, drows, logits, chunk, s)
+	if err != nil {
+		return fmt.Errorf("head step: %w", err)
+	}
+	if err := b.RMSNorm(a.xn, rstd, a.rows, w.Norm, float32(c.RMSNormEps)); err != nil {
+		return fmt.Errorf("head step: %w", err)
+	}
+	for lo := 0; lo < a.n; lo += a.chunk {
+		hi := min(lo+a.chunk, a.n)
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, chunkForward); err != nil {
+			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
+		}
+		if err := grad(lo, hi); err != nil {
+			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
+		}
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, chunkLogitsBackward); err != nil {
+			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
+		}
+	}
+	if err := b.RMSNormBackward(drows, dw.Norm, dxn, a.rows, w.Norm, rstd); err != nil {
+		return fmt.Errorf("head step: %w", err)
+	}
+	return nil
+}
+
+// checkHeadGrads is checkHead for a backward, which also checks dxn and
+// drows and returns them shaped [N,H].
+func (c *Config) checkHeadGrads(w HeadWeights, rows, xn, rstd, targets, dxn, drows, logits gpu.Tensor, chunk int, s Sampling) (headArgs, gpu.Tensor, gpu.Tensor, error) {
+	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, s.Temperature)
+	if err != nil {
+		return a, dxn, drows, err
+	}
+	if dxn, err = shaped("dxn", dxn, a.n, c.HiddenSize); err != nil {
+		return a, dxn, drows, err
+	}
+	if drows, err = shaped("drows", drows, a.n, c.HiddenSize); err != nil {
+		return a, dxn, drows, err
+	}
+	if drows.DType != gpu.F32 {
+		return a, dxn, drows, fmt.Errorf("drows must be f32, got %v", drows.DType)
+	}
+	return a, dxn, drows, nil
+}
+
+// The passes of headChunk.
+const (
+	chunkForward        = iota // LogProbs
+	chunkBackward              // LogProbsBackward
+	chunkLogitsBackward        // LogitsBackward
+)
+
+// headChunk runs pass (LogProbs, LogProbsBackward or LogitsBackward) on
+// rows [lo,hi). In the forward, lp and ent are logp and entropy; in the
+// backward, dlogp and dentropy, with dxn the output.
+func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, s Sampling, pass int) error {
 	n := a.n
 	xc, err := a.xn.Rows(lo, hi)
 	if err != nil {
@@ -176,12 +226,15 @@ func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi 
 	if err != nil {
 		return err
 	}
-	if !backward {
+	if pass == chunkForward {
 		return b.LogProbs(lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 	}
 	dc, err := dxn.Rows(lo, hi)
 	if err != nil {
 		return err
+	}
+	if pass == chunkLogitsBackward {
+		return b.LogitsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 	}
 	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 }

@@ -679,6 +679,36 @@ func (d *decoder) headBackward() (dres *ref) {
 	return d.headScatter(grad, drows)
 }
 
+// headStep runs the head's forward and backward in one pass over the
+// chunks (model.Config.HeadStep): after each chunk's log-probs, grad(lo,
+// hi) writes the loss gradient of rows [lo,hi) into d.io.dlogp and
+// d.io.dentropy, and the chunk's logits become its gradients without being
+// computed again. It returns the residual gradient, as headBackward does.
+func (d *decoder) headStep(grad func(lo, hi int) error) *ref {
+	p := d.p
+	h, _, logits := d.headRows("head forward+backward")
+	u := d.st.Units[h]
+	dt, H := d.dts[h], d.cfg.HiddenSize
+	dw := d.zeroed(d.name("grad", "head"), plan.Grads, dt, int(u.Elems))
+	dxn := p.buf(d.name("bwd", "head", "dxn"), plan.Activations, dt, d.N, H)
+	drows := p.buf(d.name("bwd", "head", "drows"), plan.Activations, gpu.F32, d.N, H)
+	p.do(func() error {
+		w, err := d.headWeights(h)
+		if err != nil {
+			return err
+		}
+		dhw, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, dw.t)
+		if err != nil {
+			return err
+		}
+		return d.cfg.HeadStep(d.b(), w, dhw, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t, d.io.logp.t,
+			d.io.entropy.t, d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.samp, grad)
+	})
+	d.untilGathered(p.now(), d.gathered[h])
+	until(p.now(), d.head.rows, d.head.xn, d.head.rstd)
+	return d.headScatter(dw, drows)
+}
+
 func (d *decoder) headScatter(grad, drows *ref) *ref {
 	p := d.p
 	h := len(d.st.Units) - 1
@@ -809,9 +839,12 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 // embedding backward. With reshard_after_forward (the default) each unit is
 // gathered again for its backward, prefetching the next; without it the
 // units gathered in the forward stay until their backward.
-func (d *decoder) backward() {
+func (d *decoder) backward() { d.backwardFrom(d.headBackward()) }
+
+// backwardFrom runs the decoder layers' and the embedding's backward from
+// the residual gradient dres the head wrote.
+func (d *decoder) backwardFrom(dres *ref) {
 	p := d.p
-	dres := d.headBackward()
 	h := len(d.st.Units) - 1
 	next := d.bwdNext
 	for i := h - 1; i >= 1; i-- {

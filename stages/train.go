@@ -3,8 +3,10 @@ package stages
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 
+	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages/rl"
 	"github.com/rlpipe/rlpipe/stages/rollout"
@@ -232,11 +234,20 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		d.setBatch(pk)
 		io := d.inputs(true, true)
 		d.forward(true)
-		d.headForward(true)
-		p.op("loss (host)")
-		gather := d.responseBuf(2)
-		p.do(func() error { return s.loss(p, d, in, up, pk, gather, &acc) })
-		d.backward()
+		if s.headStep(d, in) {
+			cl := &chunkLoss{}
+			d.backwardFrom(d.headStep(func(lo, hi int) error { return s.chunkGrads(p, d, in, up, pk, cl, lo, hi) }))
+			// The layers' backward is queued; the metrics need only the
+			// log-probs the head step brought to the host.
+			p.op("loss metrics (host)")
+			p.do(func() error { return s.chunkLossEnd(p, d, in, up, pk, cl, &acc) })
+		} else {
+			d.headForward(true)
+			p.op("loss (host)")
+			gather := d.responseBuf(2)
+			p.do(func() error { return s.loss(p, d, in, up, pk, gather, &acc) })
+			d.backward()
+		}
 		until(p.now(), io...)
 		if d.cpRank == 0 && pk != nil {
 			acc.tokens += int64(pk.NumTokens())
@@ -339,6 +350,126 @@ type updateSums struct {
 	tokens  int64
 }
 
+// headStep reports whether the micro-batches' head runs its forward and
+// backward in one pass (decoder.headStep), computing the loss gradient a
+// chunk at a time: when the loss is separable (rl.LossConfig.Separable)
+// and the micro-batch is not split over a cp group, whose ranks gather the
+// whole micro-batch's log-probs first. The gradients are the same bits
+// either way.
+func (s *Train) headStep(d *decoder, in stepInputs) bool {
+	return d.cp == 1 && s.lossConfig().Separable(!s.UseRolloutLogProbs && in.old == nil)
+}
+
+// chunkLoss is the host side of a micro-batch's loss under headStep.
+type chunkLoss struct {
+	batch  *rl.Batch
+	grads  *rl.TokenGrads
+	dl, de []float32
+}
+
+// chunkGrads downloads the log-probs and entropies of the micro-batch's
+// response tokens [lo,hi) and uploads their loss gradients (rl.TokenGrads).
+func (s *Train) chunkGrads(p *prog, d *decoder, in stepInputs, up *update, pk *rollout.Packed, cl *chunkLoss, lo, hi int) error {
+	b := p.r.B
+	if cl.batch == nil {
+		N := d.N
+		batch, err := s.lossBatch(in, pk, make([]float32, N), make([]float32, N))
+		if err != nil {
+			return err
+		}
+		if cl.grads, err = rl.NewTokenGrads(s.lossConfig(), batch, up.norm); err != nil {
+			return err
+		}
+		cl.batch, cl.dl, cl.de = batch, make([]float32, N), make([]float32, N)
+	}
+	for _, x := range []struct {
+		t   gpu.Tensor
+		dst []float32
+	}{{d.io.logp.t, cl.batch.LogP}, {d.io.entropy.t, cl.batch.Entropy}} {
+		src, err := x.t.Flat(lo, hi)
+		if err != nil {
+			return err
+		}
+		if err := b.Download(x.dst[lo:hi], src); err != nil {
+			return err
+		}
+	}
+	if err := cl.grads.Fill(lo, hi, cl.dl, cl.de); err != nil {
+		return err
+	}
+	for _, x := range []struct {
+		t   gpu.Tensor
+		src []float32
+	}{{d.io.dlogp.t, cl.dl}, {d.io.dentropy.t, cl.de}} {
+		dst, err := x.t.Flat(lo, hi)
+		if err != nil {
+			return err
+		}
+		if err := b.Upload(dst, x.src[lo:hi]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunkLossEnd computes the micro-batch's loss and metrics from the
+// log-probs the head step brought to the host, and checks that the
+// gradients it uploaded chunk by chunk are ComputeLoss's.
+func (s *Train) chunkLossEnd(p *prog, d *decoder, in stepInputs, up *update, pk *rollout.Packed, cl *chunkLoss, acc *updateSums) error {
+	batch := cl.batch
+	if batch == nil { // no response token: no chunk ran
+		var err error
+		if batch, err = s.lossBatch(in, pk, []float32{}, []float32{}); err != nil {
+			return err
+		}
+	}
+	var out rl.Output
+	if err := rl.ComputeLoss(s.lossConfig(), batch, up.norm, &out); err != nil {
+		return err
+	}
+	for t := range cl.dl {
+		if math.Float32bits(cl.dl[t]) != math.Float32bits(out.DLogP[t]) || math.Float32bits(cl.de[t]) != math.Float32bits(out.DEntropy[t]) {
+			return fmt.Errorf("internal: the loss gradient of token %d computed by chunk (%v, %v) differs from the micro-batch's (%v, %v)",
+				t, cl.dl[t], cl.de[t], out.DLogP[t], out.DEntropy[t])
+		}
+	}
+	s.lossMetrics(p, up, pk, batch, out, acc)
+	return nil
+}
+
+// lossBatch assembles the loss's input for micro-batch pk, with its
+// response tokens' log-probs logp and entropies ent.
+func (s *Train) lossBatch(in stepInputs, pk *rollout.Packed, logp, ent []float32) (*rl.Batch, error) {
+	batch := &rl.Batch{LogP: logp, Entropy: ent, Mask: pk.Mask}
+	S := pk.NumSamples()
+	for j := 0; j < S; j++ {
+		batch.Lengths = append(batch.Lengths, pk.RespStart[j+1]-pk.RespStart[j])
+		batch.Advantages = append(batch.Advantages, in.adv[pk.SampleIndex[j]])
+	}
+	var err error
+	switch {
+	case s.UseRolloutLogProbs:
+		if pk.RolloutLogProbs == nil {
+			return nil, fmt.Errorf("use_rollout_log_probs is set but the rollouts have no rollout_log_probs")
+		}
+		batch.OldLogP = pk.RolloutLogProbs
+	case in.old != nil:
+		if batch.OldLogP, err = in.old.Gather(in.batch, pk); err != nil {
+			return nil, fmt.Errorf("old log-probs: %w", err)
+		}
+		batch.RolloutLogP = pk.RolloutLogProbs
+	default:
+		batch.OldLogP = logp // one update per step: the ratio is 1 and only its gradient matters
+		batch.RolloutLogP = pk.RolloutLogProbs
+	}
+	if s.KL != "" {
+		if batch.RefLogP, err = in.ref.Gather(in.batch, pk); err != nil {
+			return nil, fmt.Errorf("ref log-probs: %w", err)
+		}
+	}
+	return batch, nil
+}
+
 // loss computes the loss of micro-batch pk on the host and uploads dL/dl
 // and dL/dH. With mesh.cp > 1 every rank of the cp group gathers the
 // micro-batch's log-probs and entropies through gather and computes the
@@ -361,39 +492,13 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 		}
 		logp, ent = full[0], full[1]
 	}
-	batch := &rl.Batch{LogP: logp, Entropy: ent, Mask: pk.Mask}
-	S := pk.NumSamples()
-	for j := 0; j < S; j++ {
-		batch.Lengths = append(batch.Lengths, pk.RespStart[j+1]-pk.RespStart[j])
-		batch.Advantages = append(batch.Advantages, in.adv[pk.SampleIndex[j]])
-	}
-	var err error
-	switch {
-	case s.UseRolloutLogProbs:
-		if pk.RolloutLogProbs == nil {
-			return fmt.Errorf("use_rollout_log_probs is set but the rollouts have no rollout_log_probs")
-		}
-		batch.OldLogP = pk.RolloutLogProbs
-	case in.old != nil:
-		if batch.OldLogP, err = in.old.Gather(in.batch, pk); err != nil {
-			return fmt.Errorf("old log-probs: %w", err)
-		}
-		batch.RolloutLogP = pk.RolloutLogProbs
-	default:
-		batch.OldLogP = logp // one update per step: the ratio is 1 and only its gradient matters
-		batch.RolloutLogP = pk.RolloutLogProbs
-	}
-	if s.KL != "" {
-		if batch.RefLogP, err = in.ref.Gather(in.batch, pk); err != nil {
-			return fmt.Errorf("ref log-probs: %w", err)
-		}
+	batch, err := s.lossBatch(in, pk, logp, ent)
+	if err != nil {
+		return err
 	}
 	var out rl.Output
 	if err := rl.ComputeLoss(s.lossConfig(), batch, up.norm, &out); err != nil {
 		return err
-	}
-	if s.observe != nil {
-		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
 	}
 	if err := b.Upload(d.io.dlogp.t, d.localResponses(out.DLogP)); err != nil {
 		return err
@@ -401,10 +506,22 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 	if err := b.Upload(d.io.dentropy.t, d.localResponses(out.DEntropy)); err != nil {
 		return err
 	}
-	if d.cpRank != 0 {
-		return nil // the group's first rank counts the micro-batch
+	if d.cpRank == 0 { // the group's first rank counts the micro-batch
+		s.lossMetrics(p, up, pk, batch, out, acc)
+	} else if s.observe != nil {
+		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
+	}
+	return nil
+}
+
+// lossMetrics reports the loss of micro-batch pk to the observer and adds
+// its metrics to acc.
+func (s *Train) lossMetrics(p *prog, up *update, pk *rollout.Packed, batch *rl.Batch, out rl.Output, acc *updateSums) {
+	if s.observe != nil {
+		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
 	}
 	acc.metrics.Add(out.Metrics)
+	logp, S := batch.LogP, len(batch.Lengths)
 	// The reward-weighted objective (1/GBS) Σ_i Â_i · mean_t m·l: what the
 	// policy gradient raises (logged as adv_logp).
 	for i, off := 0, 0; i < S; i++ {
@@ -418,5 +535,4 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 		}
 		off += batch.Lengths[i]
 	}
-	return nil
 }

@@ -135,7 +135,17 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 
 // LogProbsBackward computes dh and accumulates dw for LogProbs.
 func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	const op = "logprobs backward"
+	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+}
+
+// LogitsBackward is LogProbsBackward on the logits LogProbs left in the
+// workspace: it skips their recomputation.
+func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+}
+
+// lpBackward is LogProbsBackward (recompute true) or LogitsBackward.
+func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
 	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, entropyTempered, logits)
 	if err != nil {
 		return err
@@ -165,7 +175,9 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 		}
 	}
 	lm := mat{fview{dt: gpu.F32, f: a.logits, n: len(a.logits)}, a.c, a.v}
-	b.gemm(lm, mat{a.h, a.c, a.hd}, mat{a.w, a.v, a.hd}, false, true, 1, 0)
+	if recompute {
+		b.gemm(lm, mat{a.h, a.c, a.hd}, mat{a.w, a.v, a.hd}, false, true, 1, 0)
+	}
 	tau := 1.0
 	if a.tempered {
 		tau = 1 / float64(a.temp)

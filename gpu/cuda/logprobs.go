@@ -81,7 +81,17 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 // rounding is 2^-9 relative per element (bf16). Otherwise they stay float32
 // and products with mixed dtypes use the SIMT kernel.
 func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	const op = "logprobs backward"
+	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+}
+
+// LogitsBackward is LogProbsBackward on the logits LogProbs left in the
+// workspace: it skips their recomputation.
+func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+}
+
+// lpBackward is LogProbsBackward (recompute true) or LogitsBackward.
+func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
 	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, logits)
 	if err != nil {
 		return err
@@ -113,9 +123,11 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 	if a.c == 0 {
 		return nil
 	}
-	if err := b.matmul(mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)},
-		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+	if recompute {
+		if err := b.matmul(mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)},
+			mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
 	}
 	dl := mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}
 	if h.DType == w.DType && h.DType != gpu.F32 {

@@ -85,53 +85,22 @@ func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Aggregation == AggTokenMean {
-		var tok, pgTok float64
-		for _, s := range sums {
-			tok += s.m
-			pgTok += s.pg
-		}
-		if err := n.checkTokens(tok, pgTok); err != nil {
-			return err
-		}
+	if err := checkTokenMean(&cfg, n, sums); err != nil {
+		return err
 	}
 
 	nt := len(b.LogP)
-	useKL := cfg.KL != KLNone
-	useEnt := b.Entropy != nil
+	lc := newLossCtx(&cfg, b, n)
 	out.DLogP = zeroed(out.DLogP, nt)
-	if useEnt {
+	if lc.useEnt {
 		out.DEntropy = zeroed(out.DEntropy, nt)
 	} else {
 		out.DEntropy = out.DEntropy[:0]
 	}
 
-	lo, hi := 1-cfg.EpsClip, 1+cfg.ClipHigh()
-	gspo := cfg.Advantage == AdvantageGSPO
-	cispo := cfg.PolicyLoss == PolicyLossCISPO
-	haveRO := b.RolloutLogP != nil
-	capC := cfg.EffectiveTISCap()
-	dp := float64(n.DP)
-	mask := func(t int) float64 {
-		if b.Mask == nil {
-			return 1
-		}
-		return float64(b.Mask[t])
-	}
-	// tisAt returns x = l_old − l_rollout at token t (0 without rollout
-	// log-probs) and what truncated importance sampling makes of it (see
-	// tisToken).
-	tisAt := func(t int) (x, w float64, keep, over bool) {
-		if haveRO {
-			x = float64(b.OldLogP[t]) - float64(b.RolloutLogP[t])
-		}
-		w, keep, over = tisToken(cfg.TIS, capC, x)
-		return x, w, keep, over
-	}
-
 	var met Metrics
 	met.Samples = len(b.Lengths)
-	if haveRO {
+	if lc.haveRO {
 		met.RolloutSamples = len(b.Lengths)
 	}
 	if cfg.TIS != TISOff {
@@ -146,15 +115,15 @@ func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 		wt := sampleWeights(&cfg, n, sums[i].m, sums[i].pg)
 		// coefSeq is the gspo policy gradient per unit of m'.
 		var coefSeq float64
-		if gspo {
+		if lc.gspo {
 			// The sequence ratio uses the policy-term mask m'.
 			var sd, sw float64
 			for t := start; t < end; t++ {
-				m := mask(t)
+				m := lc.mask(t)
 				if m == 0 {
 					continue
 				}
-				if _, w, keep, _ := tisAt(t); keep {
+				if _, w, keep, _ := lc.tisAt(t); keep {
 					sd += m * (float64(b.OldLogP[t]) - float64(b.LogP[t]))
 					sw += m * w
 				}
@@ -162,7 +131,7 @@ func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 			den := math.Max(sums[i].pg, 1)
 			delta := sd / den
 			rho := math.Exp(-delta)
-			pg, dpg, clip, dual := policyTerm(rho, a, lo, hi, cfg.DualClipC)
+			pg, dpg, clip, dual := policyTerm(rho, a, lc.lo, lc.hi, cfg.DualClipC)
 			pgTerm += wt.pg * sw * pg
 			// dρ/dl_t = ρ·m'_t/D'_i.
 			coefSeq = wt.pg * sw * dpg * rho / den
@@ -173,62 +142,34 @@ func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 			met.Ratio += d * rho
 		}
 		for t := start; t < end; t++ {
-			m := mask(t)
+			m := lc.mask(t)
 			if m == 0 {
 				continue
 			}
-			l := float64(b.LogP[t])
-			old := float64(b.OldLogP[t])
+			tt := lc.token(t, a, wt, coefSeq)
 			d := wt.diag * m
-			x, w, keep, over := tisAt(t)
-			mp := m // m'_t
-			if !keep {
-				mp = 0
-			}
-			if haveRO {
-				abs, k3 := mismatch(x)
-				met.MismatchAbs += d * abs
-				met.MismatchK3 += d * k3
+			if lc.haveRO {
+				met.MismatchAbs += d * tt.mismatchAbs
+				met.MismatchK3 += d * tt.mismatchK3
 				if cfg.TIS != TISOff {
 					// The weight applied: w under truncate, 1[kept] under mask.
-					met.TISWeight += d * w * b2f(keep)
-					met.TISClipFrac += d * b2f(over)
+					met.TISWeight += d * tt.tisW * b2f(tt.keep)
+					met.TISClipFrac += d * b2f(tt.over)
 				}
 			}
-			var g float64
-			if gspo {
-				g = mp * coefSeq
-			} else {
-				delta := old - l
-				rho := math.Exp(-delta)
-				var pg, dpg, clip, dual float64
-				if cispo {
-					pg, dpg, clip = cispoTerm(rho, a, l, hi)
-				} else {
-					pg, dpg, clip, dual = policyTerm(rho, a, lo, hi, cfg.DualClipC)
-					dpg *= rho // dρ/dl = ρ
-				}
-				pw := wt.pg * mp * w
-				pgTerm += pw * pg
-				g = pw * dpg
-				met.PGClipFrac += d * clip
-				met.DualClipFrac += d * dual
-				met.PPOKL += d * delta
-				met.Ratio += d * rho
+			if !lc.gspo {
+				pgTerm += tt.pgTerm
+				met.PGClipFrac += d * tt.clip
+				met.DualClipFrac += d * tt.dual
+				met.PPOKL += d * tt.delta
+				met.Ratio += d * tt.rho
 			}
-			rw := wt.reg * m
-			if useKL {
-				kl, dkl := klEstimator(cfg.KL, cfg.KLUnbiased, l, old, float64(b.RefLogP[t]))
-				klTerm += rw * kl
-				g += cfg.KLCoef * rw * dkl
+			klTerm += tt.klTerm
+			if lc.useEnt {
+				entTerm += tt.entTerm
+				out.DEntropy[t] = tt.dent
 			}
-			if useEnt {
-				entTerm += rw * float64(b.Entropy[t])
-				if cfg.EntropyCoef != 0 {
-					out.DEntropy[t] = float32(-dp * cfg.EntropyCoef * rw)
-				}
-			}
-			out.DLogP[t] = float32(dp * g)
+			out.DLogP[t] = tt.dlogp
 		}
 		start = end
 	}
@@ -444,4 +385,114 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// lossCtx holds what every token's terms read (see ComputeLoss).
+type lossCtx struct {
+	cfg                                *LossConfig
+	b                                  *Batch
+	lo, hi, capC, dp                   float64
+	gspo, cispo, haveRO, useKL, useEnt bool
+}
+
+func newLossCtx(cfg *LossConfig, b *Batch, n Norm) *lossCtx {
+	return &lossCtx{cfg: cfg, b: b, lo: 1 - cfg.EpsClip, hi: 1 + cfg.ClipHigh(), capC: cfg.EffectiveTISCap(),
+		dp: float64(n.DP), gspo: cfg.Advantage == AdvantageGSPO, cispo: cfg.PolicyLoss == PolicyLossCISPO,
+		haveRO: b.RolloutLogP != nil, useKL: cfg.KL != KLNone, useEnt: b.Entropy != nil}
+}
+
+// mask returns m_t.
+func (lc *lossCtx) mask(t int) float64 {
+	if lc.b.Mask == nil {
+		return 1
+	}
+	return float64(lc.b.Mask[t])
+}
+
+// tisAt returns x = l_old − l_rollout at token t (0 without rollout
+// log-probs) and what truncated importance sampling makes of it (see
+// tisToken).
+func (lc *lossCtx) tisAt(t int) (x, w float64, keep, over bool) {
+	if lc.haveRO {
+		x = float64(lc.b.OldLogP[t]) - float64(lc.b.RolloutLogP[t])
+	}
+	w, keep, over = tisToken(lc.cfg.TIS, lc.capC, x)
+	return x, w, keep, over
+}
+
+// tokenTerms are one unmasked token's terms: its contributions to the
+// loss's terms and metrics (before the sample's diagnostic weight) and its
+// gradients.
+type tokenTerms struct {
+	pgTerm, klTerm, entTerm       float64
+	clip, dual, delta, rho        float64
+	mismatchAbs, mismatchK3, tisW float64
+	keep, over                    bool
+	dlogp, dent                   float32
+}
+
+// token computes the terms of unmasked token t of a sample with advantage
+// a and weights wt; under gspo, coefSeq is the sample's policy gradient
+// per unit of m' and the policy term is the sample's (not the token's).
+func (lc *lossCtx) token(t int, a float64, wt weights, coefSeq float64) tokenTerms {
+	b, cfg := lc.b, lc.cfg
+	m := lc.mask(t)
+	l := float64(b.LogP[t])
+	old := float64(b.OldLogP[t])
+	var tt tokenTerms
+	x, w, keep, over := lc.tisAt(t)
+	tt.tisW, tt.keep, tt.over = w, keep, over
+	mp := m // m'_t
+	if !keep {
+		mp = 0
+	}
+	if lc.haveRO {
+		tt.mismatchAbs, tt.mismatchK3 = mismatch(x)
+	}
+	var g float64
+	if lc.gspo {
+		g = mp * coefSeq
+	} else {
+		delta := old - l
+		rho := math.Exp(-delta)
+		var pg, dpg float64
+		if lc.cispo {
+			pg, dpg, tt.clip = cispoTerm(rho, a, l, lc.hi)
+		} else {
+			pg, dpg, tt.clip, tt.dual = policyTerm(rho, a, lc.lo, lc.hi, cfg.DualClipC)
+			dpg *= rho // dρ/dl = ρ
+		}
+		pw := wt.pg * mp * w
+		tt.pgTerm = pw * pg
+		g = pw * dpg
+		tt.delta, tt.rho = delta, rho
+	}
+	rw := wt.reg * m
+	if lc.useKL {
+		kl, dkl := klEstimator(cfg.KL, cfg.KLUnbiased, l, old, float64(b.RefLogP[t]))
+		tt.klTerm = rw * kl
+		g += cfg.KLCoef * rw * dkl
+	}
+	if lc.useEnt {
+		tt.entTerm = rw * float64(b.Entropy[t])
+		if cfg.EntropyCoef != 0 {
+			tt.dent = float32(-lc.dp * cfg.EntropyCoef * rw)
+		}
+	}
+	tt.dlogp = float32(lc.dp * g)
+	return tt
+}
+
+// checkTokenMean checks, under token_mean, that the mini-batch's token
+// counts n cover the micro-batch's mask sums.
+func checkTokenMean(cfg *LossConfig, n Norm, sums []maskSums) error {
+	if cfg.Aggregation != AggTokenMean {
+		return nil
+	}
+	var tok, pgTok float64
+	for _, s := range sums {
+		tok += s.m
+		pgTok += s.pg
+	}
+	return n.checkTokens(tok, pgTok)
 }
