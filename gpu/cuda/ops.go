@@ -335,7 +335,7 @@ func (b *Backend) rope(op string, x, pos gpu.Tensor, theta float64, scaling *gpu
 	if d%16 == 0 && vec8(8, xa) && t > 0 && heads > 0 {
 		tb := ropeTokens(heads, d)
 		return b.issue(launch{name: "k_rope8", gx: rowGrid((int64(t) + int64(tb) - 1) / int64(tb)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
-			args: args.i32(tb)})
+			smem: 2 * tb * (d / 2) * 4, args: args.i32(tb)})
 	}
 	return b.issue(launch{name: "k_rope", gx: rowGrid(int64(t)), gy: 1, gz: 1, bx: 128, by: 1, bz: 1, args: args})
 }
@@ -360,7 +360,8 @@ func ropeTable(op string, d int, theta float64, scaling *gpu.RoPEScaling) ([]byt
 
 // ropeTokens is the tokens a k_rope8 block takes: enough for about 1024
 // groups of 8 pairs (four per thread), at most 16, and few enough that
-// their cos and sin (d/2 each a token) fit its 4096-entry tables.
+// their cos and sin (d/2 each a token) stay within 4096 entries each; the
+// block's dynamic shared memory holds exactly its tb tokens' tables.
 func ropeTokens(heads, d int) int {
 	per := heads * d / 16
 	return max(min((1024+per-1)/per, 16, 4096/(d/2)), 1)

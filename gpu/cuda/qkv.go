@@ -75,8 +75,9 @@ func (b *Backend) qkvAddrs(op string, ns []named, pos gpu.Tensor) ([5]uint64, er
 
 // qkvLaunch issues kernel name (its 8-wide form when vec) over t tokens,
 // each block taking tb of them: enough for about 1024 accesses (four a
-// thread), at most 16, and few enough that their cos and sin fit the
-// kernel's 4096-entry tables.
+// thread), at most 16, and few enough that their cos and sin stay within
+// 4096 entries each; the block's dynamic shared memory holds exactly its tb
+// tokens' tables.
 func (b *Backend) qkvLaunch(name string, vec bool, t, hq, hkv, d int, args *kargs) error {
 	if t == 0 {
 		return nil
@@ -88,5 +89,5 @@ func (b *Backend) qkvLaunch(name string, vec bool, t, hq, hkv, d int, args *karg
 	per := ((hq+hkv)*d/2 + hkv*d) / w
 	tb := max(min((1024+per-1)/per, 16, 4096/(d/2)), 1)
 	return b.issue(launch{name: name, gx: rowGrid((int64(t) + int64(tb) - 1) / int64(tb)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
-		args: args.i32(tb)})
+		smem: 2 * tb * (d / 2) * 4, args: args.i32(tb)})
 }

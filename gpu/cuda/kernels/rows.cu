@@ -399,8 +399,9 @@ __device__ __forceinline__ void rope_table(float* cs, float* sn, const int* pos,
 // ran at a third of the memory's speed.
 extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, int heads, int d, InvFreq inv,
                                    int backward, int tb) {
-  __shared__ float cs[4096], sn[4096];
+  extern __shared__ float rope_sm[];  // cos then sin of tb tokens: 2·tb·d/2 floats
   int half = d / 2, ng = half / 8, per = heads * ng;
+  float *cs = rope_sm, *sn = rope_sm + tb * half;
   for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
     rope_table(cs, sn, pos, r0, rows, tb, half, inv, dt, backward);
     __syncthreads();
@@ -497,8 +498,9 @@ template <int W, bool PACK>
 __device__ __forceinline__ void qkv_run(void* pk, void* a, void* b, void* c, const void* bias, int dtb, int hasb,
                                         int dt, const int* pos, i64 rows, int hq, int hkv, int d, const InvFreq& inv,
                                         int tb) {
-  __shared__ float cs[4096], sn[4096];
+  extern __shared__ float qkv_sm[];  // cos then sin of tb tokens: 2·tb·d/2 floats
   int half = d / 2;
+  float *cs = qkv_sm, *sn = qkv_sm + tb * half;
   for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
     rope_table(cs, sn, pos, r0, rows, tb, half, inv, dt, PACK);
     __syncthreads();
