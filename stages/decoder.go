@@ -686,7 +686,7 @@ func (d *decoder) headBackward() (dres *ref) {
 // computed again. It returns the residual gradient, as headBackward does.
 func (d *decoder) headStep(grad func(lo, hi int) error) *ref {
 	p := d.p
-	h, _, logits := d.headRows("head forward+backward")
+	h, _, logits := d.headRows("head forward-backward")
 	u := d.st.Units[h]
 	dt, H := d.dts[h], d.cfg.HiddenSize
 	dw := d.zeroed(d.name("grad", "head"), plan.Grads, dt, int(u.Elems))
