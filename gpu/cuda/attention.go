@@ -45,13 +45,13 @@ var attnBwdOnly string
 
 // The wgmma kernels (kernels/attention.cu): the forward's CTA is two
 // warpgroups (256 threads) owning 128 query rows and sharing wgBN-key tiles
-// of K and V, two buffers each; the dq CTA is one warpgroup owning 64 rows,
+// of K and V, two buffers each (two CTAs an SM); the dq CTA is one warpgroup owning 64 rows,
 // with the tiles of the mma.sync kernel (faBM, faBN); the dk/dv CTA is a
 // producer warpgroup and two consumers (384 threads) owning 128 keys and
 // sharing wgStages buffers of 64-row Q and dout tiles.
 const (
 	wgBM         = 128
-	wgBN         = 128
+	wgBN         = 64
 	wgFwdThreads = 2 * 128
 	wgDkvThreads = 3 * 128
 	wgStages     = 3 // WG_DKV_STAGES

@@ -1143,7 +1143,11 @@ __device__ __forceinline__ void fa_bwd_dkv(u16* dk, u16* dv, const u16* dq, cons
 // ---------------------------------------------------------------------------
 
 #define WG_BM 128  // query rows per forward CTA: two warpgroups of 64
-#define WG_BN 128  // keys per tile in the forward
+// WG_BN is the keys per tile in the forward. At 64 a head-dim-128 CTA's
+// tiles take 97 KB of shared memory, so two CTAs share an SM and one's
+// softmax can overlap the other's products; at 128 (161 KB, one CTA an SM)
+// that forward ran at 239 TFLOP/s against 282 (H100, BenchmarkOps).
+#define WG_BN 64
 #define WG_THREADS 256  // threads per forward CTA
 
 typedef unsigned long long u64;
@@ -1411,7 +1415,9 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
   }
   la = fa_quad_sum(la);
   lb = fa_quad_sum(lb);
-  // Stage the rows in the K buffers (free now) with fa_stage's padded layout.
+  // Stage the rows in the K and V buffers (free now, and contiguous: at head
+  // dim 128 the 128 padded rows take 34 KB, more than the K buffers' 32)
+  // with fa_stage's padded layout.
   u16* st = sm + WG_BM * D;
   fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
   __syncwarp();
@@ -1784,7 +1790,7 @@ extern "C" __global__ void __launch_bounds__(1024) k_attn_order(const int* cu, i
 #define WG_ONLY(x) __trap()
 #endif
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
@@ -1794,7 +1800,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_64(u16* dk, u
   WG_ONLY((wg_dkv<64, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
@@ -1804,7 +1810,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_bf16_128(u16* dk, 
   WG_ONLY((wg_dkv<128, false>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
@@ -1814,7 +1820,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_64(u16* dk, u1
   WG_ONLY((wg_dkv<64, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
 }
 extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
