@@ -15,7 +15,6 @@ import (
 // ComputeLoss's bit for bit.
 type TokenGrads struct {
 	lc    *lossCtx
-	n     Norm
 	wt    []weights // per sample
 	adv   []float64 // per sample
 	owner []int32   // the sample of each token
@@ -72,7 +71,7 @@ func NewTokenGrads(cfg LossConfig, b *Batch, n Norm) (*TokenGrads, error) {
 	if err := checkTokenMean(&cfg, n, sums); err != nil {
 		return nil, err
 	}
-	g := &TokenGrads{lc: newLossCtx(&cfg, b, n), n: n, adv: b.Advantages, owner: make([]int32, len(b.LogP))}
+	g := &TokenGrads{lc: newLossCtx(&cfg, b, n), adv: b.Advantages, owner: make([]int32, len(b.LogP))}
 	start := 0
 	for i, length := range b.Lengths {
 		g.wt = append(g.wt, sampleWeights(&cfg, n, sums[i].m, sums[i].pg))
