@@ -234,7 +234,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		d.setBatch(pk)
 		io := d.inputs(true, true)
 		d.forward(true)
-		if s.headStep(d, in) {
+		if s.headInOnePass(d, in) {
 			cl := &chunkLoss{}
 			d.backwardFrom(d.headStep(func(lo, hi int) error { return s.chunkGrads(p, d, in, up, pk, cl, lo, hi) }))
 			// The layers' backward is queued; the metrics need only the
@@ -350,17 +350,17 @@ type updateSums struct {
 	tokens  int64
 }
 
-// headStep reports whether the micro-batches' head runs its forward and
+// headInOnePass reports whether the micro-batches' head runs its forward and
 // backward in one pass (decoder.headStep), computing the loss gradient a
 // chunk at a time: when the loss is separable (rl.LossConfig.Separable)
 // and the micro-batch is not split over a cp group, whose ranks gather the
 // whole micro-batch's log-probs first. The gradients are the same bits
 // either way.
-func (s *Train) headStep(d *decoder, in stepInputs) bool {
+func (s *Train) headInOnePass(d *decoder, in stepInputs) bool {
 	return d.cp == 1 && s.lossConfig().Separable(!s.UseRolloutLogProbs && in.old == nil)
 }
 
-// chunkLoss is the host side of a micro-batch's loss under headStep.
+// chunkLoss is the host side of a micro-batch's loss under headInOnePass.
 type chunkLoss struct {
 	batch  *rl.Batch
 	grads  *rl.TokenGrads
@@ -433,7 +433,7 @@ func (s *Train) chunkLossEnd(p *prog, d *decoder, in stepInputs, up *update, pk 
 				t, cl.dl[t], cl.de[t], out.DLogP[t], out.DEntropy[t])
 		}
 	}
-	s.lossMetrics(p, up, pk, batch, out, acc)
+	s.lossDone(p, up, pk, batch, out, true, acc)
 	return nil
 }
 
@@ -506,19 +506,19 @@ func (s *Train) loss(p *prog, d *decoder, in stepInputs, up *update, pk *rollout
 	if err := b.Upload(d.io.dentropy.t, d.localResponses(out.DEntropy)); err != nil {
 		return err
 	}
-	if d.cpRank == 0 { // the group's first rank counts the micro-batch
-		s.lossMetrics(p, up, pk, batch, out, acc)
-	} else if s.observe != nil {
-		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
-	}
+	// The group's first rank counts the micro-batch.
+	s.lossDone(p, up, pk, batch, out, d.cpRank == 0, acc)
 	return nil
 }
 
-// lossMetrics reports the loss of micro-batch pk to the observer and adds
-// its metrics to acc.
-func (s *Train) lossMetrics(p *prog, up *update, pk *rollout.Packed, batch *rl.Batch, out rl.Output, acc *updateSums) {
+// lossDone reports the loss of micro-batch pk to the observer and, when
+// count, adds its metrics to acc.
+func (s *Train) lossDone(p *prog, up *update, pk *rollout.Packed, batch *rl.Batch, out rl.Output, count bool, acc *updateSums) {
 	if s.observe != nil {
 		s.observe(lossEvent{rank: p.r.ID, step: p.r.Step, up: *up, pk: pk, in: batch, out: out})
+	}
+	if !count {
+		return
 	}
 	acc.metrics.Add(out.Metrics)
 	logp, S := batch.LogP, len(batch.Lengths)

@@ -131,7 +131,7 @@ func ComputeLoss(cfg LossConfig, b *Batch, n Norm, out *Output) error {
 			den := math.Max(sums[i].pg, 1)
 			delta := sd / den
 			rho := math.Exp(-delta)
-			pg, dpg, clip, dual := policyTerm(rho, a, lc.lo, lc.hi, cfg.DualClipC)
+			pg, dpg, clip, dual := policyTerm(rho, a, lc.clipLo, lc.clipHi, cfg.DualClipC)
 			pgTerm += wt.pg * sw * pg
 			// dρ/dl_t = ρ·m'_t/D'_i.
 			coefSeq = wt.pg * sw * dpg * rho / den
@@ -391,12 +391,12 @@ func b2f(b bool) float64 {
 type lossCtx struct {
 	cfg                                *LossConfig
 	b                                  *Batch
-	lo, hi, capC, dp                   float64
+	clipLo, clipHi, capC, dp           float64 // the ratio clip range, the tis cap, the dp size
 	gspo, cispo, haveRO, useKL, useEnt bool
 }
 
 func newLossCtx(cfg *LossConfig, b *Batch, n Norm) *lossCtx {
-	return &lossCtx{cfg: cfg, b: b, lo: 1 - cfg.EpsClip, hi: 1 + cfg.ClipHigh(), capC: cfg.EffectiveTISCap(),
+	return &lossCtx{cfg: cfg, b: b, clipLo: 1 - cfg.EpsClip, clipHi: 1 + cfg.ClipHigh(), capC: cfg.EffectiveTISCap(),
 		dp: float64(n.DP), gspo: cfg.Advantage == AdvantageGSPO, cispo: cfg.PolicyLoss == PolicyLossCISPO,
 		haveRO: b.RolloutLogP != nil, useKL: cfg.KL != KLNone, useEnt: b.Entropy != nil}
 }
@@ -457,9 +457,9 @@ func (lc *lossCtx) token(t int, a float64, wt weights, coefSeq float64) tokenTer
 		rho := math.Exp(-delta)
 		var pg, dpg float64
 		if lc.cispo {
-			pg, dpg, tt.clip = cispoTerm(rho, a, l, lc.hi)
+			pg, dpg, tt.clip = cispoTerm(rho, a, l, lc.clipHi)
 		} else {
-			pg, dpg, tt.clip, tt.dual = policyTerm(rho, a, lc.lo, lc.hi, cfg.DualClipC)
+			pg, dpg, tt.clip, tt.dual = policyTerm(rho, a, lc.clipLo, lc.clipHi, cfg.DualClipC)
 			dpg *= rho // dρ/dl = ρ
 		}
 		pw := wt.pg * mp * w
