@@ -262,9 +262,10 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 // block; dk and dv per key block, summing the group's query heads in the
 // block, so K and V are never replicated and no atomics are used). On the
 // tensor-core path a first pass k_fa_pre_* stores delta = rowsum(dout∘out)
-// (fp32) in the first 4 bytes of each [token, head] row of dq, which the
-// dk/dv pass reads and the dq pass, launched last, overwrites: the backward
-// needs no workspace and is deterministic.
+// (fp32) and the token's sequence start (int32) in the first 8 bytes of
+// each [token, head] row of dq, which the dk/dv pass reads and the dq pass,
+// launched last, overwrites: the backward needs no workspace and is
+// deterministic.
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float32) error {
 	const op = "attention backward"
 	a, err := b.attnCheck(op, q, k, v, cuSeqlens, scale)
@@ -300,7 +301,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 		}
 		ls := []launch{b.checkCu(a),
 			{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
-				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)}}
+				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows).u64(a.cu).i32(a.ns1).i32(a.hq)}}
 		dkv := b.tcLaunch("dkv", sfx, a, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
 			common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3])), uint64(s.scratch))
 		dq := b.tcLaunch("dq", sfx, a, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])), uint64(s.scratch)+streamScratchBytes/2)

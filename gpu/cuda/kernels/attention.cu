@@ -511,6 +511,16 @@ __device__ __forceinline__ void fa_cp16(u32 dst, const void* src, bool ok) {
   int n = ok ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
+// fa_cp4 and fa_cp8 are fa_cp16 for 4 and 8 bytes (through L1: cp.async
+// takes .cg for 16 bytes only).
+__device__ __forceinline__ void fa_cp4(u32 dst, const void* src, bool ok) {
+  int n = ok ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void fa_cp8(u32 dst, const void* src, bool ok) {
+  int n = ok ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void fa_wait() {
@@ -699,7 +709,9 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
 // fa_ds_rows turns scores s and dP = dout·Vᵀ (rows ia, ib of this lane are
 // queries with lse·log2(e) La, Lb and delta Da, Db; columns are keys j0..)
 // into dS = P∘(dP − delta) in s, masking when need is set.
-template <int NT>
+// With FMA each probability is 2^fma(s, sl2, −L), rounded once instead of
+// twice.
+template <int NT, bool FMA = false>
 __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool need, int j0, int c, int sta, int ia,
                                            int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
 #pragma unroll
@@ -712,7 +724,7 @@ __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool n
         ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
       }
       float L = e < 2 ? La : Lb, Dl = e < 2 ? Da : Db;
-      float p = ok ? fa_exp2(s[nt][e] * sl2 - L) : 0.0f;
+      float p = ok ? fa_exp2(FMA ? __fmaf_rn(s[nt][e], sl2, -L) : s[nt][e] * sl2 - L) : 0.0f;
       s[nt][e] = p * (dp[nt][e] - Dl);
     }
   }
@@ -861,11 +873,13 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
 }
 
 // fa_bwd_pre stores delta = rowsum(dout*out) (fp32, from the 16-bit values)
-// in the first 4 bytes of each [i,h] row of dq, which the dk/dv kernel reads
-// and the dq kernel overwrites last: the backward needs no workspace. D/8
-// lanes share a row, 8 elements each.
+// in the first 4 bytes of each [i,h] row of dq and the start of token i's
+// sequence (int32) in the next 4, which the dk/dv kernels read and the dq
+// kernel overwrites last: the backward needs no workspace. D/8 lanes share
+// a row, 8 elements each; rows are t·hq, token-major.
 template <int D, bool F16>
-__device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* out, int rows) {
+__device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1,
+                                           int hq) {
   constexpr int CH = D / 8;
   i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   i64 r = e / CH;
@@ -881,7 +895,10 @@ __device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* 
   }
 #pragma unroll
   for (int o = 1; o < CH; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (r < rows && cc == 0) *(float*)(dq + r * D) = s;
+  if (r < rows && cc == 0) {
+    *(float*)(dq + r * D) = s;
+    *(int*)(dq + r * D + 2) = seq_start(cu, ns1, (int)(r / hq));
+  }
 }
 
 // fa_bwd_dq: CTA = 64 query rows of head blockIdx.y (like the forward); Q
@@ -1481,7 +1498,7 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
     wg_hold<NT>(s);
     wg_hold<NT>(dp);
     bool need = j0 + BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-    fa_ds_rows<NT>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
+    fa_ds_rows<NT, true>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
     __syncthreads();  // every warp is done with V(n)
     if (n + 1 < ntiles) {
       wg_load<D, BN, 128>(Vs, v, j0 + BN, t, hkv, hk);
@@ -1527,20 +1544,21 @@ __device__ __forceinline__ void mb_wait(u32 bar, int parity) {
 
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
-                                               const float* Ds, const int* Ss, u32 bars, u16* sm, int k0, int total,
-                                               int nqt, int t, int hkv, float scale);
+                                               const float2* DSs, u32 bars, u16* sm, int k0, int total, int nqt, int t,
+                                               int hkv, float scale);
 
 // wg_dkv: as fa_bwd_dkv for a CTA of three warpgroups: a producer and two
 // consumers. Consumer g (warpgroups 1 and 2) owns keys 64g..64g+63 of the
 // CTA's 128 keys [k0, k0+128) of kv head blockIdx.y; both read the same
-// 64-row tiles of Q and dout and the per-row lse·log2(e), delta and
-// sequence start, which the producer loads into WG_DKV_STAGES buffers:
-// each buffer has a "full" mbarrier (the producer arrives once its copies
-// into it have landed and been fenced for the tensor cores) and an "empty"
-// one (every consumer thread arrives when done with it), so the consumers
-// never wait for each other and the loads run ahead of them. The producer
-// gives its registers to the consumers (setmaxnreg). A consumer skips a
-// query tile none of its keys is seen by.
+// 64-row tiles of Q and dout, the rows' lse and their delta and sequence
+// start (the first 8 bytes of dq's rows: fa_bwd_pre), which the producer
+// copies asynchronously into WG_DKV_STAGES buffers: each buffer has a
+// "full" mbarrier (the producer arrives once its copies into it have landed
+// and been fenced for the tensor cores) and an "empty" one (every consumer
+// thread arrives when done with it), so the consumers never wait for each
+// other and the loads run ahead of them. The producer gives its registers
+// to the consumers (setmaxnreg). A consumer skips a query tile none of its
+// keys is seen by.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
                                        const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
@@ -1549,10 +1567,10 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
   u32 Ks;
   u16* sm = wg_smem(Ks);
   u32 Vs = Ks + KT, Qs = Vs + KT, Gs = Qs + NS * QT;
-  float* Ls = (float*)(sm + (2 * KT + 2 * NS * QT) / 2);
-  float* Ds = Ls + NS * BN;
-  int* Ss = (int*)(Ds + NS * BN);
-  u32 bars = fa_smem(Ss + NS * BN);  // full[NS], then empty[NS]
+  float* Ls = (float*)(sm + (2 * KT + 2 * NS * QT) / 2);  // lse[NS][BN]
+  float2* DSs = (float2*)(Ls + NS * BN);                     // {delta, start}[NS][BN]
+  u32 La = fa_smem(Ls), DSa = fa_smem(DSs);
+  u32 bars = fa_smem(DSs + NS * BN);  // full[NS], then empty[NS]
   int hk = blockIdx.x % hkv, group = hq / hkv;
   int k0 = order[blockIdx.x / hkv] * 128;  // the heaviest blocks first (k_attn_order)
   int klast = min(k0 + 127, t - 1);
@@ -1584,9 +1602,8 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
       if (threadIdx.x < BN) {
         int i = i0 + threadIdx.x;
         bool ok = i < t;
-        Ls[b * BN + threadIdx.x] = ok ? lse[(i64)h * t + i] * FA_LOG2E : 0.0f;
-        Ds[b * BN + threadIdx.x] = ok ? fa_delta<D>(dq, i, hq, h) : 0.0f;
-        Ss[b * BN + threadIdx.x] = ok ? seq_start(cu, ns1, i) : t;
+        fa_cp4(La + 4u * (u32)(b * BN + threadIdx.x), ok ? lse + (i64)h * t + i : lse, ok);
+        fa_cp8(DSa + 8u * (u32)(b * BN + threadIdx.x), ok ? dq + ((i64)i * hq + h) * D : dq, ok);
       }
       fa_commit();
       if (n >= 1) {
@@ -1600,15 +1617,40 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
     mb_arrive(bars + 8 * ((total - 1) % NS));
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    wg_dkv_consume<D, F16>(dk, dv, Ks, Vs, Qs, Gs, Ls, Ds, Ss, bars, sm, k0, total, nqt, t, hkv, scale);
+    wg_dkv_consume<D, F16>(dk, dv, Ks, Vs, Qs, Gs, Ls, DSs, bars, sm, k0, total, nqt, t, hkv, scale);
+  }
+}
+
+// wg_ds_cols is fa_ds_cols for the wgmma dk/dv kernel, whose buffers hold
+// each query row's lse (L[], natural log; zero past t) and its delta and
+// sequence start (DS[]; zero past t, so rows at or past t are masked by
+// index).
+template <int NT>
+__device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int t, int c, int ja,
+                                           int jb, const float* L, const float2* DS, float sl2) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int ci = nt * 8 + 2 * c + (e & 1);
+      float2 ds = DS[ci];
+      bool ok = true;
+      if (need) {
+        int i = i0 + ci, j = e < 2 ? ja : jb;
+        ok = i < t && j <= i && j >= __float_as_int(ds.y);
+      }
+      float p = ok ? fa_exp2(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
+      s[nt][e] = p;
+      dp[nt][e] = p * (dp[nt][e] - ds.x);
+    }
   }
 }
 
 // wg_dkv_consume is the consumers' part of wg_dkv.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
-                                               const float* Ds, const int* Ss, u32 bars, u16* sm, int k0, int total,
-                                               int nqt, int t, int hkv, float scale) {
+                                               const float2* DSs, u32 bars, u16* sm, int k0, int total, int nqt, int t,
+                                               int hkv, float scale) {
   constexpr int ND = D / 8, BN = 64, NT = BN / 8, NS = WG_DKV_STAGES, QT = BN * D * 2;
   int hk = blockIdx.x % hkv;
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -1629,9 +1671,9 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
     int i0 = k0 + (n % nqt) * BN;
     mb_wait(bars + 8 * b, (n / NS) & 1);
     const float* L = Ls + b * BN;
-    const float* Dl = Ds + b * BN;
-    const int* St = Ss + b * BN;
-    bool skip = gk0 >= t || i0 + BN - 1 < gk0 || St[0] > gk1;
+    const float2* DS = DSs + b * BN;
+    int st0 = __float_as_int(DS[0].y), stl = __float_as_int(DS[BN - 1].y);
+    bool skip = gk0 >= t || i0 + BN - 1 < gk0 || st0 > gk1;
     if (!skip) {
       u32 qb = Qs + b * QT, gb = Gs + b * QT;
       float s[NT][4], dp[NT][4];
@@ -1642,8 +1684,8 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
       wg_wait<0>();
       wg_hold<NT>(s);
       wg_hold<NT>(dp);
-      bool need = i0 < kw0 + 15 || St[BN - 1] > kw0 || i0 + BN > t;
-      fa_ds_cols<NT>(s, dp, need, i0, c, ja, jb, L, Dl, St, sl2);
+      bool need = i0 < kw0 + 15 || stl > kw0 || i0 + BN > t;
+      wg_ds_cols<NT>(s, dp, need, i0, t, c, ja, jb, L, DS, sl2);
       u32 ap[NT / 2][4], ad[NT / 2][4];
       wg_pack<BN, F16>(s, ap);
       wg_pack<BN, F16>(dp, ad);
@@ -1678,8 +1720,8 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_fwd<64, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
 }
-extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_64(u16* dq, const u16* dout, const u16* out, int rows) {
-  fa_bwd_pre<64, false>(dq, dout, out, rows);
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_64(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1, int hq) {
+  fa_bwd_pre<64, false>(dq, dout, out, rows, cu, ns1, hq);
 }
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_bwd_dq<64, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
@@ -1691,8 +1733,8 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_bf16_64(u16* dk, u16*
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_fwd<128, false>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
 }
-extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_128(u16* dq, const u16* dout, const u16* out, int rows) {
-  fa_bwd_pre<128, false>(dq, dout, out, rows);
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_bf16_128(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1, int hq) {
+  fa_bwd_pre<128, false>(dq, dout, out, rows, cu, ns1, hq);
 }
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_bwd_dq<128, false>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
@@ -1704,8 +1746,8 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_bf16_128(u16* dk, u16
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_fwd<64, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
 }
-extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_64(u16* dq, const u16* dout, const u16* out, int rows) {
-  fa_bwd_pre<64, true>(dq, dout, out, rows);
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_64(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1, int hq) {
+  fa_bwd_pre<64, true>(dq, dout, out, rows, cu, ns1, hq);
 }
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_bwd_dq<64, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
@@ -1717,8 +1759,8 @@ extern "C" __global__ void __launch_bounds__(128) k_fa_dkv_f16_64(u16* dk, u16* 
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_fwd<128, true>(out, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
 }
-extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_128(u16* dq, const u16* dout, const u16* out, int rows) {
-  fa_bwd_pre<128, true>(dq, dout, out, rows);
+extern "C" __global__ void __launch_bounds__(128) k_fa_pre_f16_128(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1, int hq) {
+  fa_bwd_pre<128, true>(dq, dout, out, rows, cu, ns1, hq);
 }
 extern "C" __global__ void __launch_bounds__(128, 3) k_fa_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale) {
   fa_bwd_dq<128, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale);
