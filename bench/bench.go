@@ -54,6 +54,7 @@ type Options struct {
 	Offload         bool    // the actor's params and optimizer state in pinned host memory
 	OffloadRef      bool    // the ref's params in pinned host memory
 	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
+	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
 	KLCoef          float64 // low_var_kl coefficient
 	EntropyCoef     float64
 
@@ -147,6 +148,8 @@ type Workload struct {
 	Offload    bool          `json:"offload"`
 	OffloadRef bool          `json:"offload_ref"`
 	NoReshard  bool          `json:"no_reshard,omitempty"`
+	// OverlapReduce is Options.OverlapReduce.
+	OverlapReduce bool `json:"overlap_reduce,omitempty"`
 	// SyncHostOptimizer: the host AdamW did not overlap the next ops.
 	SyncHostOptimizer bool    `json:"sync_host_optimizer,omitempty"`
 	Layout            string  `json:"layout"`
@@ -220,6 +223,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Config = o.Config
 	res.Workload.Offload, res.Workload.OffloadRef, res.Workload.SyncHostOptimizer = o.Offload, o.OffloadRef, o.SyncHostOptimizer
 	res.Workload.NoReshard = o.NoReshard
+	res.Workload.OverlapReduce = o.OverlapReduce
 	err := run(ctx, o, res)
 	switch {
 	case (err == nil || errors.Is(err, errBudget)) && o.PlanOnly:
@@ -294,6 +298,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
+		NoReshard: o.NoReshard, OverlapReduce: o.OverlapReduce,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -523,6 +528,9 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	reshard := ""
 	if o.NoReshard {
 		reshard = ", reshard_after_forward: false"
+	}
+	if o.OverlapReduce {
+		reshard += ", overlap_reduce: true"
 	}
 	fmt.Fprintf(&b, `stages:
   setup:

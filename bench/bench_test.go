@@ -56,3 +56,36 @@ func TestUnknownBackend(t *testing.T) {
 		t.Fatalf("got %v, status %q", err, r.Status)
 	}
 }
+
+// TestOverlapReduceCPU runs the harness at dp 2 on the CPU with and
+// without --overlap-reduce: the spec says so, the metrics are the same,
+// the plan holds more (the reductions' buffers live one unit longer) and
+// the arena high-water is still the plan's peak.
+func TestOverlapReduceCPU(t *testing.T) {
+	res := map[bool]*Result{}
+	for _, overlap := range []bool{false, true} {
+		o := DefaultOptions()
+		o.Config = "../examples/models/tiny-qwen2/config.json"
+		o.TokensPerSeq, o.PromptTokens, o.Chunk = 48, 8, 32
+		o.Warmup, o.Steps, o.DP = 1, 1, 2
+		o.OverlapReduce = overlap
+		o.WorkDir = t.TempDir()
+		r, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatalf("overlap=%v: %v", overlap, err)
+		}
+		if r.Memory.ArenaHighWaterBytes != r.Memory.PlanPeakBytes {
+			t.Errorf("overlap=%v: arena high-water %d != plan peak %d", overlap, r.Memory.ArenaHighWaterBytes, r.Memory.PlanPeakBytes)
+		}
+		if got := strings.Contains(r.SpecYAML, "overlap_reduce: true"); got != overlap || r.Workload.OverlapReduce != overlap {
+			t.Errorf("overlap=%v: spec says overlap_reduce %v, workload %v", overlap, got, r.Workload.OverlapReduce)
+		}
+		res[overlap] = r
+	}
+	if a, b := res[false].LastMetrics, res[true].LastMetrics; a["loss"] != b["loss"] || a["grad_norm"] != b["grad_norm"] {
+		t.Errorf("metrics %v without overlap_reduce, %v with", a, b)
+	}
+	if res[true].Memory.PlanPeakBytes <= res[false].Memory.PlanPeakBytes {
+		t.Errorf("plan peak %d with overlap_reduce, %d without", res[true].Memory.PlanPeakBytes, res[false].Memory.PlanPeakBytes)
+	}
+}

@@ -24,6 +24,11 @@ type ApplyFSDP2 struct {
 	Model               string `yaml:"model"`
 	ReshardAfterForward bool   `yaml:"reshard_after_forward"`
 	Prefetch            int    `yaml:"prefetch"` // units gathered ahead of the one computing (0 or 1)
+	// OverlapReduce reduce-scatters a unit's grads on the stream the
+	// units are gathered on, so that the reduction overlaps the next
+	// unit's backward; the unit's unsharded grads and reduction buffers
+	// then live one unit longer (the plan counts them).
+	OverlapReduce bool `yaml:"overlap_reduce"`
 }
 
 // Ports declares the checkpoint input and the weights output. A model
@@ -45,12 +50,15 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 	return Ports{In: in, Out: []Port{{Name: "weights", Type: TypeWeights(s.Model)}}}
 }
 
-// Validate checks the model, the prefetch depth, and that the model is
-// sharded once.
+// Validate checks the model, the prefetch depth, that overlap_reduce does
+// not meet an offloaded optimizer, and that the model is sharded once.
 func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
-	_, errs := vc.model("model", s.Model)
+	m, errs := vc.model("model", s.Model)
 	if s.Prefetch < 0 || s.Prefetch > 1 {
 		errs = append(errs, vc.Errorf("prefetch", "prefetch must be 0 or 1, got %d", s.Prefetch))
+	}
+	if s.OverlapReduce && m != nil && m.OffloadOptimizer {
+		errs = append(errs, vc.Errorf("overlap_reduce", "overlap_reduce is not supported with offload_optimizer (model %q): its grads reach the host through a ring the reduction feeds in order", s.Model))
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
 		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))

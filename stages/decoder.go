@@ -51,6 +51,10 @@ type decoder struct {
 	ringElems int
 	adder     *hostAdder
 
+	// pend is the grad reduction still running on the side stream
+	// (apply_fsdp2 overlap_reduce); nil when none.
+	pend *pendingReduce
+
 	gathered []*ref
 	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
 	ready    map[*ref]gpu.Event // gathered buffers still being filled on the side stream
@@ -559,10 +563,20 @@ func (d *decoder) headForward(train bool) int {
 // reduce-scatter; with the optimizer state offloaded, through a device
 // staging buffer into host memory. The step's first reduction into a shard
 // stores its grads, later ones add theirs.
+//
+// With overlap_reduce (and dp × cp > 1) the reduction runs on the rank's
+// side stream, after the compute stream's work so far and, in issue order,
+// with the gathers (one NCCL communicator serves that stream: its
+// collectives never run concurrently with each other). The compute stream
+// goes on with the next unit's backward and waits for the reduction only
+// at the next reduction (settleReduce), which its buffers and grad live
+// until.
 func (d *decoder) reduce(i int, grad *ref) {
 	p, u := d.p, d.st.Units[i]
 	op := p.op("reduce-scatter grads " + u.Name)
+	d.settleReduce(op)
 	until(op, grad)
+	overlap := d.st.Fsdp.OverlapReduce && d.world > 1 && !d.st.Model.OffloadOptimizer
 	var rsIn, rsOut, d2h *ref
 	if d.world > 1 {
 		rsIn = p.buf(d.name("rs.in", u.Name), plan.Comm, gpu.F32, int(u.Elems))
@@ -570,8 +584,27 @@ func (d *decoder) reduce(i int, grad *ref) {
 	} else if d.st.Model.OffloadOptimizer {
 		d2h = p.buf(d.name("d2h", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
 	}
+	var pr *pendingReduce
+	if overlap {
+		pr = &pendingReduce{bufs: []*ref{grad, rsIn, rsOut}}
+		d.pend = pr
+	}
 	p.do(func() error {
-		b := d.b()
+		b, comm := d.b(), d.p.r.Comm
+		var rs gpu.Stream
+		if pr != nil && d.p.r.Side != nil {
+			rs = d.p.r.Side
+			ev, err := b.DefaultStream().Record()
+			if err != nil {
+				return err
+			}
+			err = rs.Wait(ev)
+			ev.Close()
+			if err != nil {
+				return err
+			}
+			b, comm = b.On(rs), comm.On(rs)
+		}
 		for k, s := range u.Slots {
 			full, err := grad.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
 			if err != nil {
@@ -598,7 +631,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err != nil {
 					return err
 				}
-				if err := d.p.r.Comm.ReduceScatter(d.p.ctx, out, in, nccl.Avg); err != nil {
+				if err := comm.ReduceScatter(d.p.ctx, out, in, nccl.Avg); err != nil {
 					return fmt.Errorf("reduce-scatter %s: %w", s.Name, err)
 				}
 				src = out
@@ -637,7 +670,39 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)
 			}
 		}
+		if rs != nil {
+			ev, err := rs.Record()
+			if err != nil {
+				return err
+			}
+			pr.done = ev
+		}
 		return nil
+	})
+}
+
+// pendingReduce is a grad reduction running on the side stream: the
+// buffers it reads (planning) and the event recorded after it (running).
+type pendingReduce struct {
+	bufs []*ref
+	done gpu.Event
+}
+
+// settleReduce makes the compute stream wait, at op i, for the reduction
+// still running on the side stream, whose buffers live until op i.
+func (d *decoder) settleReduce(i int) {
+	pr := d.pend
+	if pr == nil {
+		return
+	}
+	d.pend = nil
+	until(i, pr.bufs...)
+	d.p.do(func() error {
+		if pr.done == nil {
+			return nil
+		}
+		defer pr.done.Close()
+		return d.b().DefaultStream().Wait(pr.done)
 	})
 }
 
@@ -875,6 +940,9 @@ func (d *decoder) backwardFrom(dres *ref) {
 		return d.b().EmbeddingBackward(dw, dres.t, d.io.ids.t)
 	})
 	d.reduce(0, grad)
+	// Nothing is left to overlap the last reduction with: the grads are
+	// complete on the compute stream from here on.
+	d.settleReduce(p.now())
 }
 
 // planHostAdds declares the pinned ring through which later micro-batches'

@@ -384,6 +384,61 @@ func TestNoReshard(t *testing.T) {
 	}
 }
 
+// TestOverlapReduce runs the tiny job at dp 2 with the actor's
+// overlap_reduce: each unit's grads and reduction buffers live until the
+// next unit's reduction, where the compute stream waits for it (the last
+// one's end with it), the numbers are unchanged, and every rank's arena
+// high-water is still the plan's peak.
+func TestOverlapReduce(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
+	short := func(s *spec.Spec) { s.Train.Steps = 2 }
+	base := runSpec(t, path, short)
+	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
+	out := runParsed(t, on, short, nil, RunOptions{})
+	for _, c := range []struct {
+		buf, until string
+		p          *plan.Plan
+	}{
+		{"train.rs.in.head", "reduce-scatter grads layer1", out.p},
+		{"train.rs.out.layer1", "reduce-scatter grads layer0", out.p},
+		{"train.rs.in.layer0", "reduce-scatter grads embed", out.p},
+		{"train.rs.in.embed", "reduce-scatter grads embed", out.p},
+		{"train.rs.in.layer1", "reduce-scatter grads layer1", base.p},
+	} {
+		b := c.p.Buffer(c.buf)
+		if want := opIndex(t, c.p, "train", c.until); b == nil || b.End != want {
+			t.Errorf("%s: %+v, want it to end at %q (op %d)", c.buf, b, c.until, want)
+		}
+	}
+	if out.plan <= base.plan {
+		t.Errorf("plan peak %d with overlap_reduce, %d without: the reductions' buffers live longer", out.plan, base.plan)
+	}
+	for _, sr := range out.steps {
+		b := base.steps[sr.Step-1]
+		if sr.Stats.Values["loss"] != b.Stats.Values["loss"] || sr.Stats.GradNorm != b.Stats.GradNorm {
+			t.Errorf("step %d: loss %v grad norm %v with overlap_reduce, %v %v without", sr.Step,
+				sr.Stats.Values["loss"], sr.Stats.GradNorm, b.Stats.Values["loss"], b.Stats.GradNorm)
+		}
+	}
+	for r, hw := range out.peak {
+		if hw != out.plan {
+			t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, out.plan)
+		}
+	}
+}
+
+// TestOverlapReduceOffload checks that validation refuses overlap_reduce
+// with an offloaded optimizer, naming the key.
+func TestOverlapReduceOffload(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
+	s := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref",
+		"policies:\n", "policies:\n  offload_optimizer: 'model.trainable'\n")
+	_, err := Resolve(s, testGPU, CheckRun)
+	if err == nil || !strings.Contains(err.Error(), "overlap_reduce is not supported with offload_optimizer") {
+		t.Fatalf("resolve: %v, want overlap_reduce refused", err)
+	}
+}
+
 // TestLogProbEntropy checks that a log-prob stage with entropy: true keeps
 // its per-token entropies, each within [0, ln V].
 func TestLogProbEntropy(t *testing.T) {
