@@ -35,42 +35,85 @@ func cmdValidate(_ context.Context, env *cli, args []string) int {
 }
 
 func cmdPlan(_ context.Context, env *cli, args []string) int {
-	fs := newFlagSet("plan", fmt.Sprintf("Usage: rlpipe plan [--gpu G] [--host-memory B] [--json] [--html FILE] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nWith --html it also writes the memory timeline, one self-contained HTML\npage: the bytes in use at every op, stacked by category, the peak and the\nbudget marked. Exit code %d when the job does not fit.\n\n", exitNoFit))
+	fs := newFlagSet("plan", fmt.Sprintf("Usage: rlpipe plan [--gpu G] [--host-memory B] [--json] [--html FILE] [--longest [--longest-step N]] SPEC.yaml\n\nPrints the per-GPU memory budget of every stage: the bytes each stage has in\nuse at its peak op, by category, the arena that `rlpipe run` allocates and\nwhether the job fits. It checks what validate checks, except that the\nmodels need only config.json and the rollout file need not exist yet.\nWith --html it also writes the memory timeline, one self-contained HTML\npage: the bytes in use at every op, stacked by category, the peak and the\nbudget marked. With --longest it searches for the longest samples the job\nfits: it sets data.max_seq_len to multiples of --longest-step tokens and\ndata.max_tokens_per_gpu to the rows such a sample puts on each mesh.cp\nrank (one sample a micro-batch), prints the plan of the longest that\nfits and a LONGEST line naming it and why the next does not. Exit code %d\nwhen the job (with --longest: the shortest length tried) does not fit.\n\n", exitNoFit))
 	g := gpuFlag(fs)
 	asJSON := fs.Bool("json", false, "print the whole plan (ops, buffers with offsets and lifetimes, budget) as JSON")
 	htmlOut := fs.String("html", "", "also write the memory timeline (bytes in use at every op, by category) as a self-contained HTML page to this file")
 	hostMem := fs.String("host-memory", "", "a node's RAM (bytes, or like 2TiB), to check the pinned and host buffers of its ranks against (default: the spec's mesh.host_memory)")
+	findLong := fs.Bool("longest", false, "search for the longest samples that fit, and plan those")
+	step := fs.Int("longest-step", 1024, "with --longest, the lengths tried are multiples of this many tokens")
 	if code, ok := parseFlags(fs, env, args, "SPEC.yaml"); !ok {
 		return code
 	}
 	if err := checkGPUFlag(*g); err != nil {
 		return env.usageError("%v", err)
 	}
-	var ram int64
+	if *step < 1 || *step > spec.MaxTokens {
+		return env.usageError("--longest-step: %d is not between 1 and %d", *step, spec.MaxTokens)
+	}
+	var flagRAM int64
 	if *hostMem != "" {
 		n, err := gpu.ParseBytes(*hostMem, "--host-memory")
 		if err != nil {
 			return env.usageError("%v", err)
 		}
-		ram = n
+		flagRAM = n
 	}
-	l, err := load(fs.Arg(0), *g, stages.CheckPlan)
-	if err != nil {
-		return env.report(err)
+	// planHeader is the header of l's plan, with the node's RAM to check
+	// the host memory against (0: not checked).
+	planHeader := func(l *loaded) (plan.Header, int64) {
+		h, ram := header(l), flagRAM
+		switch {
+		case ram > 0:
+			h.HostBytes, h.HostSource = ram, "--host-memory"
+		case l.spec.Mesh.HostMemory > 0:
+			ram = l.spec.Mesh.HostMemory
+			h.HostBytes, h.HostSource = ram, "spec mesh.host_memory"
+		}
+		return h, ram
 	}
-	p, err := stages.Plan(l.job)
-	if err != nil {
-		return env.report(err)
+	fitsOf := func(l *loaded, p *plan.Plan) bool {
+		h, ram := planHeader(l)
+		return p.Fits(h.GPUBytes) && (ram == 0 || p.FitsHost(h.RanksPerHost, ram))
 	}
-	h := header(l)
-	switch {
-	case ram > 0:
-		h.HostBytes, h.HostSource = ram, "--host-memory"
-	case l.spec.Mesh.HostMemory > 0:
-		ram = l.spec.Mesh.HostMemory
-		h.HostBytes, h.HostSource = ram, "spec mesh.host_memory"
+	var (
+		l    *loaded
+		p    *plan.Plan
+		long *longest
+	)
+	if *findLong {
+		best, r, err := findLongest(fs.Arg(0), *g, *step, fitsOf)
+		if err != nil {
+			return env.report(err)
+		}
+		long = &r
+		if best == nil {
+			// Nothing fits: show the shortest length's plan, or why it
+			// could not be planned.
+			lp, err := load(fs.Arg(0), *g, stages.CheckPlan)
+			if err != nil {
+				return env.report(err)
+			}
+			best = &lengthPlan{l: lp}
+			if best.p, err = stages.Plan(lp.job); err != nil {
+				return env.report(err)
+			}
+		}
+		l, p = best.l, best.p
+	} else {
+		var err error
+		if l, err = load(fs.Arg(0), *g, stages.CheckPlan); err != nil {
+			return env.report(err)
+		}
+		if p, err = stages.Plan(l.job); err != nil {
+			return env.report(err)
+		}
 	}
-	fits := p.Fits(h.GPUBytes) && (ram == 0 || p.FitsHost(h.RanksPerHost, ram))
+	h, _ := planHeader(l)
+	fits := fitsOf(l, p)
+	if long != nil {
+		fits = long.Tokens > 0
+	}
 	if *htmlOut != "" {
 		if err := model.WriteFileAtomic(*htmlOut, 0o644, func(w io.Writer) error { return p.WriteTimeline(w, h) }); err != nil {
 			return env.report(err)
@@ -80,16 +123,22 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 	}
 	if *asJSON {
 		out := struct {
-			Header plan.Header `json:"job"`
-			Fits   bool        `json:"fits"`
-			Total  int64       `json:"device_total_bytes"`
+			Header  plan.Header `json:"job"`
+			Fits    bool        `json:"fits"`
+			Total   int64       `json:"device_total_bytes"`
+			Longest *longest    `json:"longest,omitempty"`
 			*plan.Plan
-		}{h, fits, p.DeviceTotal(), p}
+		}{h, fits, p.DeviceTotal(), long, p}
 		if err := writeJSON(env.stdout, out); err != nil {
 			return env.report(err)
 		}
-	} else if err := p.Render(env.stdout, h); err != nil {
-		return env.report(err)
+	} else {
+		if err := p.Render(env.stdout, h); err != nil {
+			return env.report(err)
+		}
+		if long != nil {
+			long.write(env.stdout, h.GPUBytes)
+		}
 	}
 	if !fits {
 		return exitNoFit
