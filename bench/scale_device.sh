@@ -66,7 +66,9 @@
 # Knobs: SCALE_PHASE (dp), SCALE_BUDGET_S (540), SCALE_MODELS
 # ("qwen2.5-1.5b qwen2.5-3b": dp, proc), SCALE_DPS ("1 2 4 8"),
 # SCALE_7B_STEPS (3), SCALE_CP_MODEL (qwen2.5-7b), SCALE_CP_SEQ (28672),
-# SCALE_CP_STEPS (2), SCALE_GPUS (the GPU count; default nvidia-smi's),
+# SCALE_CP_STEPS (2), SCALE_CP_RUNS (the cp phase's runs, of "tests cp2 cp4
+# recompute procs"; on four H200s all five outran one call: the 4-process
+# run was cut), SCALE_GPUS (the GPU count; default nvidia-smi's),
 # SCALE_BIN (.devbin: rlbench, rlpipe and the test binaries),
 # SCALE_WORK (/tmp/rlpipe-scale: specs, rollouts, run records),
 # RLBENCH_CACHE (/tmp/rbc). SCALE_DRY=1 runs nothing: it writes the specs
@@ -91,6 +93,7 @@ STEPS7B=${SCALE_7B_STEPS:-3}
 CPM=${SCALE_CP_MODEL:-qwen2.5-7b}
 CPSEQ=${SCALE_CP_SEQ:-28672}
 CPSTEPS=${SCALE_CP_STEPS:-2}
+CPRUNS=${SCALE_CP_RUNS:-"tests cp2 cp4 recompute procs"}
 W=${SCALE_WORK:-/tmp/rlpipe-scale}
 C=${RLBENCH_CACHE:-/tmp/rbc}
 B=$(realpath -m "${SCALE_BIN:-.devbin}")
@@ -407,12 +410,15 @@ phase_7b() {
 	run_spec "$n-procs" 300 "$WORLD" "$n"
 }
 
+# cprun NAME: whether SCALE_CP_RUNS names the cp phase's run NAME.
+cprun() { [[ " $CPRUNS " == *" $1 "* ]]; }
+
 phase_cp() {
 	needs cp || return 0
-	if [[ -x $B/stages.test || -n $DRY ]]; then
+	if cprun tests && [[ -x $B/stages.test || -n $DRY ]]; then
 		step gpu-tests-stages 150 bash -c "cd stages && $(printf %q "$B/stages.test") -test.run 'TestRunTinyCUDA(DP2|CP2)\$' -test.v"
 	fi
-	if [[ -x $B/libnccl.test || -n $DRY ]]; then
+	if cprun tests && [[ -x $B/libnccl.test || -n $DRY ]]; then
 		step gpu-tests-nccl 150 bash -c "cd nccl/libnccl && $(printf %q "$B/libnccl.test") -test.run TestCUDA -test.v"
 	fi
 	ensure_ckpt "$CPM" || return 0
@@ -425,10 +431,10 @@ phase_cp() {
 	plan "cp-dp$((WORLD / 2))-cp2"
 	((WORLD >= 4)) && plan "cp-dp$((WORLD / 4))-cp4"
 	plan "cp-dp$WORLD-cp1-recompute"
-	run_spec "cp-dp$((WORLD / 2))-cp2" 240 1 "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
-	((WORLD >= 4)) && run_spec "cp-dp$((WORLD / 4))-cp4" 200 1 "cp-dp$((WORLD / 4))-cp4" "$CPSTEPS"
-	run_spec "cp-dp$WORLD-cp1-recompute" 120 1 "cp-dp$WORLD-cp1-recompute" "$CPSTEPS"
-	run_spec "cp-dp$((WORLD / 2))-cp2-procs" 240 "$WORLD" "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
+	cprun cp2 && run_spec "cp-dp$((WORLD / 2))-cp2" 240 1 "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
+	((WORLD >= 4)) && cprun cp4 && run_spec "cp-dp$((WORLD / 4))-cp4" 200 1 "cp-dp$((WORLD / 4))-cp4" "$CPSTEPS"
+	cprun recompute && run_spec "cp-dp$WORLD-cp1-recompute" 120 1 "cp-dp$WORLD-cp1-recompute" "$CPSTEPS"
+	cprun procs && run_spec "cp-dp$((WORLD / 2))-cp2-procs" 240 "$WORLD" "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
 }
 
 phase_proc() {
