@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,14 @@ import (
 // between row spans, forward and backward, on the SIMT kernels of
 // kernels/attention.cu with the Spans range policy, and the log-sum-exp
 // merge of blocks.
+
+// spansWgmma runs span attention on Hopper's wgmma kernels
+// (k_wg_spans_fwd_*, and k_wg_spans_pre_*, _dkv_* and _dq_* for the
+// backward) for 16-bit operands at head dim 64 or 128. It is off unless
+// RLPIPE_CUDA_SPANS_WGMMA=1 until the kernels have passed their GPU test
+// (TestAttentionSpans runs both paths): they were written in a session
+// without a GPU.
+var spansWgmma = os.Getenv("RLPIPE_CUDA_SPANS_WGMMA") == "1"
 
 // spanCache holds the device copies of up to gpu.SpanLayouts span
 // layouts: for every query row its key range and for every key row its
@@ -133,7 +142,8 @@ func (b *Backend) spansCheck(op string, q, k, v gpu.Tensor, spans []gpu.Span, sc
 
 // AttentionSpans is non-causal grouped-query attention between row spans:
 // the query rows of each span attend every key row of it. It writes out
-// [Tq,Hq,D] and lse F32 [Hq,Tq], 0 and −Inf for rows in no span.
+// [Tq,Hq,D] and lse F32 [Hq,Tq], 0 and −Inf for rows in no span. SIMT
+// kernel, or with spansWgmma the wgmma one.
 func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error {
 	const op = "attention spans"
 	a, err := b.spansCheck(op, q, k, v, spans, scale)
@@ -158,6 +168,12 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span,
 		return b.Fill(lse, float32(math.Inf(-1)))
 	}
 	d := a.d
+	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" && spansWgmma && b.d.info.Hopper() {
+		nb := (a.tq + wgBM - 1) / wgBM
+		return b.issue(launch{name: "k_wg_spans_fwd_" + sfx, gx: uint32(nb * a.hq), gy: 1, gz: 1, bx: wgFwdThreads, by: 1, bz: 1,
+			smem: wgSmem("fwd", d), args: new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.r.qk).
+				i32(a.tq).i32(a.tk).i32(a.hq).i32(a.hkv).f32(scale)})
+	}
 	smem := 4 * (attBK*(d+1) + attBK*d + attFBQ*d)
 	return b.issue(launch{name: "k_attn_spans_fwd", gx: uint32((a.tq + attFBQ - 1) / attFBQ), gy: uint32(a.hq), gz: 1,
 		bx: 128, by: 1, bz: 1, smem: smem,
@@ -190,6 +206,18 @@ func (b *Backend) AttentionSpansBackward(dq, dk, dv, dout, out, lse, q, k, v gpu
 		return nil
 	}
 	d := a.d
+	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, dout, out, dq, dk, dv}, []uint64{a.q, a.k, a.v, as[3], as[4], as[0], as[1], as[2]}); sfx != "" && spansWgmma && b.d.info.Hopper() {
+		rows := a.tq * a.hq
+		return b.issue(
+			launch{name: "k_wg_spans_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows)},
+			launch{name: "k_wg_spans_dkv_" + sfx, gx: uint32((a.tk + wgBM - 1) / wgBM * a.hkv), gy: 1, gz: 1, bx: wgDkvThreads, by: 1, bz: 1,
+				smem: wgSmem("dkv", d), args: new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3]).u64(la).u64(a.q).u64(a.k).u64(a.v).
+					u64(a.r.kq).i32(a.tq).i32(a.tk).i32(a.hq).i32(a.hkv).f32(scale)},
+			launch{name: "k_wg_spans_dq_" + sfx, gx: uint32((a.tq + faBM - 1) / faBM * a.hq), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,
+				smem: wgSmem("dq", d), args: new(kargs).u64(as[0]).u64(as[3]).u64(la).u64(a.q).u64(a.k).u64(a.v).
+					u64(a.r.qk).i32(a.tq).i32(a.tk).i32(a.hq).i32(a.hkv).f32(scale)})
+	}
 	smemQ := 4 * (2*attBK*(d+1) + 2*attFBQ*d)
 	smemK := 4 * (2*attBK*(d+1) + 2*attKBQ*(d+1) + 2*attBK*d + 4*attKBQ)
 	common := func(l *kargs) *kargs {

@@ -15,8 +15,18 @@ import (
 // (a query block seeing a key block of half or twice its length, rows in
 // no span, a span of one row) in f32 and bf16 with grouped-query heads,
 // and the merge of two blocks. Outputs are poisoned before each run, so an
-// unwritten element fails.
+// unwritten element fails. Each case runs with and without spansWgmma
+// (the wgmma forward takes the 16-bit ones at head dims 64 and 128 on
+// Hopper).
 func TestAttentionSpans(t *testing.T) {
+	defer func(v bool) { spansWgmma = v }(spansWgmma)
+	for _, wg := range []bool{false, true} {
+		spansWgmma = wg
+		testAttentionSpans(t, fmt.Sprintf("wgmma %v ", wg))
+	}
+}
+
+func testAttentionSpans(t *testing.T, prefix string) {
 	for _, cfg := range []struct {
 		dt         gpu.DType
 		rows       int
@@ -27,8 +37,13 @@ func TestAttentionSpans(t *testing.T) {
 		{gpu.F32, 40, []gpu.Span{{Q: 0, QLen: 8, K: 0, KLen: 4}, {Q: 12, QLen: 4, K: 8, KLen: 8}, {Q: 20, QLen: 1, K: 30, KLen: 1}}, 4, 2, 64, tolF32},
 		{gpu.F32, 300, []gpu.Span{{Q: 0, QLen: 100, K: 0, KLen: 50}, {Q: 150, QLen: 50, K: 100, KLen: 100}, {Q: 250, QLen: 40, K: 200, KLen: 20}}, 6, 2, 128, tolF32},
 		{gpu.BF16, 300, []gpu.Span{{Q: 0, QLen: 100, K: 0, KLen: 50}, {Q: 150, QLen: 50, K: 100, KLen: 100}}, 12, 2, 128, tol16},
+		// Zigzag-like blocks across the wgmma forward's 128-row CTAs and
+		// 64-key tiles: spans straddling CTAs, rows in no span between
+		// them and at the end, a key range that ends inside a tile.
+		{gpu.BF16, 600, []gpu.Span{{Q: 0, QLen: 150, K: 0, KLen: 300}, {Q: 300, QLen: 150, K: 300, KLen: 150}, {Q: 500, QLen: 37, K: 470, KLen: 77}}, 14, 2, 64, tol16},
+		{gpu.F16, 257, []gpu.Span{{Q: 1, QLen: 255, K: 2, KLen: 255}}, 4, 4, 128, tol16},
 	} {
-		name := fmt.Sprintf("spans %v rows %d %v hq%d hkv%d d%d", cfg.dt, cfg.rows, cfg.spans, cfg.hq, cfg.hkv, cfg.d)
+		name := prefix + fmt.Sprintf("spans %v rows %d %v hq%d hkv%d d%d", cfg.dt, cfg.rows, cfg.spans, cfg.hq, cfg.hkv, cfg.d)
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			n, dt, sc := cfg.rows, cfg.dt, float32(1/math.Sqrt(float64(cfg.d)))

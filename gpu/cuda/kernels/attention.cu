@@ -876,8 +876,9 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
 // in the first 4 bytes of each [i,h] row of dq and the start of token i's
 // sequence (int32) in the next 4, which the dk/dv kernels read and the dq
 // kernel overwrites last: the backward needs no workspace. D/8 lanes share
-// a row, 8 elements each; rows are t·hq, token-major.
-template <int D, bool F16>
+// a row, 8 elements each; rows are t·hq, token-major. Without START (span
+// attention, k_wg_spans_pre_*) it stores delta alone.
+template <int D, bool F16, bool START = true>
 __device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* out, int rows, const int* cu, int ns1,
                                            int hq) {
   constexpr int CH = D / 8;
@@ -897,7 +898,7 @@ __device__ __forceinline__ void fa_bwd_pre(u16* dq, const u16* dout, const u16* 
   for (int o = 1; o < CH; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if (r < rows && cc == 0) {
     *(float*)(dq + r * D) = s;
-    *(int*)(dq + r * D + 2) = seq_start(cu, ns1, (int)(r / hq));
+    if (START) *(int*)(dq + r * D + 2) = seq_start(cu, ns1, (int)(r / hq));
   }
 }
 
@@ -1351,15 +1352,93 @@ __device__ __forceinline__ u16* wg_smem(u32& base) {
   return wg_sm + (base - raw) / 2;
 }
 
+// wg_fwd_tiles runs the forward's ntiles key tiles from kmin for a CTA of
+// two warpgroups (wg_fwd, wg_fwd_spans) whose Q rows and first K and V
+// tiles are being loaded: the loads of tile n+1 (rows below tk) are issued
+// before the products of tile n. Row ia of this lane sees keys [sta, ia],
+// row ib keys [stb, ib]. With SP (span attention) every tile is computed
+// and masked; otherwise (causal) a warpgroup skips the tiles wholly after
+// its last row gi1, and a tile is masked only when it reaches past the
+// warp's first row wi0, starts before the start wst1 of its last row, or
+// the warp has rows at or past t.
+template <int D, bool F16, bool SP>
+__device__ __forceinline__ void wg_fwd_tiles(u32 Qg, u32 Ks, u32 Vs, const u16* k, const u16* v, int kmin, int ntiles,
+                                             int tk, int hkv, int hk, int gi1, int wi0, int wst1, int t, int c,
+                                             int sta, int ia, int stb, int ib, float sl2, float (*o)[4], float& ma,
+                                             float& mb, float& la, float& lb) {
+  constexpr int ND = D / 8, NT = WG_BN / 8, KT = WG_BN * D * 2;
+  for (int n = 0; n < ntiles; n++) {
+    int j0 = kmin + n * WG_BN;
+    u32 kb = Ks + (n & 1) * KT, vb = Vs + (n & 1) * KT;
+    if (n + 1 < ntiles) {
+      wg_load<D, WG_BN, WG_THREADS>(Ks + ((n + 1) & 1) * KT, k, j0 + WG_BN, tk, hkv, hk);
+      wg_load<D, WG_BN, WG_THREADS>(Vs + ((n + 1) & 1) * KT, v, j0 + WG_BN, tk, hkv, hk);
+      fa_commit();
+      fa_wait<1>();
+    } else {
+      fa_wait<0>();
+    }
+    wg_publish();
+    __syncthreads();
+    if (SP || j0 <= gi1) {
+      float s[NT][4];
+      wg_fence();
+      wg_ss<D, WG_BM, WG_BN, F16>(s, Qg, kb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<NT>(s);
+      bool need = SP || j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+      float ca, cb;
+      fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
+#pragma unroll
+      for (int dt = 0; dt < ND; dt++) {
+        o[dt][0] *= ca;
+        o[dt][1] *= ca;
+        o[dt][2] *= cb;
+        o[dt][3] *= cb;
+      }
+      u32 pf[NT / 2][4];
+      wg_pack<WG_BN, F16>(s, pf);
+      wg_hold<ND>(o);
+      wg_fence();
+      wg_rs<D, WG_BN, F16>(o, pf, vb);
+      wg_commit();
+      wg_wait<0>();
+      wg_hold<ND>(o);
+    }
+    __syncthreads();  // every warpgroup is done with tile n's buffers
+  }
+}
+
+// wg_fwd_store writes the forward's rows: this warp's 16 rows from wi0 of
+// out (rows below t, staged in the K and V buffers, free now and
+// contiguous: at head dim 128 the 128 padded rows take 34 KB, more than the
+// K buffers' 32, with fa_stage's padded layout) and the lse of this lane's
+// rows ia and ib.
+template <int D, bool F16>
+__device__ __forceinline__ void wg_fwd_store(u16* out, float* lse, u16* sm, int warp, int c, float (*o)[4], float ma,
+                                             float mb, float la, float lb, int wi0, int ia, int ib, int t, int hq,
+                                             int h) {
+  la = fa_quad_sum(la);
+  lb = fa_quad_sum(lb);
+  u16* st = sm + WG_BM * D;
+  fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
+  __syncwarp();
+  fa_store_rows<D>(out, st, warp, wi0, t, hq, h);
+  if (c == 0) {
+    if (ia < t) lse[(i64)h * t + ia] = (ma + log2f(la)) * FA_LN2;
+    if (ib < t) lse[(i64)h * t + ib] = (mb + log2f(lb)) * FA_LN2;
+  }
+}
+
 // wg_fwd: as fa_fwd for a CTA of two warpgroups, 128 query rows [q0,
 // q0+128) of head blockIdx.y, warpgroup g owning rows 64g..64g+63; both
-// read the same K and V tiles of WG_BN keys, which have two buffers each:
-// the loads of tile n+1 are issued before the products of tile n. A
-// warpgroup skips a tile wholly after its last row.
+// read the same K and V tiles of WG_BN keys, which have two buffers each
+// (wg_fwd_tiles). A warpgroup skips a tile wholly after its last row.
 template <int D, bool F16>
 __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* cu,
                                        int ns1, int t, int hq, int hkv, float scale, const int* order) {
-  constexpr int ND = D / 8, NT = WG_BN / 8, KT = WG_BN * D * 2;
+  constexpr int ND = D / 8, KT = WG_BN * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Ks = Qs + WG_BM * D * 2, Vs = Ks + 2 * KT;
@@ -1388,61 +1467,142 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
 #pragma unroll
   for (int dt = 0; dt < ND; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
+  wg_fwd_tiles<D, F16, false>(Qg, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, gi1, wi0, wst1, t, c, sta, ia, stb, ib, sl2,
+                              o, ma, mb, la, lb);
+  wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, wi0, ia, ib, t, hq, h);
+}
+
+// wg_range sets lo and end, in shared memory, to the smallest start and
+// the largest end of the non-empty ranges [r[2i], r[2i+1]) of rows
+// [i0, min(i0+n, rows)), read by threads 0..n−1 (lo = lim and end = 0
+// when there is none); every thread of the CTA calls it.
+__device__ __forceinline__ void wg_range(int* lo_end, const int* r, int i0, int n, int rows, int lim, int& lo,
+                                         int& end) {
+  if (threadIdx.x == 0) {
+    lo_end[0] = lim;
+    lo_end[1] = 0;
+  }
+  __syncthreads();
+  int i = i0 + (int)threadIdx.x;
+  if ((int)threadIdx.x < n && i < rows && r[2 * i] < r[2 * i + 1]) {
+    atomicMin(&lo_end[0], r[2 * i]);
+    atomicMax(&lo_end[1], r[2 * i + 1]);
+  }
+  __syncthreads();
+  lo = lo_end[0];
+  end = lo_end[1];
+}
+
+// wg_fwd_spans is wg_fwd for span attention (context parallelism's ring
+// blocks, see k_attn_spans_fwd): query row i of q [tq] sees keys
+// [qk[2i], qk[2i+1]) of k and v [tk], and no key when that range is empty
+// (out 0, lse −Inf). The CTA's 128 rows take the key tiles from the
+// smallest start to the largest end of their ranges, each tile masked.
+template <int D, bool F16>
+__device__ __forceinline__ void wg_fwd_spans(u16* out, float* lse, const u16* q, const u16* k, const u16* v,
+                                             const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  constexpr int ND = D / 8, KT = WG_BN * D * 2;
+  __shared__ int krange[2];
+  u32 Qs;
+  u16* sm = wg_smem(Qs);
+  u32 Ks = Qs + WG_BM * D * 2, Vs = Ks + 2 * KT;
+  int h = blockIdx.x % hq, hk = h / (hq / hkv);
+  int q0 = (blockIdx.x / hq) * WG_BM;
+  int grp = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int kmin, kend;
+  wg_range(krange, qk, q0, WG_BM, tq, tk, kmin, kend);
+  int ntiles = kend > kmin ? (kend - kmin + WG_BN - 1) / WG_BN : 0;
+  wg_load<D, WG_BM, WG_THREADS>(Qs, q, q0, tq, hq, h);
+  if (ntiles > 0) {
+    wg_load<D, WG_BN, WG_THREADS>(Ks, k, kmin, tk, hkv, hk);
+    wg_load<D, WG_BN, WG_THREADS>(Vs, v, kmin, tk, hkv, hk);
+  }
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;
+  int ia = wi0 + g, ib = ia + 8;
+  // fa_softmax's mask keeps keys [st, last]: a row's [lo, hi) is
+  // [lo, hi − 1], and a row in no span (or past tq) keeps none.
+  int sta = 0, lasta = -1, stb = 0, lastb = -1;
+  if (ia < tq) {
+    sta = qk[2 * ia];
+    lasta = qk[2 * ia + 1] - 1;
+  }
+  if (ib < tq) {
+    stb = qk[2 * ib];
+    lastb = qk[2 * ib + 1] - 1;
+  }
+  float sl2 = scale * FA_LOG2E;
+  u32 Qg = Qs + grp * 64 * 128;
+
+  float o[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
+  wg_fwd_tiles<D, F16, true>(Qg, Ks, Vs, k, v, kmin, ntiles, tk, hkv, hk, 0, wi0, 0, tq, c, sta, lasta, stb, lastb,
+                             sl2, o, ma, mb, la, lb);
+  fa_wait<0>();  // with no tile, the Q load
+  wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, wi0, ia, ib, tq, hq, h);
+}
+
+// wg_dq_tiles runs the dq pass's ntiles key tiles from kmin for a CTA of
+// one warpgroup (wg_dq, wg_dq_spans) whose Q, dout and first K and V tiles
+// are being loaded (rows of K and V below tk), and stores its dq rows
+// (below t). Row ia of this lane sees keys [sta, ia], row ib keys [stb,
+// ib]; La, Lb are their lse·log2(e), Da, Db their delta. With SP every
+// tile is masked; otherwise a tile is masked only when it reaches past the
+// warp's first row wi0, starts before the start wst1 of its last row, or
+// the warp has rows at or past t.
+template <int D, bool F16, bool SP>
+__device__ __forceinline__ void wg_dq_tiles(u16* dq, u16* sm, u32 Qs, u32 Gs, u32 Ks, u32 Vs, const u16* k,
+                                            const u16* v, int kmin, int ntiles, int tk, int hkv, int hk, int wi0,
+                                            int wst1, int t, int hq, int h, int warp, int c, int sta, int ia, int stb,
+                                            int ib, float sl2, float La, float Lb, float Da, float Db, float scale) {
+  constexpr int ND = D / 8, BN = 64, NT = BN / 8;
+  float acc[ND][4];
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
 
   for (int n = 0; n < ntiles; n++) {
-    int j0 = kmin + n * WG_BN;
-    u32 kb = Ks + (n & 1) * KT, vb = Vs + (n & 1) * KT;
-    if (n + 1 < ntiles) {
-      wg_load<D, WG_BN, WG_THREADS>(Ks + ((n + 1) & 1) * KT, k, j0 + WG_BN, t, hkv, hk);
-      wg_load<D, WG_BN, WG_THREADS>(Vs + ((n + 1) & 1) * KT, v, j0 + WG_BN, t, hkv, hk);
-      fa_commit();
-      fa_wait<1>();
-    } else {
-      fa_wait<0>();
-    }
+    int j0 = kmin + n * BN;
+    fa_wait<0>();  // K(n) and V(n)
     wg_publish();
     __syncthreads();
-    if (j0 <= gi1) {
-      float s[NT][4];
-      wg_fence();
-      wg_ss<D, WG_BM, WG_BN, F16>(s, Qg, kb);
-      wg_commit();
-      wg_wait<0>();
-      wg_hold<NT>(s);
-      bool need = j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-      float ca, cb;
-      fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
-#pragma unroll
-      for (int dt = 0; dt < ND; dt++) {
-        o[dt][0] *= ca;
-        o[dt][1] *= ca;
-        o[dt][2] *= cb;
-        o[dt][3] *= cb;
-      }
-      u32 pf[NT / 2][4];
-      wg_pack<WG_BN, F16>(s, pf);
-      wg_hold<ND>(o);
-      wg_fence();
-      wg_rs<D, WG_BN, F16>(o, pf, vb);
-      wg_commit();
-      wg_wait<0>();
-      wg_hold<ND>(o);
+    float s[NT][4], dp[NT][4];
+    wg_fence();
+    wg_ss<D, 64, BN, F16>(s, Qs, Ks);
+    wg_ss<D, 64, BN, F16>(dp, Gs, Vs);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<NT>(s);
+    wg_hold<NT>(dp);
+    bool need = SP || j0 + BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
+    fa_ds_rows<NT, true>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
+    __syncthreads();  // every warp is done with V(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, BN, 128>(Vs, v, j0 + BN, tk, hkv, hk);
+      fa_commit();
     }
-    __syncthreads();  // every warpgroup is done with tile n's buffers
+    u32 pf[NT / 2][4];
+    wg_pack<BN, F16>(s, pf);
+    wg_hold<ND>(acc);
+    wg_fence();
+    wg_rs<D, BN, F16>(acc, pf, Ks);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<ND>(acc);
+    __syncthreads();  // every warp is done with K(n)
+    if (n + 1 < ntiles) {
+      wg_load<D, BN, 128>(Ks, k, j0 + BN, tk, hkv, hk);
+      fa_commit();
+    }
   }
-  la = fa_quad_sum(la);
-  lb = fa_quad_sum(lb);
-  // Stage the rows in the K and V buffers (free now, and contiguous: at head
-  // dim 128 the 128 padded rows take 34 KB, more than the K buffers' 32)
-  // with fa_stage's padded layout.
-  u16* st = sm + WG_BM * D;
-  fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
+  if (SP) fa_wait<0>();  // with no tile, the Q and dout loads
+  // Stage the rows in the K and V buffers (free now, 2 tiles ≥ 64·(D+8)).
+  u16* st = sm + 2 * 64 * D;
+  fa_stage<D, F16>(st, warp, acc, scale, scale);
   __syncwarp();
-  fa_store_rows<D>(out, st, warp, wi0, t, hq, h);
-  if (c == 0) {
-    if (ia < t) lse[(i64)h * t + ia] = (ma + log2f(la)) * FA_LN2;
-    if (ib < t) lse[(i64)h * t + ib] = (mb + log2f(lb)) * FA_LN2;
-  }
+  fa_store_rows<D>(dq, st, warp, wi0, t, hq, h);
 }
 
 // wg_dq: as fa_bwd_dq (one warpgroup, 64 query rows, 64-key tiles).
@@ -1452,7 +1612,7 @@ template <int D, bool F16>
 __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
                                       const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale,
                                       const int* order) {
-  constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = 64 * D * 2;
+  constexpr int BN = 64, TILE = 64 * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Gs = Qs + TILE, Ks = Gs + TILE, Vs = Ks + TILE;
@@ -1479,50 +1639,59 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
   float Lb = ib < t ? lse[(i64)h * t + ib] * FA_LOG2E : 0.0f;
   float Da = ia < t ? fa_delta<D>(dq, ia, hq, h) : 0.0f;
   float Db = ib < t ? fa_delta<D>(dq, ib, hq, h) : 0.0f;
+  wg_dq_tiles<D, F16, false>(dq, sm, Qs, Gs, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, wi0, wst1, t, hq, h, warp, c, sta,
+                             ia, stb, ib, sl2, La, Lb, Da, Db, scale);
+}
 
-  float acc[ND][4];
-#pragma unroll
-  for (int dt = 0; dt < ND; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
-
-  for (int n = 0; n < ntiles; n++) {
-    int j0 = kmin + n * BN;
-    fa_wait<0>();  // K(n) and V(n)
-    wg_publish();
-    __syncthreads();
-    float s[NT][4], dp[NT][4];
-    wg_fence();
-    wg_ss<D, 64, BN, F16>(s, Qs, Ks);
-    wg_ss<D, 64, BN, F16>(dp, Gs, Vs);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<NT>(s);
-    wg_hold<NT>(dp);
-    bool need = j0 + BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
-    fa_ds_rows<NT, true>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
-    __syncthreads();  // every warp is done with V(n)
-    if (n + 1 < ntiles) {
-      wg_load<D, BN, 128>(Vs, v, j0 + BN, t, hkv, hk);
-      fa_commit();
-    }
-    u32 pf[NT / 2][4];
-    wg_pack<BN, F16>(s, pf);
-    wg_hold<ND>(acc);
-    wg_fence();
-    wg_rs<D, BN, F16>(acc, pf, Ks);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<ND>(acc);
-    __syncthreads();  // every warp is done with K(n)
-    if (n + 1 < ntiles) {
-      wg_load<D, BN, 128>(Ks, k, j0 + BN, t, hkv, hk);
-      fa_commit();
-    }
+// wg_dq_spans is wg_dq for span attention (k_attn_spans_bwd_dq's
+// contract): query row i of q [tq] sees keys [qk[2i], qk[2i+1]) of k and v
+// [tk]; a row in no span gets dq 0. delta is in the first 4 bytes of each
+// dq row (k_wg_spans_pre_*).
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dq_spans(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
+                                            const u16* v, const int* qk, int tq, int tk, int hq, int hkv,
+                                            float scale) {
+  constexpr int BN = 64, TILE = 64 * D * 2;
+  __shared__ int krange[2];
+  u32 Qs;
+  u16* sm = wg_smem(Qs);
+  u32 Gs = Qs + TILE, Ks = Gs + TILE, Vs = Ks + TILE;
+  int h = blockIdx.x % hq, hk = h / (hq / hkv);
+  int q0 = (blockIdx.x / hq) * 64;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  int kmin, kend;
+  wg_range(krange, qk, q0, 64, tq, tk, kmin, kend);
+  int ntiles = kend > kmin ? (kend - kmin + BN - 1) / BN : 0;
+  wg_load<D, 64, 128>(Qs, q, q0, tq, hq, h);
+  wg_load<D, 64, 128>(Gs, dout, q0, tq, hq, h);
+  if (ntiles > 0) {
+    wg_load<D, BN, 128>(Ks, k, kmin, tk, hkv, hk);
+    wg_load<D, BN, 128>(Vs, v, kmin, tk, hkv, hk);
   }
-  // Stage the rows in the K and V buffers (free now, 2 tiles ≥ 64·(D+8)).
-  u16* st = sm + 2 * 64 * D;
-  fa_stage<D, F16>(st, warp, acc, scale, scale);
-  __syncwarp();
-  fa_store_rows<D>(dq, st, warp, wi0, t, hq, h);
+  fa_commit();
+
+  int wi0 = q0 + warp * 16;
+  int ia = wi0 + g, ib = ia + 8;
+  int sta = 0, lasta = -1, stb = 0, lastb = -1;  // keys [st, last], as in wg_fwd_spans
+  float La = 0.0f, Lb = 0.0f, Da = 0.0f, Db = 0.0f;
+  if (ia < tq) {
+    sta = qk[2 * ia];
+    lasta = qk[2 * ia + 1] - 1;
+    La = lse[(i64)h * tq + ia] * FA_LOG2E;
+    Da = fa_delta<D>(dq, ia, hq, h);
+  }
+  if (ib < tq) {
+    stb = qk[2 * ib];
+    lastb = qk[2 * ib + 1] - 1;
+    Lb = lse[(i64)h * tq + ib] * FA_LOG2E;
+    Db = fa_delta<D>(dq, ib, hq, h);
+  }
+  // A row in no span has lse −Inf: every probability is masked before it
+  // is used.
+  if (lasta < sta) La = 0.0f;
+  if (lastb < stb) Lb = 0.0f;
+  wg_dq_tiles<D, F16, true>(dq, sm, Qs, Gs, Ks, Vs, k, v, kmin, ntiles, tk, hkv, hk, wi0, 0, tq, hq, h, warp, c, sta,
+                            lasta, stb, lastb, scale * FA_LOG2E, La, Lb, Da, Db, scale);
 }
 
 // mbarrier helpers (shared::cta): init with an arrival count, arrive, and
@@ -1542,10 +1711,15 @@ __device__ __forceinline__ void mb_wait(u32 bar, int parity) {
 
 #define WG_DKV_STAGES 3
 
-template <int D, bool F16>
+template <int D, bool F16, bool SP>
 __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
-                                               const float2* DSs, u32 bars, u16* sm, int k0, int total, int nqt, int t,
-                                               int hkv, float scale);
+                                               const float2* DSs, u32 bars, u16* sm, int k0, int q0, int total,
+                                               int nqt, int t, int tk, const int* kq, int hkv, float scale);
+
+template <int D, bool F16, bool SP>
+__device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
+                                           const u16* q, const u16* k, const u16* v, const int* kq, int k0, int q0,
+                                           int nqt, int t, int tk, int hq, int hkv, float scale);
 
 // wg_dkv: as fa_bwd_dkv for a CTA of three warpgroups: a producer and two
 // consumers. Consumer g (warpgroups 1 and 2) owns keys 64g..64g+63 of the
@@ -1563,6 +1737,41 @@ template <int D, bool F16>
 __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
                                        const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
                                        float scale, const int* order) {
+  constexpr int BN = 64;
+  int k0 = order[blockIdx.x / hkv] * 128;  // the heaviest blocks first (k_attn_order)
+  int klast = min(k0 + 127, t - 1);
+  int qend = seq_end(cu, ns1, klast, t);
+  int nqt = (qend - k0 + BN - 1) / BN;
+  wg_dkv_run<D, F16, false>(dk, dv, dq, dout, lse, q, k, v, nullptr, k0, k0, nqt, t, t, hq, hkv, scale);
+}
+
+// wg_dkv_spans is wg_dkv for span attention (k_attn_spans_bwd_dkv's
+// contract): key row j of k and v [tk] is seen by query rows [kq[2j],
+// kq[2j+1]) of q [tq]; a key in no span gets dk and dv 0. The CTA's keys
+// take the query tiles from the smallest start to the largest end of
+// their ranges, each tile masked. delta is in the first 4 bytes of each dq
+// row (k_wg_spans_pre_*).
+template <int D, bool F16>
+__device__ __forceinline__ void wg_dkv_spans(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
+                                             const u16* q, const u16* k, const u16* v, const int* kq, int tq, int tk,
+                                             int hq, int hkv, float scale) {
+  constexpr int BN = 64;
+  __shared__ int qrange[2];
+  int k0 = (blockIdx.x / hkv) * 128;
+  int qmin, qend;
+  wg_range(qrange, kq, k0, 128, tk, tq, qmin, qend);
+  int nqt = qend > qmin ? (qend - qmin + BN - 1) / BN : 0;
+  wg_dkv_run<D, F16, true>(dk, dv, dq, dout, lse, q, k, v, kq, k0, qmin, nqt, tq, tk, hq, hkv, scale);
+}
+
+// wg_dkv_run is the body of wg_dkv and wg_dkv_spans once the CTA's keys
+// [k0, k0+128) (rows of k and v below tk) and its query tiles are known:
+// nqt tiles of 64 rows from q0 (rows of q below t) for each query head of
+// the group.
+template <int D, bool F16, bool SP>
+__device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
+                                           const u16* q, const u16* k, const u16* v, const int* kq, int k0, int q0,
+                                           int nqt, int t, int tk, int hq, int hkv, float scale) {
   constexpr int BN = 64, NS = WG_DKV_STAGES, KT = 128 * D * 2, QT = BN * D * 2;
   u32 Ks;
   u16* sm = wg_smem(Ks);
@@ -1572,10 +1781,6 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
   u32 La = fa_smem(Ls), DSa = fa_smem(DSs);
   u32 bars = fa_smem(DSs + NS * BN);  // full[NS], then empty[NS]
   int hk = blockIdx.x % hkv, group = hq / hkv;
-  int k0 = order[blockIdx.x / hkv] * 128;  // the heaviest blocks first (k_attn_order)
-  int klast = min(k0 + 127, t - 1);
-  int qend = seq_end(cu, ns1, klast, t);
-  int nqt = (qend - k0 + BN - 1) / BN;
   int total = group * nqt;
 
   if (threadIdx.x == 0) {
@@ -1584,8 +1789,8 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
       mb_init(bars + 8 * (NS + i), 256);      // the consumers' threads
     }
   }
-  wg_load<D, 128, 384>(Ks, k, k0, t, hkv, hk);
-  wg_load<D, 128, 384>(Vs, v, k0, t, hkv, hk);
+  wg_load<D, 128, 384>(Ks, k, k0, tk, hkv, hk);
+  wg_load<D, 128, 384>(Vs, v, k0, tk, hkv, hk);
   fa_commit();
   fa_wait<0>();
   wg_publish();
@@ -1596,7 +1801,7 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
     for (int n = 0; n < total; n++) {
       int b = n % NS;
       if (n >= NS) mb_wait(bars + 8 * (NS + b), (n / NS + 1) & 1);
-      int h = hk * group + n / nqt, i0 = k0 + (n % nqt) * BN;
+      int h = hk * group + n / nqt, i0 = q0 + (n % nqt) * BN;
       wg_load<D, BN, 128>(Qs + b * QT, q, i0, t, hq, h);
       wg_load<D, BN, 128>(Gs + b * QT, dout, i0, t, hq, h);
       if (threadIdx.x < BN) {
@@ -1614,10 +1819,10 @@ __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u1
     }
     fa_wait<0>();
     wg_publish();
-    mb_arrive(bars + 8 * ((total - 1) % NS));
+    if (!SP || total > 0) mb_arrive(bars + 8 * ((total - 1) % NS));
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    wg_dkv_consume<D, F16>(dk, dv, Ks, Vs, Qs, Gs, Ls, DSs, bars, sm, k0, total, nqt, t, hkv, scale);
+    wg_dkv_consume<D, F16, SP>(dk, dv, Ks, Vs, Qs, Gs, Ls, DSs, bars, sm, k0, q0, total, nqt, t, tk, kq, hkv, scale);
   }
 }
 
@@ -1646,17 +1851,48 @@ __device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool n
   }
 }
 
-// wg_dkv_consume is the consumers' part of wg_dkv.
-template <int D, bool F16>
+// wg_ds_spans is wg_ds_cols for span attention: this lane's keys ja and
+// jb are seen by query rows [qla, qza] and [qlb, qzb] (none when empty),
+// every tile masked.
+template <int NT>
+__device__ __forceinline__ void wg_ds_spans(float (*s)[4], float (*dp)[4], int i0, int c, int qla, int qza, int qlb,
+                                            int qzb, const float* L, const float2* DS, float sl2) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int ci = nt * 8 + 2 * c + (e & 1);
+      int i = i0 + ci;
+      bool ok = e < 2 ? (i >= qla && i <= qza) : (i >= qlb && i <= qzb);
+      float p = ok ? fa_exp2(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
+      s[nt][e] = p;
+      dp[nt][e] = p * (dp[nt][e] - DS[ci].x);
+    }
+  }
+}
+
+// wg_dkv_consume is the consumers' part of wg_dkv and wg_dkv_spans (SP):
+// query tile n is rows q0 + (n mod nqt)·64 of q [t]; the keys are rows of k
+// and v [tk]; with SP, key j is seen by query rows [kq[2j], kq[2j+1]).
+template <int D, bool F16, bool SP>
 __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs, u32 Qs, u32 Gs, const float* Ls,
-                                               const float2* DSs, u32 bars, u16* sm, int k0, int total, int nqt, int t,
-                                               int hkv, float scale) {
+                                               const float2* DSs, u32 bars, u16* sm, int k0, int q0, int total,
+                                               int nqt, int t, int tk, const int* kq, int hkv, float scale) {
   constexpr int ND = D / 8, BN = 64, NT = BN / 8, NS = WG_DKV_STAGES, QT = BN * D * 2;
   int hk = blockIdx.x % hkv;
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  int gk0 = k0 + 64 * grp, gk1 = min(gk0 + 63, t - 1);  // the warpgroup's keys
+  int gk0 = k0 + 64 * grp, gk1 = min(gk0 + 63, tk - 1);  // the warpgroup's keys
   int kw0 = k0 + warp * 16;
   int ja = kw0 + g, jb = ja + 8;
+  int qla = 0, qza = -1, qlb = 0, qzb = -1;  // SP: the query rows keys ja and jb are seen by
+  if (SP && ja < tk) {
+    qla = kq[2 * ja];
+    qza = kq[2 * ja + 1] - 1;
+  }
+  if (SP && jb < tk) {
+    qlb = kq[2 * jb];
+    qzb = kq[2 * jb + 1] - 1;
+  }
   float sl2 = scale * FA_LOG2E;
   u32 Kg = Ks + grp * 64 * 128, Vg = Vs + grp * 64 * 128;
   float dka[ND][4], dva[ND][4];
@@ -1668,12 +1904,12 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
 
   for (int n = 0; n < total; n++) {
     int b = n % NS;
-    int i0 = k0 + (n % nqt) * BN;
+    int i0 = q0 + (n % nqt) * BN;
     mb_wait(bars + 8 * b, (n / NS) & 1);
     const float* L = Ls + b * BN;
     const float2* DS = DSs + b * BN;
     int st0 = __float_as_int(DS[0].y), stl = __float_as_int(DS[BN - 1].y);
-    bool skip = gk0 >= t || i0 + BN - 1 < gk0 || st0 > gk1;
+    bool skip = SP ? gk0 >= tk : gk0 >= t || i0 + BN - 1 < gk0 || st0 > gk1;
     if (!skip) {
       u32 qb = Qs + b * QT, gb = Gs + b * QT;
       float s[NT][4], dp[NT][4];
@@ -1684,8 +1920,12 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
       wg_wait<0>();
       wg_hold<NT>(s);
       wg_hold<NT>(dp);
-      bool need = i0 < kw0 + 15 || stl > kw0 || i0 + BN > t;
-      wg_ds_cols<NT>(s, dp, need, i0, t, c, ja, jb, L, DS, sl2);
+      if (SP) {
+        wg_ds_spans<NT>(s, dp, i0, c, qla, qza, qlb, qzb, L, DS, sl2);
+      } else {
+        bool need = i0 < kw0 + 15 || stl > kw0 || i0 + BN > t;
+        wg_ds_cols<NT>(s, dp, need, i0, t, c, ja, jb, L, DS, sl2);
+      }
       u32 ap[NT / 2][4], ad[NT / 2][4];
       wg_pack<BN, F16>(s, ap);
       wg_pack<BN, F16>(dp, ad);
@@ -1710,8 +1950,8 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
   fa_stage<D, F16>(sk, warp, dka, scale, scale);
   fa_stage<D, F16>(sv, warp, dva, 1.0f, 1.0f);
   __syncwarp();
-  fa_store_rows<D>(dk, sk, warp, kw0, t, hkv, hk);
-  fa_store_rows<D>(dv, sv, warp, kw0, t, hkv, hk);
+  fa_store_rows<D>(dk, sk, warp, kw0, tk, hkv, hk);
+  fa_store_rows<D>(dv, sv, warp, kw0, tk, hkv, hk);
 }
 
 // Entry points, one per dtype and head dim (k_fa_<op>_<dtype>_<D>). They are
@@ -1870,4 +2110,59 @@ extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
+}
+
+// The wgmma span forward (wg_fwd_spans): one CTA of 256 threads per 128
+// query rows and head, Hopper only like the other k_wg_ kernels.
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_spans_fwd_bf16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd_spans<64, false>(out, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_spans_fwd_bf16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd_spans<128, false>(out, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_spans_fwd_f16_64(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd_spans<64, true>(out, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(256, 2) k_wg_spans_fwd_f16_128(u16* out, float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_fwd_spans<128, true>(out, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+
+// The wgmma span backward: delta into dq's rows (k_wg_spans_pre_*, any
+// GPU), then dk/dv (wg_dkv_spans) and dq (wg_dq_spans), which overwrites
+// delta, as the causal backward does.
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_pre_bf16_64(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<64, false, false>(dq, dout, out, rows, nullptr, 0, 1);
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq_spans<64, false>(dq, dout, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_spans_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* kq, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv_spans<64, false>(dk, dv, dq, dout, lse, q, k, v, kq, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_pre_f16_64(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<64, true, false>(dq, dout, out, rows, nullptr, 0, 1);
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq_spans<64, true>(dq, dout, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_spans_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* kq, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv_spans<64, true>(dk, dv, dq, dout, lse, q, k, v, kq, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_pre_bf16_128(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<128, false, false>(dq, dout, out, rows, nullptr, 0, 1);
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq_spans<128, false>(dq, dout, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_spans_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* kq, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv_spans<128, false>(dk, dv, dq, dout, lse, q, k, v, kq, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_pre_f16_128(u16* dq, const u16* dout, const u16* out, int rows) {
+  fa_bwd_pre<128, true, false>(dq, dout, out, rows, nullptr, 0, 1);
+}
+extern "C" __global__ void __launch_bounds__(128) k_wg_spans_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* qk, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dq_spans<128, true>(dq, dout, lse, q, k, v, qk, tq, tk, hq, hkv, scale)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_wg_spans_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* kq, int tq, int tk, int hq, int hkv, float scale) {
+  WG_ONLY((wg_dkv_spans<128, true>(dk, dv, dq, dout, lse, q, k, v, kq, tq, tk, hq, hkv, scale)));
 }
