@@ -162,6 +162,25 @@ func BenchmarkOps(bb *testing.B) {
 	bwd8 := func(a attn8, scale float32) func() error {
 		return func() error { return b.AttentionBackward(a.dq, a.dk, a.dv, a.o, a.o, a.lse, a.q, a.k, a.v, cu8, scale) }
 	}
+	// Ring attention's blocks at cp 2 (zigzag): in each of the 8
+	// sequences, the late chunk's 1024 query rows see all 2048 rows of
+	// another rank; on the SIMT kernels and, with spansWgmma, the wgmma ones.
+	var spans8 []gpu.Span
+	for sq := range 8 {
+		spans8 = append(spans8, gpu.Span{Q: sq*2048 + 1024, QLen: 1024, K: sq * 2048, KLen: 2048})
+	}
+	spanFlops := 8 * 4 * 1024 * 2048 * float64(Hq*D)
+	spans := func(wg, backward bool) func() error {
+		return func() error {
+			defer func(v bool) { spansWgmma = v }(spansWgmma)
+			spansWgmma = wg
+			a := a128
+			if backward {
+				return b.AttentionSpansBackward(a.dq, a.dk, a.dv, a.o, a.o, a.lse, a.q, a.k, a.v, spans8, 0.088)
+			}
+			return b.AttentionSpans(a.o, a.lse, a.q, a.k, a.v, spans8, 0.088)
+		}
+	}
 	// The q/k/v projections of a 1.5B layer on 16384 tokens, as three
 	// products with their biases and RoPE, and fused (one product,
 	// QKVSplit; QKVPack, one product each for the weight and input
@@ -288,6 +307,10 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention bwd 8x2048 h12/2 d128", 2.5 * flops8(Hq, D), 0, bwd8(a128, 0.088)},
 		{"attention fwd 8x2048 h14/2 d64", flops8(14, 64), 0, fwd8(a64, 0.125)},
 		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},
+		{"attention spans fwd 8x1024x2048 h12/2 d128 SIMT", spanFlops, 0, spans(false, false)},
+		{"attention spans bwd 8x1024x2048 h12/2 d128 SIMT", 2.5 * spanFlops, 0, spans(false, true)},
+		{"attention spans fwd 8x1024x2048 h12/2 d128 wgmma", spanFlops, 0, spans(true, false)},
+		{"attention spans bwd 8x1024x2048 h12/2 d128 wgmma", 2.5 * spanFlops, 0, spans(true, true)},
 		{"attention bwd 8x2048 h12/2 d128 dq pass", 0, 0, only("dq", bwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h12/2 d128 dk/dv pass", 0, 0, only("dkv", bwd8(a128, 0.088))},
 		{"attention fwd 8x2048 h12/2 d128 mma.sync", flops8(Hq, D), 0, mmaSync(fwd8(a128, 0.088))},
