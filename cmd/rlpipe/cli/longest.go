@@ -38,10 +38,11 @@ type lengthPlan struct {
 // findLongest plans the spec at path with data.max_seq_len set to
 // multiples of step tokens, and data.max_tokens_per_gpu to the rows such a
 // sample puts on each of mesh.cp ranks (one sample a micro-batch), and
-// returns the longest that fits (fits decides, from the plan
-// and the job) with its plan. The spec's own length must resolve; a
-// longer one that does not resolve counts as not fitting, for the reason
-// given. Memory grows with the length, so the search doubles the length
+// returns the longest that fits (fits decides, from the plan and the job)
+// with its plan, or, when none does, the shortest length tried (its plan
+// nil when it could not be planned, for the reason in why). The spec's own
+// length must resolve; another that does not resolve counts as not
+// fitting, for the reason given. Memory grows with the length, so the search doubles the length
 // until it does not fit and then bisects.
 func findLongest(path, gpuValue string, step int, fits func(*loaded, *plan.Plan) bool) (*lengthPlan, longest, error) {
 	res := longest{Step: step}
@@ -104,12 +105,13 @@ func findLongest(path, gpuValue string, step int, fits func(*loaded, *plan.Plan)
 			hi, failed = mid, lp
 		}
 	}
-	if best != nil {
-		res.Tokens, res.MaxTokensPerGPU = lo*step, best.l.spec.Data.MaxTokensPerGPU
-	}
 	if failed != nil {
 		res.Next, res.NextBytes, res.NextWhy = hi*step, failed.total, failed.why
 	}
+	if best == nil {
+		return failed, res, nil
+	}
+	res.Tokens, res.MaxTokensPerGPU = lo*step, best.l.spec.Data.MaxTokensPerGPU
 	return best, res, nil
 }
 
@@ -127,8 +129,6 @@ func (r longest) write(w io.Writer, gpuBytes int64) {
 	case r.NextWhy != "":
 		fmt.Fprintf(w, "; %d tokens: %s\n", r.Next, r.NextWhy)
 	default:
-		fmt.Fprintf(w, "; %d tokens do not: device total %.2f GiB of %.2f GiB\n", r.Next, gib(r.NextBytes), gib(gpuBytes))
+		fmt.Fprintf(w, "; %d tokens do not: device total %s GiB of %s GiB\n", r.Next, plan.GiB(r.NextBytes), plan.GiB(gpuBytes))
 	}
 }
-
-func gib(b int64) float64 { return float64(b) / (1 << 30) }

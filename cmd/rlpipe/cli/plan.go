@@ -87,17 +87,10 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 			return env.report(err)
 		}
 		long = &r
-		if best == nil {
-			// Nothing fits: show the shortest length's plan, or why it
-			// could not be planned.
-			lp, err := load(fs.Arg(0), *g, stages.CheckPlan)
-			if err != nil {
-				return env.report(err)
-			}
-			best = &lengthPlan{l: lp}
-			if best.p, err = stages.Plan(lp.job); err != nil {
-				return env.report(err)
-			}
+		if best.p == nil {
+			// Not even the shortest length could be planned: say why.
+			fmt.Fprintf(env.stderr, "rlpipe plan --longest: samples of %d tokens: %s\n", r.Step, best.why)
+			return exitNoFit
 		}
 		l, p = best.l, best.p
 	} else {
