@@ -25,10 +25,16 @@ import (
 // cuBLASLt workspace, the device error flag and a 4 MiB reduction scratch
 // for each of its two streams. The GPU tests check the NVML-measured process
 // memory against arena + reserves.
+//
+// HostProcessReserve is the host memory a rank's process takes beyond its
+// pinned arena and host buffers: on four H200s (docs/memory.md) a process
+// of one rank peaked 0.60-1.03 GiB over them, one of four ranks 2.34 GiB,
+// and an H100 run 1.13 GiB. 1.25 GiB a rank covers every run measured.
 const (
 	CUDAContextReserve = 768 << 20
 	NCCLReserve        = 1536 << 20
 	BackendReserve     = 32<<20 + 4096 + 2*(4<<20)
+	HostProcessReserve = 1280 << 20
 )
 
 // planOnce builds the per-device memory plan of the job as its choices
@@ -72,6 +78,7 @@ func planOnce(j *Job) (*plan.Plan, error) {
 		return nil, err
 	}
 	p.HostBuffers = hostBuffers(j)
+	p.HostProcess = HostProcessReserve
 	if cp > 1 {
 		fwd, bwd := plan.RingScratch(p.Buffers)
 		p.Context = &plan.ContextUse{CP: cp, Rows: rows, RingForward: fwd, RingBackward: bwd}

@@ -25,11 +25,11 @@ func (p *Plan) HostBuffersPeak(rank0 bool) int64 {
 }
 
 // HostPerNode is what the processes of a node of ranksPerHost ranks need
-// of host memory beyond their code and runtime: every rank's pinned arena
-// and largest host buffer, rank 0's among them.
+// of host memory: every rank's pinned arena, largest host buffer (rank
+// 0's among them) and process estimate.
 func (p *Plan) HostPerNode(ranksPerHost int) int64 {
 	n := int64(max(ranksPerHost, 1))
-	return n*(p.HostArena+p.HostBuffersPeak(false)) + p.HostBuffersPeak(true) - p.HostBuffersPeak(false)
+	return n*(p.HostArena+p.HostBuffersPeak(false)+p.HostProcess) + p.HostBuffersPeak(true) - p.HostBuffersPeak(false)
 }
 
 // FitsHost reports whether a node of ranksPerHost ranks fits in ram bytes.

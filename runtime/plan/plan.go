@@ -302,6 +302,10 @@ type Plan struct {
 	// HostBuffers are the host (not pinned) buffers a rank's process
 	// needs outside the arena (see HostUse).
 	HostBuffers []HostUse `json:"host_buffers,omitempty"`
+	// HostProcess is the host memory a rank's process takes beyond its
+	// pinned arena and host buffers (code, the CUDA driver, NCCL, the Go
+	// runtime): an estimate per rank.
+	HostProcess int64 `json:"host_process_bytes,omitempty"`
 	// Context is set with mesh.cp > 1.
 	Context *ContextUse `json:"context_parallel,omitempty"`
 	// Auto are the decisions planning made where the spec says auto.

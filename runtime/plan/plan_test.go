@@ -170,4 +170,8 @@ func TestHostPerNode(t *testing.T) {
 	if !p.FitsHost(8, 115) || p.FitsHost(8, 114) {
 		t.Error("FitsHost disagrees with HostPerNode")
 	}
+	p.HostProcess = 5
+	if got := p.HostPerNode(8); got != 7*14+17+8*5 {
+		t.Errorf("HostPerNode(8) with a process estimate of 5 = %d, want %d", got, 7*14+17+8*5)
+	}
 }

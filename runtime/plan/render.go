@@ -126,12 +126,17 @@ func (p *Plan) Render(w io.Writer, h Header) error {
 		fmt.Fprintf(w, "ring attention  %8s %s  forward, %s backward, per rank: the K/V blocks in flight during a layer's attention (cp %d; a rank holds %d rows of a micro-batch)\n",
 			u.format(c.RingForward), u.name, u.format(c.RingBackward), c.CP, c.Rows)
 	}
+	parts := "pinned + buffers"
+	if p.HostProcess > 0 {
+		fmt.Fprintf(w, "host process    %8s %s  per rank: the process's own memory (code, CUDA driver, NCCL, Go runtime; estimate)\n", u.format(p.HostProcess), u.name)
+		parts += " + process"
+	}
 	perHost := p.HostPerNode(h.RanksPerHost)
 	switch {
 	case h.HostBytes > 0:
-		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers), of %s GiB RAM (%s)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1), GiB(h.HostBytes), h.HostSource)
+		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (%s), of %s GiB RAM (%s)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1), parts, GiB(h.HostBytes), h.HostSource)
 	default:
-		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (pinned + buffers); RAM not checked (set mesh.host_memory or pass --host-memory)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1))
+		fmt.Fprintf(w, "host per node   %8s %s  %d rank(s) × (%s); RAM not checked (set mesh.host_memory or pass --host-memory)\n", u.format(perHost), u.name, max(h.RanksPerHost, 1), parts)
 	}
 	if len(p.Sleeps) > 0 {
 		var kept, released []string

@@ -135,7 +135,7 @@ func TestExitCodes(t *testing.T) {
 		{"plan does not fit", []string{"plan", "--gpu", "10000000000", ex}, exitNoFit, "DOES NOT FIT"},
 		{"bad --gpu", []string{"plan", "--gpu", "h900-1t", ex}, exitUsage, "--gpu"},
 		{"host does not fit", []string{"plan", "--gpu", "h100-80g", "--host-memory", "16GiB", filepath.Join("..", "..", "..", "examples", "llama-3.1-8b-offload-8gpu.yaml")}, exitNoFit, "GiB over the host's RAM"},
-		{"host fits", []string{"plan", "--gpu", "h100-80g", "--host-memory", "1TiB", filepath.Join("..", "..", "..", "examples", "llama-3.1-8b-offload-8gpu.yaml")}, exitOK, "8 rank(s) × (pinned + buffers), of 1024.00 GiB RAM (--host-memory)"},
+		{"host fits", []string{"plan", "--gpu", "h100-80g", "--host-memory", "1TiB", filepath.Join("..", "..", "..", "examples", "llama-3.1-8b-offload-8gpu.yaml")}, exitOK, "8 rank(s) × (pinned + buffers + process), of 1024.00 GiB RAM (--host-memory)"},
 		{"bad --host-memory", []string{"plan", "--host-memory", "lots", ex}, exitUsage, "--host-memory"},
 		{"bad --export-dtype", []string{"run", "--runs", "testdata/no-runs", "--export-dtype", "int8", tinySpec}, exitUsage, "--export-dtype"},
 		{"bad --backend", []string{"run", "--runs", "testdata/no-runs", "--backend", "tpu", tinySpec}, exitUsage, "--backend"},
