@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -207,7 +208,7 @@ func (d *device) setup(mods []kernelModule, imgs []kernelImage) error {
 	if err := d.memsetFlag(); err != nil {
 		return err
 	}
-	s, err := d.newStream(true)
+	s, err := d.newStream(true, false)
 	if err != nil {
 		return err
 	}
@@ -447,9 +448,16 @@ type Event struct {
 	h C.uint64_t
 }
 
-func (d *device) newStream(workspace bool) (*Stream, error) {
+// newStream creates a non-blocking stream, with the device's greatest
+// priority when high is set (the driver clamps the priority asked for to
+// its range).
+func (d *device) newStream(workspace, high bool) (*Stream, error) {
 	s := &Stream{d: d, workspace: workspace}
-	if err := cuErr("cuStreamCreate", C.cuStreamCreate_(&s.h, streamNonBlocking)); err != nil {
+	if high {
+		if err := cuErr("cuStreamCreateWithPriority", C.cuStreamCreateWithPriority_(&s.h, streamNonBlocking, -1<<20)); err != nil {
+			return nil, err
+		}
+	} else if err := cuErr("cuStreamCreate", C.cuStreamCreate_(&s.h, streamNonBlocking)); err != nil {
 		return nil, err
 	}
 	if !d.released {
@@ -541,12 +549,20 @@ func (e *Event) Close() error {
 	})
 }
 
-// NewStream creates a stream.
+// sidePriority gives the streams NewStream creates (the side stream units
+// are gathered on, and grads reduced on with overlap_reduce) the device's
+// greatest priority, so that their NCCL kernels are scheduled ahead of the
+// compute stream's blocks, as PyTorch FSDP2 does with its all-gather and
+// reduce-scatter streams. Off unless RLPIPE_CUDA_SIDE_PRIORITY=1 until it
+// is measured.
+var sidePriority = os.Getenv("RLPIPE_CUDA_SIDE_PRIORITY") == "1"
+
+// NewStream creates a stream (with sidePriority, of the greatest priority).
 func (b *Backend) NewStream() (gpu.Stream, error) {
 	var s *Stream
 	err := b.d.do(func() error {
 		var err error
-		s, err = b.d.newStream(false)
+		s, err = b.d.newStream(false, sidePriority)
 		return err
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ enum {
 	CU_DeviceGetAttribute, CU_DeviceTotalMem, CU_PrimaryCtxRetain, CU_PrimaryCtxRelease,
 	CU_CtxSetCurrent, CU_CtxSynchronize, CU_MemAlloc, CU_MemFree, CU_MemAllocHost,
 	CU_MemFreeHost, CU_MemGetInfo, CU_MemcpyHtoDAsync, CU_MemcpyDtoHAsync, CU_MemcpyAsync,
-	CU_StreamCreate, CU_StreamDestroy, CU_StreamSynchronize, CU_StreamWaitEvent,
+	CU_StreamCreate, CU_StreamCreateWithPriority, CU_StreamDestroy, CU_StreamSynchronize, CU_StreamWaitEvent,
 	CU_EventCreate, CU_EventRecord, CU_EventSynchronize, CU_EventDestroy,
 	CU_ModuleLoadData, CU_ModuleUnload, CU_ModuleGetFunction, CU_FuncSetAttribute,
 	CU_LaunchKernel, CU_GetErrorName, CU_GetErrorString, CU_N
@@ -24,7 +24,7 @@ static const char* rl_cu_names[CU_N] = {
 	"cuDeviceGetAttribute", "cuDeviceTotalMem_v2", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
 	"cuCtxSetCurrent", "cuCtxSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocHost_v2",
 	"cuMemFreeHost", "cuMemGetInfo_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
-	"cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent",
+	"cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent",
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute",
 	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
@@ -99,6 +99,7 @@ CUresult cuMemcpyHtoDAsync_(CUdeviceptr d, const void* s, size_t n, uint64_t st)
 CUresult cuMemcpyDtoHAsync_(void* d, CUdeviceptr s, size_t n, uint64_t st) { return CUF(CU_MemcpyDtoHAsync, (void*, CUdeviceptr, size_t, CUstream))(d, s, n, (CUstream)st); }
 CUresult cuMemcpyAsync_(CUdeviceptr d, CUdeviceptr s, size_t n, uint64_t st) { return CUF(CU_MemcpyAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))(d, s, n, (CUstream)st); }
 CUresult cuStreamCreate_(uint64_t* s, unsigned f) { CUstream x = 0; CUresult r = CUF(CU_StreamCreate, (CUstream*, unsigned))(&x, f); *s = (uint64_t)x; return r; }
+CUresult cuStreamCreateWithPriority_(uint64_t* s, unsigned f, int p) { CUstream x = 0; CUresult r = CUF(CU_StreamCreateWithPriority, (CUstream*, unsigned, int))(&x, f, p); *s = (uint64_t)x; return r; }
 CUresult cuStreamDestroy_(uint64_t s) { return CUF(CU_StreamDestroy, (CUstream))((CUstream)s); }
 CUresult cuStreamSynchronize_(uint64_t s) { return CUF(CU_StreamSynchronize, (CUstream))((CUstream)s); }
 CUresult cuStreamWaitEvent_(uint64_t s, uint64_t e) { return CUF(CU_StreamWaitEvent, (CUstream, CUevent, unsigned))((CUstream)s, (CUevent)e, 0); }

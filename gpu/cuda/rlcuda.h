@@ -71,6 +71,7 @@ CUresult cuMemcpyHtoDAsync_(CUdeviceptr d, const void* s, size_t n, uint64_t st)
 CUresult cuMemcpyDtoHAsync_(void* d, CUdeviceptr s, size_t n, uint64_t st);
 CUresult cuMemcpyAsync_(CUdeviceptr d, CUdeviceptr s, size_t n, uint64_t st);
 CUresult cuStreamCreate_(uint64_t* s, unsigned f);
+CUresult cuStreamCreateWithPriority_(uint64_t* s, unsigned f, int p);
 CUresult cuStreamDestroy_(uint64_t s);
 CUresult cuStreamSynchronize_(uint64_t s);
 CUresult cuStreamWaitEvent_(uint64_t s, uint64_t e);

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A/B of the communication overlap switches at dp > 1, in one device call
+# on 2 or 4 GPUs (issues 11 and 13: rlpipe kept 89-90% of its one-GPU speed
+# per GPU at dp 4 on four H200s, the PyTorch peer 94-97%). The benchmark
+# step of bench/scale_device.sh's dp phase (every layer recomputed, 8 × 2048
+# tokens per GPU) by one rlbench build, alternated over OVERLAP_ROUNDS
+# rounds, in four variants:
+#
+#   base      as it is
+#   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
+#   prio      RLPIPE_CUDA_SIDE_PRIORITY=1 (the gather stream at the
+#             device's greatest priority)
+#   both      the two
+#
+# and then, once, base at dp 1 for the efficiency. Build first:
+#
+#   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
+#
+# Knobs: OVERLAP_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OVERLAP_DP (every GPU
+# visible, at most 8), OVERLAP_ROUNDS (2), OVERLAP_BUDGET_S (540). $OUT gets
+# summary.txt (the runs as they went and a table: train and ref_logprob
+# tokens/s per GPU, each variant's median over the rounds) and json.tgz.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/overlap-out}
+MODELS=${OVERLAP_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
+ROUNDS=${OVERLAP_ROUNDS:-2}
+BUDGET=${OVERLAP_BUDGET_S:-540}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+DP=${OVERLAP_DP:-$((NGPU > 8 ? 8 : NGPU))}
+B=$PWD/.devbin
+C=/tmp/rbc
+mkdir -p "$OUT/json" "$OUT/logs"
+OUT=$(realpath "$OUT")
+D=$OUT
+. bench/device_lib.sh # say, budgeted
+export NCCL_NVLS_ENABLE=0
+say "start: dp $DP on $NGPU GPUs, models '$MODELS', $ROUNDS rounds, budget ${BUDGET}s"
+if ((DP < 2)); then
+	say "fewer than 2 GPUs: nothing to compare"
+	exit 0
+fi
+
+# one NAME DP [ENV=...] [FLAGS...]: one rlbench run, its JSON at json/NAME.json.
+one() {
+	local n=$1 dp=$2 m=$3
+	shift 3
+	local envs=()
+	while [[ $# -gt 0 && $1 == *=* ]]; do
+		envs+=("$1")
+		shift
+	done
+	say "$(budgeted "$n" 240 env "${envs[@]}" "$B/rlbench" --backend cuda --config "examples/models/$m/config.json" --dp "$dp" \
+		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --precision bf16 \
+		--recompute --cache "$C" -q --out "$OUT/json/$n.json" "$@")"
+}
+
+for m in $MODELS; do
+	for r in $(seq 1 "$ROUNDS"); do
+		one "$m-base-$r" "$DP" "$m"
+		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
+		one "$m-prio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=1
+		one "$m-both-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=1 --overlap-reduce
+	done
+	one "$m-dp1" 1 "$m"
+done
+
+python3 - "$OUT/json" "$DP" <<'PY' | tee -a "$OUT/summary.txt"
+import glob, json, os, statistics, sys
+d, dp = sys.argv[1], int(sys.argv[2])
+runs = {}
+for f in sorted(glob.glob(os.path.join(d, "*.json"))):
+    r = json.load(open(f))
+    if r.get("status") != "ok":
+        continue
+    name = os.path.basename(f)[:-5]
+    if name.endswith("-dp1"):
+        key = (name[:-4], "dp1")
+    else:
+        m, v, _ = name.rsplit("-", 2)
+        key = (m, v)
+    n = r["workload"]["dp"]
+    runs.setdefault(key, []).append((r["train"]["tokens_per_s"] / n, r["ref_logprob"]["tokens_per_s"] / n))
+print(f"\ntokens/s per GPU at dp {dp}, the median over the rounds (efficiency against dp 1; ratio to base)")
+print("| model | variant | runs | train | eff | vs base | ref_logprob | eff | vs base |")
+print("|---|---|---|---|---|---|---|---|---|")
+for m in sorted({k[0] for k in runs}):
+    one = runs.get((m, "dp1"), [(0, 0)])[0]
+    base = runs.get((m, "base"))
+    bt = statistics.median(x[0] for x in base) if base else 0
+    br = statistics.median(x[1] for x in base) if base else 0
+    for v in ("base", "reduce", "prio", "both"):
+        xs = runs.get((m, v))
+        if not xs:
+            continue
+        t, rf = statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
+        eff = lambda a, b: f"{a / b:.0%}" if b else "-"
+        vs = lambda a, b: f"{a / b:.3f}x" if b else "-"
+        print(f"| {m} | {v} | {len(xs)} | {t:,.0f} | {eff(t, one[0])} | {vs(t, bt)} | {rf:,.0f} | {eff(rf, one[1])} | {vs(rf, br)} |")
+PY
+tar czf "$OUT/json.tgz" -C "$OUT" json logs && rm -rf "$OUT/json" "$OUT/logs"
+say "done"
