@@ -552,9 +552,9 @@ func (e *Event) Close() error {
 // sidePriority gives the streams NewStream creates (the side stream units
 // are gathered on, and grads reduced on with overlap_reduce) the device's
 // greatest priority, so that their NCCL kernels are scheduled ahead of the
-// compute stream's blocks, as PyTorch FSDP2 does with its all-gather and
-// reduce-scatter streams. Off unless RLPIPE_CUDA_SIDE_PRIORITY=1 until it
-// is measured.
+// compute stream's blocks (PyTorch FSDP2 creates its all-gather and
+// reduce-scatter streams at a high priority too). Off unless
+// RLPIPE_CUDA_SIDE_PRIORITY=1 until it is measured.
 var sidePriority = os.Getenv("RLPIPE_CUDA_SIDE_PRIORITY") == "1"
 
 // NewStream creates a stream (with sidePriority, of the greatest priority).
