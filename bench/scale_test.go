@@ -252,3 +252,41 @@ func rlbenchOptions(t *testing.T, args []string) Options {
 	o.Backend, o.PlanOnly, o.WorkDir = "cpu", true, t.TempDir()
 	return o
 }
+
+// TestScaleCPRuns checks that SCALE_CP_RUNS picks the cp phase's runs: the
+// dry run prints those and no other.
+func TestScaleCPRuns(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to run bench/scale_device.sh")
+	}
+	all := []string{"gpu-tests-stages (", "gpu-tests-nccl (", "cp-dp2-cp2 (", "cp-dp1-cp4 (", "cp-dp4-cp1-recompute (", "cp-dp2-cp2-procs ("}
+	for _, tc := range []struct {
+		runs string
+		want []string
+	}{
+		{"", all},
+		{"procs", []string{"cp-dp2-cp2-procs ("}},
+		{"tests cp4", []string{"gpu-tests-stages (", "gpu-tests-nccl (", "cp-dp1-cp4 ("}},
+		{"cp2 recompute", []string{"cp-dp2-cp2 (", "cp-dp4-cp1-recompute ("}},
+	} {
+		t.Run(tc.runs, func(t *testing.T) {
+			work := t.TempDir()
+			cmd := exec.Command(bash, "scale_device.sh")
+			cmd.Env = append(os.Environ(), "SCALE_DRY=1", "SCALE_PHASE=cp", "SCALE_GPUS=4", "SCALE_WORK="+work,
+				"OUT="+filepath.Join(work, "out"), "RLBENCH_CACHE="+filepath.Join(work, "rbc"))
+			if tc.runs != "" {
+				cmd.Env = append(cmd.Env, "SCALE_CP_RUNS="+tc.runs)
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			for _, r := range all {
+				if got, want := strings.Contains(string(out), "\n"+r), slices.Contains(tc.want, r); got != want {
+					t.Errorf("run %q printed: %v, want %v\n%s", strings.TrimSuffix(r, " ("), got, want, out)
+				}
+			}
+		})
+	}
+}
