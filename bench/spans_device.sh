@@ -23,11 +23,9 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/spans-out}
-D=$OUT/spans
-mkdir -p "$D"
-D=$(realpath "$D")
 B=$PWD/.devbin
 . bench/device_lib.sh
+workdir spans # D=$OUT/spans
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$D/env.txt" 2>&1
 say "$(tail -n +2 "$D/env.txt" | head -n 1)"
 (cd gpu/cuda && run cuda-tests 300 "$B/cuda.test" -test.v \

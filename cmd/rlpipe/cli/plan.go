@@ -103,10 +103,7 @@ func cmdPlan(_ context.Context, env *cli, args []string) int {
 		}
 	}
 	h, _ := planHeader(l)
-	fits := fitsOf(l, p)
-	if long != nil {
-		fits = long.Tokens > 0
-	}
+	fits := fitsOf(l, p) // with --longest: the longest that fits, or the shortest tried
 	if *htmlOut != "" {
 		if err := model.WriteFileAtomic(*htmlOut, 0o644, func(w io.Writer) error { return p.WriteTimeline(w, h) }); err != nil {
 			return env.report(err)
