@@ -21,11 +21,10 @@ import (
 
 // spansWgmma runs span attention on Hopper's wgmma kernels
 // (k_wg_spans_fwd_*, and k_wg_spans_pre_*, _dkv_* and _dq_* for the
-// backward) for 16-bit operands at head dim 64 or 128. It is off unless
-// RLPIPE_CUDA_SPANS_WGMMA=1 until the kernels have passed their GPU test
-// (TestAttentionSpans runs both paths): they were written in a session
-// without a GPU.
-var spansWgmma = os.Getenv("RLPIPE_CUDA_SPANS_WGMMA") == "1"
+// backward) for 16-bit operands at head dim 64 or 128 on Hopper GPUs.
+// RLPIPE_CUDA_SPANS_WGMMA=0 turns them off, to time the SIMT kernels
+// against them; TestAttentionSpans runs both paths.
+var spansWgmma = os.Getenv("RLPIPE_CUDA_SPANS_WGMMA") != "0"
 
 // spanCache holds the device copies of up to gpu.SpanLayouts span
 // layouts: for every query row its key range and for every key row its

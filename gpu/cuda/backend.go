@@ -52,6 +52,7 @@ type device struct {
 	closed   bool
 	mods     []C.uint64_t
 	fns      map[string]C.uint64_t
+	dynSmem  map[string]int // attention kernels' dynamic shared memory ceilings
 	lt       C.uint64_t
 	internal C.CUdeviceptr // workspace followed by the error flag
 	flag     uint64
@@ -142,7 +143,7 @@ func New(dev int) (*Backend, error) {
 		return nil, err
 	}
 	d := &device{info: info, cudev: cudev, jobs: make(chan func()), quit: make(chan struct{}),
-		fns: map[string]C.uint64_t{}, algos: map[ltKey]C.rlLtAlgo{}}
+		fns: map[string]C.uint64_t{}, dynSmem: map[string]int{}, algos: map[ltKey]C.rlLtAlgo{}}
 	ready := make(chan error)
 	go d.worker(ready)
 	if err := <-ready; err != nil {
@@ -191,9 +192,17 @@ func (d *device) setup(mods []kernelModule, imgs []kernelImage) error {
 				return err
 			}
 			if m.name == "attention" {
-				if err := cuErr("cuFuncSetAttribute "+f, C.cuFuncSetAttribute_(fn, funcAttrMaxDynSmem, C.int(d.smemMax))); err != nil {
+				// A kernel's static shared memory counts against the
+				// opt-in limit, so its dynamic ceiling is what is left.
+				var static C.int
+				if err := cuErr("cuFuncGetAttribute "+f, C.cuFuncGetAttribute_(&static, funcAttrStaticSmem, fn)); err != nil {
 					return err
 				}
+				dyn := d.smemMax - int(static)
+				if err := cuErr("cuFuncSetAttribute "+f, C.cuFuncSetAttribute_(fn, funcAttrMaxDynSmem, C.int(dyn))); err != nil {
+					return err
+				}
+				d.dynSmem[f] = dyn
 			}
 			d.fns[f] = fn
 		}
@@ -666,8 +675,12 @@ func (d *device) run(s *Stream, ls ...launch) error {
 		if !ok {
 			return fmt.Errorf("cuda: kernel %s is not loaded", l.name)
 		}
-		if l.smem > d.smemMax {
-			return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", l.name, l.smem, d.smemMax)
+		limit, ok := d.dynSmem[l.name]
+		if !ok {
+			limit = d.smemMax
+		}
+		if l.smem > limit {
+			return fmt.Errorf("cuda: kernel %s needs %d bytes of dynamic shared memory, the device allows it %d", l.name, l.smem, limit)
 		}
 		var buf *C.char
 		if len(l.args.buf) > 0 {

@@ -19,6 +19,7 @@ const (
 	attrCCMajor             = 75
 	attrCCMinor             = 76
 	attrSmemOptin           = 97
+	funcAttrStaticSmem      = 1
 	funcAttrMaxDynSmem      = 8
 	streamNonBlocking       = 1
 	eventDisableTiming      = 2

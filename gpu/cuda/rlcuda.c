@@ -16,7 +16,7 @@ enum {
 	CU_MemFreeHost, CU_MemGetInfo, CU_MemcpyHtoDAsync, CU_MemcpyDtoHAsync, CU_MemcpyAsync,
 	CU_StreamCreate, CU_StreamCreateWithPriority, CU_StreamDestroy, CU_StreamSynchronize, CU_StreamWaitEvent,
 	CU_EventCreate, CU_EventRecord, CU_EventSynchronize, CU_EventDestroy,
-	CU_ModuleLoadData, CU_ModuleUnload, CU_ModuleGetFunction, CU_FuncSetAttribute,
+	CU_ModuleLoadData, CU_ModuleUnload, CU_ModuleGetFunction, CU_FuncSetAttribute, CU_FuncGetAttribute,
 	CU_LaunchKernel, CU_GetErrorName, CU_GetErrorString, CU_N
 };
 static const char* rl_cu_names[CU_N] = {
@@ -26,7 +26,7 @@ static const char* rl_cu_names[CU_N] = {
 	"cuMemFreeHost", "cuMemGetInfo_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
 	"cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent",
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2",
-	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute",
+	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
 	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
 };
 static void* rl_cu[CU_N];
@@ -111,6 +111,7 @@ CUresult cuModuleLoadData_(uint64_t* m, const void* img) { CUmodule x = 0; CUres
 CUresult cuModuleUnload_(uint64_t m) { return CUF(CU_ModuleUnload, (CUmodule))((CUmodule)m); }
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name) { CUfunction x = 0; CUresult r = CUF(CU_ModuleGetFunction, (CUfunction*, CUmodule, const char*))(&x, (CUmodule)m, name); *f = (uint64_t)x; return r; }
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v) { return CUF(CU_FuncSetAttribute, (CUfunction, int, int))((CUfunction)f, a, v); }
+CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f) { return CUF(CU_FuncGetAttribute, (int*, int, CUfunction))(v, a, (CUfunction)f); }
 const char* cuErrorName_(CUresult r) {
 	const char* s = NULL;
 	if (rl_cu[CU_GetErrorName] == NULL || CUF(CU_GetErrorName, (CUresult, const char**))(r, &s) != 0) return NULL;

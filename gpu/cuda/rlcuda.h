@@ -83,6 +83,7 @@ CUresult cuModuleLoadData_(uint64_t* m, const void* img);
 CUresult cuModuleUnload_(uint64_t m);
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name);
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v);
+CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f);
 const char* cuErrorName_(CUresult r);
 const char* cuErrorString_(CUresult r);
 CUresult rl_launch(uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
