@@ -41,6 +41,14 @@
 #                     rlpipe run in one process and as W processes, 1.5B
 #                     and 3B, each cut once its 4 steps are recorded.
 #                     x8 (x4: dp 4). Estimated 3-5 min.
+#   SCALE_PHASE=long  issue 10's longest samples:
+#                     examples/qwen2.5-1.5b-long-cp2.yaml on the W GPUs
+#                     with samples of SCALE_LONG_SEQ tokens (262,144 on
+#                     H100s, 524,288 on H200s: longer than cp 1 holds),
+#                     W a step: the plans at cp 1 (refused) and cp 2,
+#                     rlpipe plan --longest of both, then one step at
+#                     cp 2, cut once recorded. SCALE_GPU=h100-80g on
+#                     nvidia-h100-x2: an estimated 2.5 min a step.
 #
 # W is 8 with 8 GPUs visible, 4 with 4 to 7 and 2 with 2 or 3 (issue 10's
 # two-GPU runs on nvidia-h200-x2: dp 1 and 2; the 7B at dp 2; cp at dp 1 ×
@@ -66,7 +74,8 @@
 # Knobs: SCALE_PHASE (dp), SCALE_BUDGET_S (540), SCALE_MODELS
 # ("qwen2.5-1.5b qwen2.5-3b": dp, proc), SCALE_DPS ("1 2 4 8"),
 # SCALE_7B_STEPS (3), SCALE_CP_MODEL (qwen2.5-7b), SCALE_CP_SEQ (28672),
-# SCALE_CP_STEPS (2), SCALE_CP_RUNS (the cp phase's runs, of "tests cp2 cp4
+# SCALE_GPU (h200-141g: the preset rlbench and the specs plan for),
+# SCALE_LONG_SEQ (long), SCALE_CP_STEPS (2), SCALE_CP_RUNS (the cp phase's runs, of "tests cp2 cp4
 # recompute procs"; on four H200s all five outran one call: the 4-process
 # run was cut), SCALE_GPUS (the GPU count; default nvidia-smi's),
 # SCALE_BIN (.devbin: rlbench, rlpipe and the test binaries),
@@ -94,6 +103,11 @@ CPM=${SCALE_CP_MODEL:-qwen2.5-7b}
 CPSEQ=${SCALE_CP_SEQ:-28672}
 CPSTEPS=${SCALE_CP_STEPS:-2}
 CPRUNS=${SCALE_CP_RUNS:-"tests cp2 cp4 recompute procs"}
+GPU=${SCALE_GPU:-h200-141g}
+# The long phase's sample length: longer than one GPU holds at cp 1
+# at dp W (rlpipe plan --longest at W 2: 224,256 tokens on H100s, 433,152
+# on H200s; more at W 8, where the model's shards are smaller).
+if [[ $GPU == h100-80g ]]; then LONGSEQ=${SCALE_LONG_SEQ:-262144}; else LONGSEQ=${SCALE_LONG_SEQ:-524288}; fi
 W=${SCALE_WORK:-/tmp/rlpipe-scale}
 C=${RLBENCH_CACHE:-/tmp/rbc}
 B=$(realpath -m "${SCALE_BIN:-.devbin}")
@@ -174,7 +188,7 @@ ensure_ckpt() {
 	fi
 	ck=$(ls -d "$C/$m"-*/model.safetensors 2>/dev/null | head -n 1)
 	if [[ -z $ck ]]; then
-		step "ckpt-$m" 300 "$RLBENCH" --backend cuda --gpu h200-141g --config "examples/models/$m/config.json" --dp "$WORLD" \
+		step "ckpt-$m" 300 "$RLBENCH" --backend cuda --gpu "$GPU" --config "examples/models/$m/config.json" --dp "$WORLD" \
 			--seqs "$WORLD" --tokens-per-seq 256 --prompt-tokens 64 --chunk 256 --warmup 0 --steps 1 --cache "$C" --out "$OUT/json/ckpt-$m.json"
 		ck=$(ls -d "$C/$m"-*/model.safetensors 2>/dev/null | head -n 1)
 	fi
@@ -266,7 +280,7 @@ reap() {
 bench() {
 	local n=$1 limit=$2 m=$3 dp=$4
 	shift 4
-	sampled "$n" "$limit" "$RLBENCH" --backend cuda --gpu h200-141g --config "examples/models/$m/config.json" --dp "$dp" \
+	sampled "$n" "$limit" "$RLBENCH" --backend cuda --gpu "$GPU" --config "examples/models/$m/config.json" --dp "$dp" \
 		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --precision bf16 --recompute \
 		--cache "$C" --out "$OUT/json/$n.json" "$@"
 	local rc=$?
@@ -323,7 +337,7 @@ name: bench-$m-dp$dp
 models:
   actor: {path: models/$m}
   ref: {copy_of: actor}
-mesh: {gpus_per_node: $dp, gpu: h200-141g, host_memory: 512GiB}
+mesh: {gpus_per_node: $dp, gpu: $GPU, host_memory: 512GiB}
 data:
   rollouts: data/bench-dp$dp.jsonl
   global_batch_size: $n
@@ -343,11 +357,11 @@ spec_7b() {
 	{
 		echo "# Written by bench/scale_device.sh from examples/qwen2.5-7b-grpo-8xh100.yaml: H200, dp $dp, $STEPS7B steps."
 		sed -e "s/^name: qwen2.5-7b-grpo-8xh100\$/name: qwen2.5-7b-grpo-${dp}xh200/" -e "s/^  gpus_per_node: 8\$/  gpus_per_node: $dp/" \
-			-e "s/^  dp: 8\$/  dp: $dp/" -e 's/^  gpu: h100-80g$/  gpu: h200-141g/' -e "s/^  host_memory: 2TiB .*/  host_memory: 512GiB/" \
+			-e "s/^  dp: 8\$/  dp: $dp/" -e "s/^  gpu: h100-80g\$/  gpu: $GPU/" -e "s/^  host_memory: 2TiB .*/  host_memory: 512GiB/" \
 			-e "s/^  steps: 200\$/  steps: $STEPS7B/" examples/qwen2.5-7b-grpo-8xh100.yaml
 	} >"$f"
 	local want
-	for want in "gpus_per_node: $dp" "dp: $dp" "gpu: h200-141g" "host_memory: 512GiB" "steps: $STEPS7B"; do
+	for want in "gpus_per_node: $dp" "dp: $dp" "gpu: $GPU" "host_memory: 512GiB" "steps: $STEPS7B"; do
 		grep -q "^  $want\$" "$f" || { say "spec_7b: the example changed: no '$want' in $f"; return 1; }
 	done
 }
@@ -365,7 +379,7 @@ name: $name
 models:
   actor: {path: models/$CPM}
   ref: {copy_of: actor}
-mesh: {gpus_per_node: $((dp * cp)), cp: $cp, gpu: h200-141g, host_memory: 512GiB}
+mesh: {gpus_per_node: $((dp * cp)), cp: $cp, gpu: $GPU, host_memory: 512GiB}
 data:
   rollouts: data/cp-$CPSEQ.jsonl
   rollout_batch_size: $((gbs / 2))
@@ -437,6 +451,51 @@ phase_cp() {
 	cprun procs && run_spec "cp-dp$((WORLD / 2))-cp2-procs" 240 "$WORLD" "cp-dp$((WORLD / 2))-cp2" "$CPSTEPS"
 }
 
+# spec_long CP: examples/qwen2.5-1.5b-long-cp2.yaml on the W GPUs of
+# SCALE_GPU at cp CP, samples of SCALE_LONG_SEQ tokens, W of them a step
+# (one group of two per dp rank at cp 1), as specs/long-cpCP.yaml.
+spec_long() {
+	local cp=$1 f=$S/long-cp$1.yaml
+	{
+		echo "# Written by bench/scale_device.sh from examples/qwen2.5-1.5b-long-cp2.yaml: $WORLD × $GPU, cp $cp, samples of $LONGSEQ tokens."
+		sed -e "s/^name: qwen2.5-1.5b-long-cp2\$/name: long-cp$cp/" -e "s/^  gpus_per_node: 2\$/  gpus_per_node: $WORLD/" \
+			-e "s/^  cp: 2 .*/  cp: $cp/" -e "s/^  gpu: h100-80g\$/  gpu: $GPU/" -e "s|^  rollouts: data/rollouts.jsonl\$|  rollouts: data/long-$LONGSEQ.jsonl|" \
+			-e "s/^  rollout_batch_size: 4\$/  rollout_batch_size: $((WORLD / 2))/" -e "s/^  samples_per_prompt: 8\$/  samples_per_prompt: 2/" \
+			-e "s/^  global_batch_size: 32\$/  global_batch_size: $WORLD/" -e "s/^  max_tokens_per_gpu: 131072 .*/  max_tokens_per_gpu: $((LONGSEQ / cp))/" \
+			-e "s/^  max_seq_len: 262144\$/  max_seq_len: $LONGSEQ/" -e "s/^  steps: 50\$/  steps: 1/" examples/qwen2.5-1.5b-long-cp2.yaml
+	} >"$f"
+	local want
+	for want in "name: long-cp$cp" "  gpus_per_node: $WORLD" "  cp: $cp" "  gpu: $GPU" "  rollouts: data/long-$LONGSEQ.jsonl" \
+		"  rollout_batch_size: $((WORLD / 2))" "  samples_per_prompt: 2" "  global_batch_size: $WORLD" \
+		"  max_tokens_per_gpu: $((LONGSEQ / cp))" "  max_seq_len: $LONGSEQ" "  steps: 1"; do
+		grep -q "^$want\$" "$f" || { say "spec_long: the example changed: no '$want' in $f"; return 1; }
+	done
+}
+
+# longest NAME: rlpipe plan --longest --json of specs/NAME.yaml into
+# json/longest-NAME.json.
+longest() {
+	if [[ -n $DRY ]]; then
+		echo "longest: $RLPIPE plan --longest --json $S/$1.yaml > $OUT/json/longest-$1.json"
+		return 0
+	fi
+	"$RLPIPE" plan --longest --json "$S/$1.yaml" >"$OUT/json/longest-$1.json" 2>"$OUT/logs/longest-$1.log"
+	say "longest $1: rc=$? $(python3 -c 'import json, sys; l = json.load(open(sys.argv[1]))["longest"]; print(l)' "$OUT/json/longest-$1.json" 2>&1 | tail -n 1 | cut -c1-300)"
+}
+
+phase_long() {
+	needs long || return 0
+	ensure_ckpt qwen2.5-1.5b || return 0
+	spec_long 1 || return 0
+	spec_long 2 || return 0
+	rollouts "long-$LONGSEQ" $((WORLD / 2)) 2 64 $((LONGSEQ - 64))
+	plan long-cp1 # refused: the reason to split
+	plan long-cp2
+	longest long-cp1
+	longest long-cp2
+	run_spec long-cp2 480 1 long-cp2 1
+}
+
 phase_proc() {
 	needs proc || return 0
 	local m n
@@ -457,7 +516,7 @@ summarize() {
 		echo "summary: python3 (bench/scale_device.sh's summarize) $OUT > $OUT/summary.md"
 		return 0
 	fi
-	python3 - "$OUT" >"$OUT/summary.md" 2>>"$OUT/logs/summary.log" <<'PY'
+	SCALE_GPU=$GPU python3 - "$OUT" >"$OUT/summary.md" 2>>"$OUT/logs/summary.log" <<'PY'
 import glob, json, os, re, statistics, sys
 
 out = sys.argv[1]
@@ -607,7 +666,7 @@ if recs:
 
 plans = sorted(glob.glob(f"{out}/json/plan-*.json"))
 if plans:
-    print("## Plans on h200-141g (rlpipe plan --json)\n")
+    print(f"## Plans on {os.environ.get('SCALE_GPU', 'h200-141g')} (rlpipe plan --json)\n")
     print("| spec | ranks | dp × cp | rows per GPU | peak | arena | device total | fits |")
     print("|---|---|---|---|---|---|---|---|")
     for f in plans:
@@ -693,8 +752,8 @@ if [[ -z $DRY ]]; then
 fi
 for ph in $PHASES; do
 	case $ph in
-	dp | 7b | cp | proc) "phase_$ph" ;;
-	*) say "unknown phase '$ph' (dp, 7b, cp, proc)" ;;
+	dp | 7b | cp | proc | long) "phase_$ph" ;;
+	*) say "unknown phase '$ph' (dp, 7b, cp, proc, long)" ;;
 	esac
 done
 summarize

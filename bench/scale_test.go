@@ -25,8 +25,10 @@ import (
 //   - plans every spec written on h200-141g: each names that GPU in
 //     mesh.gpu (so `rlpipe plan` on the device, whose JSON the summary
 //     compares the run against, gives this plan), fits the GPU and the
-//     node's RAM, except the cp 1 spec of the long samples, which must not
-//     fit (the reason for cp 2 and 4); its arena is within 2% of its peak;
+//     node's RAM, except the cp 1 specs of the long samples (the cp
+//     phase's, and the long phase's examples/qwen2.5-1.5b-long-cp2.yaml
+//     at 524,288 tokens), which must not fit (the reason for cp 2 and 4);
+//     its arena is within 2% of its peak;
 //   - plans every rlbench command it prints (the flags parsed as rlbench
 //     parses them) as rlbench --plan-only: each fits, and above dp 1 its
 //     reserves are dp 1's plus the NCCL reserve that the summary's NCCL
@@ -53,21 +55,24 @@ func TestScaleDevicePlans(t *testing.T) {
 		{8, 9, map[string]bool{
 			"7b-h200-dp8": true, "bench-qwen2.5-1.5b-dp8": true, "bench-qwen2.5-3b-dp8": true,
 			"cp-dp8-cp1": false, "cp-dp4-cp2": true, "cp-dp2-cp4": true, "cp-dp8-cp1-recompute": true,
+			"long-cp1": false, "long-cp2": true,
 		}},
 		{2, 5, map[string]bool{
 			"7b-h200-dp2": true, "bench-qwen2.5-1.5b-dp2": true, "bench-qwen2.5-3b-dp2": true,
 			"cp-dp2-cp1": false, "cp-dp1-cp2": true, "cp-dp2-cp1-recompute": true,
+			"long-cp1": false, "long-cp2": true,
 		}},
 		{4, 7, map[string]bool{
 			"7b-h200-dp4": true, "bench-qwen2.5-1.5b-dp4": true, "bench-qwen2.5-3b-dp4": true,
 			"cp-dp4-cp1": false, "cp-dp2-cp2": true, "cp-dp1-cp4": true, "cp-dp4-cp1-recompute": true,
+			"long-cp1": false, "long-cp2": true,
 		}},
 	}
 	for _, tc := range tests {
 		t.Run("W="+strconv.Itoa(tc.world), func(t *testing.T) {
 			work := t.TempDir()
 			cmd := exec.Command(bash, "scale_device.sh")
-			cmd.Env = append(os.Environ(), "SCALE_DRY=1", "SCALE_PHASE=dp 7b cp proc", "SCALE_GPUS="+strconv.Itoa(tc.world),
+			cmd.Env = append(os.Environ(), "SCALE_DRY=1", "SCALE_PHASE=dp 7b cp proc long", "SCALE_GPUS="+strconv.Itoa(tc.world),
 				"SCALE_WORK="+work, "OUT="+filepath.Join(work, "out"), "RLBENCH_CACHE="+filepath.Join(work, "rbc"))
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -70,7 +70,7 @@ func (j *Job) reads(src, path string) bool {
 // readPrompts reads data.prompts when a stage reads it and checks it: every
 // prompt decodes and fits the vocabulary of every model loaded from a
 // checkpoint. The stages that generate check the lengths. With CheckPlan a
-// missing file is no error.
+// missing file is no error; CheckShape reads no file.
 func (j *Job) readPrompts(check Check) (*PromptData, spec.Errors) {
 	sp := j.Spec
 	path, at := sp.Data.Prompts, sp.At("data.prompts")
@@ -82,6 +82,8 @@ func (j *Job) readPrompts(check Check) (*PromptData, spec.Errors) {
 		return nil, nil
 	case path == "":
 		return nil, spec.Errors{spec.Errorf(sp.Data.Pos, "data: a generate stage reads the prompts, and data.prompts names no file")}
+	case check == CheckShape:
+		return nil, nil
 	}
 	if _, err := os.Stat(path); err != nil {
 		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {
@@ -131,7 +133,7 @@ func (j *Job) loadedModels() []*Model {
 // groups have samples_per_prompt samples; the file holds whole rollout
 // batches (rollout_batch_size groups), each of whole groups; and the
 // samples carry the fields the recipe needs (rollout log-probs). With
-// CheckPlan a missing file is no error.
+// CheckPlan a missing file is no error; CheckShape reads no file.
 func (j *Job) readData(check Check) (*Data, spec.Errors) {
 	sp := j.Spec
 	path := sp.Data.Rollouts
@@ -146,6 +148,8 @@ func (j *Job) readData(check Check) (*Data, spec.Errors) {
 		return nil, nil
 	case path == "":
 		return nil, spec.Errors{spec.Errorf(sp.Data.Pos, "data: a pack stage reads the rollouts, and data.rollouts names no file (or add a generate stage)")}
+	case check == CheckShape:
+		return nil, nil
 	}
 	if _, err := os.Stat(path); err != nil {
 		if check == CheckPlan && errors.Is(err, os.ErrNotExist) {

@@ -67,7 +67,14 @@ const (
 	// CheckRunOwnData is CheckRun without the rollout file: the caller
 	// reads its samples and sets Job.Data itself (rlpipe logprobs).
 	CheckRunOwnData
+	// CheckShape is CheckPlan that reads no data file (prompts or
+	// rollouts): the plan of a job of the spec's shape at lengths its
+	// files were not written for (rlpipe plan --longest).
+	CheckShape
 )
+
+// planOnly says whether c needs no weights: CheckPlan or CheckShape.
+func (c Check) planOnly() bool { return c == CheckPlan || c == CheckShape }
 
 // Resolve validates s in one pass and returns the job: it decodes every
 // stage's parameters, builds the stage graph with its data edges, loads

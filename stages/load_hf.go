@@ -37,7 +37,7 @@ func (s *LoadHF) Validate(vc *ValidateContext) spec.Errors {
 	switch {
 	case m.Spec.CopyOf != "":
 		errs = append(errs, vc.Errorf("model", "model %q is a copy of %q and has no checkpoint to load; load %q instead", s.Model, m.Spec.CopyOf, m.Spec.CopyOf))
-	case m.Checkpoint == nil && vc.Job.check != CheckPlan:
+	case m.Checkpoint == nil && !vc.Job.check.planOnly():
 		errs = append(errs, spec.Errorf(vc.Job.Spec.At("models."+s.Model+".path"), "model %q: %s has config.json but no model.safetensors or model.safetensors.index.json: rlpipe run needs the weights (rlpipe plan does not)", s.Model, m.Dir))
 	}
 	return errs

@@ -64,7 +64,9 @@ func findLongest(path, gpuValue string, step int, fits func(*loaded, *plan.Plan)
 		s.Data.MaxSeqLen = n
 		s.Data.MaxTokensPerGPU = spec.SeqRows(n, cp)
 		lp := &lengthPlan{}
-		if lp.l, err = resolveSpec(s, gpuValue, stages.CheckPlan); err != nil {
+		// The rollout file holds samples of the spec's length, not of n:
+		// base checked it.
+		if lp.l, err = resolveSpec(s, gpuValue, stages.CheckShape); err != nil {
 			lp.why = err.Error()
 			return lp, nil
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -86,6 +87,24 @@ func TestPlanLongest(t *testing.T) {
 		if !j.Fits || j.Longest.Tokens != n || j.Longest.MaxTokensPerGPU != rows || j.Longest.Next != next || j.Longest.NextBytes == 0 {
 			t.Errorf("%s --json: %+v, want %d tokens, %d rows, next %d", c.spec, j, n, rows, next)
 		}
+	}
+}
+
+// TestPlanLongestData checks that the search's lengths are not held to
+// the rollout file's: tiny-grpo.yaml's samples have 24 tokens, and the
+// search starts at 16.
+func TestPlanLongestData(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "examples", "tiny-grpo.yaml")
+	code, out, stderr := runCLI(t, "plan", "--gpu", "1000000000", "--longest", "--longest-step", "16", path)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s%s", code, out, stderr)
+	}
+	m := regexp.MustCompile(`LONGEST: samples of (\d+) tokens fit`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no LONGEST line in:\n%s", out)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 256 {
+		t.Errorf("longest %d tokens; TestPlanLongest finds more on this GPU", n)
 	}
 }
 
