@@ -54,9 +54,20 @@ type rank struct {
 }
 
 // startRanks starts n processes of the test binary running rlpipe args, with
-// the environment torchrun gives its workers.
+// the environment torchrun gives its workers on one host.
 func startRanks(t *testing.T, n int, extraEnv []string, args ...string) []*rank {
 	t.Helper()
+	return startNodes(t, 1, n, extraEnv, args...)
+}
+
+// startNodes starts nodes × perNode processes of the test binary running
+// rlpipe args, with the environment torchrun's agents on nodes hosts give
+// their workers (LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK, the node's
+// rank), all on this host and joined at 127.0.0.1 as a cluster's are at
+// the first host's address.
+func startNodes(t *testing.T, nodes, perNode int, extraEnv []string, args ...string) []*rank {
+	t.Helper()
+	n := nodes * perNode
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +78,11 @@ func startRanks(t *testing.T, n int, extraEnv []string, args ...string) []*rank 
 	for r := range ranks {
 		p := &rank{cmd: exec.Command(os.Args[0])}
 		p.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\n"),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r%perNode), "LOCAL_WORLD_SIZE="+strconv.Itoa(perNode),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GOMAXPROCS=1")
+		if nodes > 1 {
+			p.cmd.Env = append(p.cmd.Env, "GROUP_RANK="+strconv.Itoa(r/perNode))
+		}
 		p.cmd.Env = append(p.cmd.Env, extraEnv...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 		if err := p.cmd.Start(); err != nil {
@@ -153,16 +167,25 @@ func TestProcessPerRank(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
+		nodes int // hosts the launcher says it spans (1: one)
 		ranks int
 		spec  func(t *testing.T) string
 	}{
-		{"dp 2", 2, func(t *testing.T) string { return meshSpec(t, 2, 4) }},
-		{"dp 4", 4, func(t *testing.T) string { return meshSpec(t, 4, 4) }},
-		{"dp 1 × cp 2", 2, func(t *testing.T) string { return cpSpec(t, 1, 4) }},
-		{"dp 2 × cp 2", 4, func(t *testing.T) string { return cpSpec(t, 2, 4) }},
-		{"dp 2, checkpoints in the background", 2, func(t *testing.T) string {
+		{"dp 2", 1, 2, func(t *testing.T) string { return meshSpec(t, 2, 4) }},
+		{"dp 4", 1, 4, func(t *testing.T) string { return meshSpec(t, 4, 4) }},
+		{"dp 1 × cp 2", 1, 2, func(t *testing.T) string { return cpSpec(t, 1, 4) }},
+		{"dp 2 × cp 2", 1, 4, func(t *testing.T) string { return cpSpec(t, 2, 4) }},
+		{"dp 2, checkpoints in the background", 1, 2, func(t *testing.T) string {
 			return exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "gpus_per_node: 2", "steps: 12", "steps: 4",
 				"checkpoint_every: 6", "checkpoint_every: 2\n  checkpoint_async: true")
+		}},
+		// Two nodes of two ranks: the ranks of a node are consecutive,
+		// as torchrun and srun number them, so each cp group is a node's.
+		{"two nodes, dp 4", 2, 4, func(t *testing.T) string {
+			return exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "nodes: 2\n  gpus_per_node: 2", "steps: 12", "steps: 4")
+		}},
+		{"two nodes, dp 2 × cp 2", 2, 4, func(t *testing.T) string {
+			return exampleVariant(t, "tiny-cp2.yaml", "gpus_per_node: 2", "nodes: 2\n  gpus_per_node: 2", "steps: 12", "steps: 4")
 		}},
 	}
 	for _, tc := range tests {
@@ -172,7 +195,7 @@ func TestProcessPerRank(t *testing.T) {
 			if code, out, errs := runCLI(t, "run", "--backend", "cpu", "--runs", one, spec); code != exitOK {
 				t.Fatalf("one process: exit %d\n%s%s", code, out, errs)
 			}
-			ranks := startRanks(t, n, nil, "run", "--backend", "cpu", "--runs", many, spec)
+			ranks := startNodes(t, tc.nodes, n/tc.nodes, nil, "run", "--backend", "cpu", "--runs", many, spec)
 			for r, code := range wait(t, ranks, 2*time.Minute) {
 				if code != exitOK {
 					t.Fatalf("rank %d: exit %d\n%v", r, code, ranks[r])
