@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # A/B of the communication overlap switches at dp > 1, in one device call
-# on 2 or 4 GPUs (issues 11 and 13: rlpipe kept 89-90% of its one-GPU speed
+# on 2 or 4 GPUs (issues 11 and 13: rlpipe kept 90-92% of its one-GPU speed
 # per GPU at dp 4 on four H200s, the PyTorch peer 94-97%). The benchmark
 # step of bench/scale_device.sh's dp phase (every layer recomputed, 8 × 2048
 # tokens per GPU) by one rlbench build, alternated over OVERLAP_ROUNDS
 # rounds, in four variants:
 #
-#   base      as it is
+#   base      as it is (the side stream at the device's greatest
+#             priority, the default since these runs first went)
+#   noprio    RLPIPE_CUDA_SIDE_PRIORITY=0 (the side stream at the default
+#             priority)
+#   group     RLPIPE_NCCL_GROUP_GATHERS=1 (a unit's per-parameter
+#             all-gathers as one NCCL group: one kernel a unit)
 #   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
-#   prio      RLPIPE_CUDA_SIDE_PRIORITY=1 (the gather stream at the
-#             device's greatest priority)
-#   both      the two
 #
 # and then, once, base at dp 1 for the efficiency. Build first:
 #
@@ -58,9 +60,9 @@ one() {
 for m in $MODELS; do
 	for r in $(seq 1 "$ROUNDS"); do
 		one "$m-base-$r" "$DP" "$m"
+		one "$m-noprio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=0
+		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP_GATHERS=1
 		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
-		one "$m-prio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=1
-		one "$m-both-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=1 --overlap-reduce
 	done
 	one "$m-dp1" 1 "$m"
 done
@@ -89,7 +91,7 @@ for m in sorted({k[0] for k in runs}):
     base = runs.get((m, "base"))
     bt = statistics.median(x[0] for x in base) if base else 0
     br = statistics.median(x[1] for x in base) if base else 0
-    for v in ("base", "reduce", "prio", "both"):
+    for v in ("base", "noprio", "group", "reduce"):
         xs = runs.get((m, v))
         if not xs:
             continue

@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -257,6 +258,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 			ev.Close()
 			b, comm = b.On(side), comm.On(side)
 		}
+		var dsts, srcs []gpu.Tensor // the slots' all-gathers, issued together
 		for k, s := range u.Slots {
 			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
@@ -295,8 +297,11 @@ func (d *decoder) gather(i int, tag string) *ref {
 				}
 				src = sv
 			}
-			if err := comm.AllGather(d.p.ctx, dst, src); err != nil {
-				return fmt.Errorf("all-gather %s: %w", s.Name, err)
+			dsts, srcs = append(dsts, dst), append(srcs, src)
+		}
+		if d.world > 1 {
+			if err := allGatherSlots(d.p.ctx, comm, u, dsts, srcs); err != nil {
+				return err
 			}
 		}
 		if side != nil {
@@ -309,6 +314,29 @@ func (d *decoder) gather(i int, tag string) *ref {
 		return nil
 	})
 	return g
+}
+
+// groupGatherer is a communicator that all-gathers several tensors as
+// one operation (libnccl's: one NCCL group).
+type groupGatherer interface {
+	AllGatherGroup(ctx context.Context, dst, src []gpu.Tensor) error
+}
+
+// allGatherSlots all-gathers unit u's slots, src[k] into dst[k]: as one
+// group where comm offers it, else slot by slot.
+func allGatherSlots(ctx context.Context, comm nccl.Comm, u *Unit, dst, src []gpu.Tensor) error {
+	if g, ok := comm.(groupGatherer); ok {
+		if err := g.AllGatherGroup(ctx, dst, src); err != nil {
+			return fmt.Errorf("all-gather %s: %w", u.Name, err)
+		}
+		return nil
+	}
+	for k := range src {
+		if err := comm.AllGather(ctx, dst[k], src[k]); err != nil {
+			return fmt.Errorf("all-gather %s: %w", u.Slots[k].Name, err)
+		}
+	}
+	return nil
 }
 
 // untilGathered extends gathered buffer g, and the staging buffers its

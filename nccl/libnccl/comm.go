@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -405,6 +406,54 @@ func (c *cudaComm) Shift(ctx context.Context, send, recv []gpu.Tensor) error {
 	next, prev := (c.rank+1)%c.g.n, (c.rank+c.g.n-1)%c.g.n
 	return c.issue(ctx, "ncclSend/ncclRecv", func(comm, s C.uintptr_t) C.int {
 		return C.rl_nccl_shift_(&sp[0], &rp[0], &counts[0], &dts[0], C.int(n), C.int(next), C.int(prev), comm, s)
+	})
+}
+
+// groupGathers makes AllGatherGroup issue its all-gathers as one NCCL
+// group. It is off unless RLPIPE_NCCL_GROUP_GATHERS=1 until it is timed
+// on GPUs (written in a session without device time left): off, the
+// tensors are all-gathered one call each, as before.
+var groupGathers = os.Getenv("RLPIPE_NCCL_GROUP_GATHERS") == "1"
+
+// AllGatherGroup all-gathers each src[i] into dst[i], as AllGather does.
+// With groupGathers the calls form one NCCL group on the handle's stream,
+// which NCCL launches as one kernel where separate calls launch one each
+// (FSDP's per-parameter gathers of a unit: a dozen a decoder layer).
+func (c *cudaComm) AllGatherGroup(ctx context.Context, dst, src []gpu.Tensor) error {
+	return c.allGatherGroup(ctx, dst, src, groupGathers)
+}
+
+// allGatherGroup is AllGatherGroup, as one NCCL group when grouped.
+func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, grouped bool) error {
+	if len(dst) != len(src) {
+		return fmt.Errorf("nccl: all-gather group: %d destinations, %d sources", len(dst), len(src))
+	}
+	n := len(src)
+	if n == 0 {
+		return nil
+	}
+	if !grouped {
+		for i := range src {
+			if err := c.AllGather(ctx, dst[i], src[i]); err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	sp, rp := make([]C.uintptr_t, n), make([]C.uintptr_t, n)
+	counts, dts := make([]C.size_t, n), make([]C.int, n)
+	for i := range src {
+		if err := nccl.CheckAllGather(c.g.n, dst[i], src[i]); err != nil {
+			return fmt.Errorf("nccl: tensor %d: %w", i, err)
+		}
+		ps, dt, err := c.ptrs("all-gather", src[i], dst[i])
+		if err != nil {
+			return err
+		}
+		sp[i], rp[i], counts[i], dts[i] = ps[0], ps[1], C.size_t(src[i].Numel()), dt
+	}
+	return c.issue(ctx, "ncclAllGather (group)", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_all_gather_group_(&sp[0], &rp[0], &counts[0], &dts[0], C.int(n), comm, s)
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,9 +95,10 @@ func TestCUDACollectives(t *testing.T) {
 		got := results[r]
 		for i := range 2 * n {
 			want := val(i/n, i%n)
-			for _, k := range []string{"allgather f32", "allgather bf16", "allgather side stream"} {
+			for _, k := range []string{"allgather f32", "allgather bf16", "allgather side stream", "allgather group f32", "allgather group bf16",
+				"allgather group off f32", "allgather group off bf16"} {
 				w := want
-				if k == "allgather bf16" {
+				if strings.HasSuffix(k, "bf16") {
 					w = gpu.Round(gpu.BF16, want)
 				}
 				if got[k][i] != w {
@@ -165,6 +167,27 @@ func runCollectives(ctx context.Context, b *cuda.Backend, c nccl.Comm, rank, n i
 			return nil, err
 		}
 		if err := get("allgather "+map[gpu.DType]string{gpu.F32: "f32", gpu.BF16: "bf16"}[dt], dst); err != nil {
+			return nil, err
+		}
+	}
+	// The same as one NCCL group of both dtypes, and as AllGatherGroup
+	// without the group (one call each), into fresh buffers.
+	for _, grouped := range []bool{true, false} {
+		k := map[bool]string{true: "allgather group", false: "allgather group off"}[grouped]
+		srcs := []gpu.Tensor{ten(gpu.F32, n), ten(gpu.BF16, n)}
+		dsts := []gpu.Tensor{ten(gpu.F32, 2*n), ten(gpu.BF16, 2*n)}
+		for _, x := range srcs {
+			if err := b.Upload(x, mine); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.(*cudaComm).allGatherGroup(ctx, dsts, srcs, grouped); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		if err := get(k+" f32", dsts[0]); err != nil {
+			return nil, err
+		}
+		if err := get(k+" bf16", dsts[1]); err != nil {
 			return nil, err
 		}
 	}

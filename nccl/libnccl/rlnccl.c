@@ -62,6 +62,20 @@ int rl_nccl_broadcast_(uintptr_t send, uintptr_t recv, size_t count, int dt, int
 		(const void*)send, (void*)recv, count, dt, root, (void*)c, (void*)s);
 }
 const char* rl_nccl_error_string_(int r) { return ((const char* (*)(int))rl_nccl[N_ErrorString])(r); }
+// rl_nccl_all_gather_group_ all-gathers each of n buffers as one NCCL
+// group, which NCCL launches as one kernel: send[i] holds count[i]
+// elements of dtype dt[i], recv[i] the ranks' count[i] each.
+int rl_nccl_all_gather_group_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int n, uintptr_t c,
+                              uintptr_t s) {
+	int (*start)(void) = (int (*)(void))rl_nccl[N_GroupStart];
+	int (*end)(void) = (int (*)(void))rl_nccl[N_GroupEnd];
+	int (*ag)(const void*, void*, size_t, int, void*, void*) = (int (*)(const void*, void*, size_t, int, void*, void*))rl_nccl[N_AllGather];
+	int r = start();
+	if (r != 0) return r;
+	for (int i = 0; i < n && r == 0; i++) r = ag((const void*)send[i], (void*)recv[i], count[i], dt[i], (void*)c, (void*)s);
+	int e = end();
+	return r != 0 ? r : e;
+}
 // rl_nccl_shift_ sends each of n buffers to rank next and receives each
 // from rank prev, as one NCCL group (a ring's step): send[i] and recv[i]
 // hold count[i] elements of dtype dt[i].
