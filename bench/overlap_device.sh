@@ -10,8 +10,9 @@
 #             priority, the default since these runs first went)
 #   noprio    RLPIPE_CUDA_SIDE_PRIORITY=0 (the side stream at the default
 #             priority)
-#   group     RLPIPE_NCCL_GROUP_GATHERS=1 (a unit's per-parameter
-#             all-gathers as one NCCL group: one kernel a unit)
+#   group     RLPIPE_NCCL_GROUP=1 (a unit's per-parameter all-gathers,
+#             and its grads' reduce-scatters, as one NCCL group each: one
+#             kernel a unit)
 #   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
 #
 # and then, once, base at dp 1 for the efficiency. Build first:
@@ -61,7 +62,7 @@ for m in $MODELS; do
 	for r in $(seq 1 "$ROUNDS"); do
 		one "$m-base-$r" "$DP" "$m"
 		one "$m-noprio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=0
-		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP_GATHERS=1
+		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=1
 		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
 	done
 	one "$m-dp1" 1 "$m"

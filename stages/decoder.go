@@ -339,6 +339,30 @@ func allGatherSlots(ctx context.Context, comm nccl.Comm, u *Unit, dst, src []gpu
 	return nil
 }
 
+// groupReducer is a communicator that reduce-scatters several tensors as
+// one operation (libnccl's: one NCCL group).
+type groupReducer interface {
+	ReduceScatterGroup(ctx context.Context, dst, src []gpu.Tensor, op nccl.Op) error
+}
+
+// reduceScatterSlots averages unit u's slot grads over the ranks, src[k]
+// into this rank's slice dst[k]: as one group where comm offers it, else
+// slot by slot.
+func reduceScatterSlots(ctx context.Context, comm nccl.Comm, u *Unit, dst, src []gpu.Tensor) error {
+	if g, ok := comm.(groupReducer); ok {
+		if err := g.ReduceScatterGroup(ctx, dst, src, nccl.Avg); err != nil {
+			return fmt.Errorf("reduce-scatter %s: %w", u.Name, err)
+		}
+		return nil
+	}
+	for k := range src {
+		if err := comm.ReduceScatter(ctx, dst[k], src[k], nccl.Avg); err != nil {
+			return fmt.Errorf("reduce-scatter %s: %w", u.Slots[k].Name, err)
+		}
+	}
+	return nil
+}
+
 // untilGathered extends gathered buffer g, and the staging buffers its
 // gather reads, to op i.
 func (d *decoder) untilGathered(i int, g *ref) {
@@ -633,6 +657,11 @@ func (d *decoder) reduce(i int, grad *ref) {
 			}
 			b, comm = b.On(rs), comm.On(rs)
 		}
+		// Three passes: each slot's grads cast into the reduction's input
+		// (or staged for the host); the slots' reduce-scatters, issued
+		// together; each shard stored or added to.
+		dsts, srcs := make([]gpu.Tensor, len(u.Slots)), make([]gpu.Tensor, len(u.Slots))
+		var rsDst, rsSrc []gpu.Tensor
 		for k, s := range u.Slots {
 			full, err := grad.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
 			if err != nil {
@@ -641,11 +670,10 @@ func (d *decoder) reduce(i int, grad *ref) {
 			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
 			}
-			dst, err := d.st.fp32Shard(d.st.Grads, u, s)
-			if err != nil {
+			if dsts[k], err = d.st.fp32Shard(d.st.Grads, u, s); err != nil {
 				return err
 			}
-			src := full
+			srcs[k] = full
 			switch {
 			case rsIn != nil:
 				in, err := rsIn.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
@@ -659,10 +687,8 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err != nil {
 					return err
 				}
-				if err := comm.ReduceScatter(d.p.ctx, out, in, nccl.Avg); err != nil {
-					return fmt.Errorf("reduce-scatter %s: %w", s.Name, err)
-				}
-				src = out
+				rsDst, rsSrc = append(rsDst, out), append(rsSrc, in)
+				srcs[k] = out
 			case d2h != nil:
 				stg, err := u.sliceOf(d2h.t, k)
 				if err != nil {
@@ -671,8 +697,16 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err := b.Copy(stg, full); err != nil {
 					return err
 				}
-				src = stg
+				srcs[k] = stg
 			}
+		}
+		if rsIn != nil {
+			if err := reduceScatterSlots(d.p.ctx, comm, u, rsDst, rsSrc); err != nil {
+				return err
+			}
+		}
+		for k, s := range u.Slots {
+			dst, src := dsts[k], srcs[k]
 			// The step's first reduction into the shard writes it, the
 			// others add to it. Into host memory the write is a DMA copy,
 			// where an add would read and write across PCIe. An empty

@@ -409,22 +409,22 @@ func (c *cudaComm) Shift(ctx context.Context, send, recv []gpu.Tensor) error {
 	})
 }
 
-// groupGathers makes AllGatherGroup issue its all-gathers as one NCCL
-// group. It is off unless RLPIPE_NCCL_GROUP_GATHERS=1 until it is timed
-// on GPUs (written in a session without device time left): off, the
-// tensors are all-gathered one call each, as before.
-var groupGathers = os.Getenv("RLPIPE_NCCL_GROUP_GATHERS") == "1"
+// grouped makes AllGatherGroup and ReduceScatterGroup issue their
+// collectives as one NCCL group. It is off unless RLPIPE_NCCL_GROUP=1
+// until it is timed on GPUs (written in a session without device time
+// left): off, the tensors go one call each, as before.
+var grouped = os.Getenv("RLPIPE_NCCL_GROUP") == "1"
 
 // AllGatherGroup all-gathers each src[i] into dst[i], as AllGather does.
-// With groupGathers the calls form one NCCL group on the handle's stream,
+// With grouped the calls form one NCCL group on the handle's stream,
 // which NCCL launches as one kernel where separate calls launch one each
 // (FSDP's per-parameter gathers of a unit: a dozen a decoder layer).
 func (c *cudaComm) AllGatherGroup(ctx context.Context, dst, src []gpu.Tensor) error {
-	return c.allGatherGroup(ctx, dst, src, groupGathers)
+	return c.allGatherGroup(ctx, dst, src, grouped)
 }
 
-// allGatherGroup is AllGatherGroup, as one NCCL group when grouped.
-func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, grouped bool) error {
+// allGatherGroup is AllGatherGroup, as one NCCL group when group is set.
+func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, group bool) error {
 	if len(dst) != len(src) {
 		return fmt.Errorf("nccl: all-gather group: %d destinations, %d sources", len(dst), len(src))
 	}
@@ -432,7 +432,7 @@ func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, gr
 	if n == 0 {
 		return nil
 	}
-	if !grouped {
+	if !group {
 		for i := range src {
 			if err := c.AllGather(ctx, dst[i], src[i]); err != nil {
 				return fmt.Errorf("tensor %d: %w", i, err)
@@ -454,6 +454,52 @@ func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, gr
 	}
 	return c.issue(ctx, "ncclAllGather (group)", func(comm, s C.uintptr_t) C.int {
 		return C.rl_nccl_all_gather_group_(&sp[0], &rp[0], &counts[0], &dts[0], C.int(n), comm, s)
+	})
+}
+
+// ReduceScatterGroup reduce-scatters each src[i] into dst[i] with op, as
+// ReduceScatter does; with grouped, as one NCCL group on the handle's
+// stream (a unit's per-parameter grad reductions).
+func (c *cudaComm) ReduceScatterGroup(ctx context.Context, dst, src []gpu.Tensor, op nccl.Op) error {
+	return c.reduceScatterGroup(ctx, dst, src, op, grouped)
+}
+
+// reduceScatterGroup is ReduceScatterGroup, as one NCCL group when group
+// is set.
+func (c *cudaComm) reduceScatterGroup(ctx context.Context, dst, src []gpu.Tensor, op nccl.Op, group bool) error {
+	if len(dst) != len(src) {
+		return fmt.Errorf("nccl: reduce-scatter group: %d destinations, %d sources", len(dst), len(src))
+	}
+	n := len(src)
+	if n == 0 {
+		return nil
+	}
+	if !group {
+		for i := range src {
+			if err := c.ReduceScatter(ctx, dst[i], src[i], op); err != nil {
+				return fmt.Errorf("tensor %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	sp, rp := make([]C.uintptr_t, n), make([]C.uintptr_t, n)
+	counts, dts := make([]C.size_t, n), make([]C.int, n)
+	for i := range src {
+		if err := nccl.CheckReduceScatter(c.g.n, dst[i], src[i]); err != nil {
+			return fmt.Errorf("nccl: tensor %d: %w", i, err)
+		}
+		ps, dt, err := c.ptrs("reduce-scatter", src[i], dst[i])
+		if err != nil {
+			return err
+		}
+		sp[i], rp[i], counts[i], dts[i] = ps[0], ps[1], C.size_t(dst[i].Numel()), dt
+	}
+	return c.issue(ctx, "ncclReduceScatter (group)", func(comm, s C.uintptr_t) C.int {
+		return C.rl_nccl_reduce_scatter_group_(&sp[0], &rp[0], &counts[0], &dts[0], o, C.int(n), comm, s)
 	})
 }
 

@@ -109,8 +109,10 @@ func TestCUDACollectives(t *testing.T) {
 		for i := range n {
 			j := r*n + i // this rank's slice of the reduced vector
 			sum := val(0, j) + val(1, j)
-			if got["reducescatter sum"][i] != sum {
-				t.Fatalf("rank %d reducescatter sum[%d] = %v, want %v", r, i, got["reducescatter sum"][i], sum)
+			for _, k := range []string{"reducescatter sum", "reducescatter group 0", "reducescatter group 1", "reducescatter group off 0", "reducescatter group off 1"} {
+				if got[k][i] != sum {
+					t.Fatalf("rank %d %s[%d] = %v, want %v", r, k, i, got[k][i], sum)
+				}
 			}
 			if d := math.Abs(float64(got["reducescatter avg"][i] - sum/2)); d > 1e-6*float64(sum) {
 				t.Fatalf("rank %d reducescatter avg[%d] = %v, want %v", r, i, got["reducescatter avg"][i], sum/2)
@@ -228,6 +230,26 @@ func runCollectives(ctx context.Context, b *cuda.Backend, c nccl.Comm, rank, n i
 		}
 		if err := get("reducescatter "+op.String(), o); err != nil {
 			return nil, err
+		}
+	}
+	// Both reductions as one NCCL group, and as ReduceScatterGroup without
+	// the group.
+	for _, group := range []bool{true, false} {
+		k := map[bool]string{true: "reducescatter group", false: "reducescatter group off"}[group]
+		ins := []gpu.Tensor{ten(gpu.F32, 2*n), ten(gpu.F32, 2*n)}
+		outs := []gpu.Tensor{ten(gpu.F32, n), ten(gpu.F32, n)}
+		for _, x := range ins {
+			if err := b.Upload(x, full); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.(*cudaComm).reduceScatterGroup(ctx, outs, ins, nccl.Sum, group); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		for j, x := range outs {
+			if err := get(fmt.Sprintf("%s %d", k, j), x); err != nil {
+				return nil, err
+			}
 		}
 	}
 	buf := ten(gpu.F32, n)

@@ -76,6 +76,21 @@ int rl_nccl_all_gather_group_(const uintptr_t* send, const uintptr_t* recv, cons
 	int e = end();
 	return r != 0 ? r : e;
 }
+// rl_nccl_reduce_scatter_group_ reduce-scatters each of n buffers with op
+// as one NCCL group: recv[i] gets count[i] elements of dtype dt[i], send[i]
+// holds the ranks' count[i] each.
+int rl_nccl_reduce_scatter_group_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int op, int n,
+                                  uintptr_t c, uintptr_t s) {
+	int (*start)(void) = (int (*)(void))rl_nccl[N_GroupStart];
+	int (*end)(void) = (int (*)(void))rl_nccl[N_GroupEnd];
+	int (*rs)(const void*, void*, size_t, int, int, void*, void*) =
+	    (int (*)(const void*, void*, size_t, int, int, void*, void*))rl_nccl[N_ReduceScatter];
+	int r = start();
+	if (r != 0) return r;
+	for (int i = 0; i < n && r == 0; i++) r = rs((const void*)send[i], (void*)recv[i], count[i], dt[i], op, (void*)c, (void*)s);
+	int e = end();
+	return r != 0 ? r : e;
+}
 // rl_nccl_shift_ sends each of n buffers to rank next and receives each
 // from rank prev, as one NCCL group (a ring's step): send[i] and recv[i]
 // hold count[i] elements of dtype dt[i].

@@ -21,5 +21,7 @@ int rl_nccl_broadcast_(uintptr_t send, uintptr_t recv, size_t count, int dt, int
 const char* rl_nccl_error_string_(int r);
 int rl_nccl_all_gather_group_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int n, uintptr_t c,
                               uintptr_t s);
+int rl_nccl_reduce_scatter_group_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int op, int n,
+                                  uintptr_t c, uintptr_t s);
 int rl_nccl_shift_(const uintptr_t* send, const uintptr_t* recv, const size_t* count, const int* dt, int n, int next, int prev,
                    uintptr_t c, uintptr_t s);
