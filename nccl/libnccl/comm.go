@@ -425,35 +425,15 @@ func (c *cudaComm) AllGatherGroup(ctx context.Context, dst, src []gpu.Tensor) er
 
 // allGatherGroup is AllGatherGroup, as one NCCL group when group is set.
 func (c *cudaComm) allGatherGroup(ctx context.Context, dst, src []gpu.Tensor, group bool) error {
-	if len(dst) != len(src) {
-		return fmt.Errorf("nccl: all-gather group: %d destinations, %d sources", len(dst), len(src))
-	}
-	n := len(src)
-	if n == 0 {
-		return nil
-	}
-	if !group {
-		for i := range src {
-			if err := c.AllGather(ctx, dst[i], src[i]); err != nil {
-				return fmt.Errorf("tensor %d: %w", i, err)
-			}
-		}
-		return nil
-	}
-	sp, rp := make([]C.uintptr_t, n), make([]C.uintptr_t, n)
-	counts, dts := make([]C.size_t, n), make([]C.int, n)
-	for i := range src {
-		if err := nccl.CheckAllGather(c.g.n, dst[i], src[i]); err != nil {
-			return fmt.Errorf("nccl: tensor %d: %w", i, err)
-		}
-		ps, dt, err := c.ptrs("all-gather", src[i], dst[i])
-		if err != nil {
-			return err
-		}
-		sp[i], rp[i], counts[i], dts[i] = ps[0], ps[1], C.size_t(src[i].Numel()), dt
+	each := func(i int) error { return c.AllGather(ctx, dst[i], src[i]) }
+	a, err := c.groupArgs("all-gather", dst, src, group, each, func(i int) (int, error) {
+		return src[i].Numel(), nccl.CheckAllGather(c.g.n, dst[i], src[i])
+	})
+	if err != nil || a == nil {
+		return err
 	}
 	return c.issue(ctx, "ncclAllGather (group)", func(comm, s C.uintptr_t) C.int {
-		return C.rl_nccl_all_gather_group_(&sp[0], &rp[0], &counts[0], &dts[0], C.int(n), comm, s)
+		return C.rl_nccl_all_gather_group_(&a.send[0], &a.recv[0], &a.count[0], &a.dt[0], C.int(len(src)), comm, s)
 	})
 }
 
@@ -467,40 +447,60 @@ func (c *cudaComm) ReduceScatterGroup(ctx context.Context, dst, src []gpu.Tensor
 // reduceScatterGroup is ReduceScatterGroup, as one NCCL group when group
 // is set.
 func (c *cudaComm) reduceScatterGroup(ctx context.Context, dst, src []gpu.Tensor, op nccl.Op, group bool) error {
-	if len(dst) != len(src) {
-		return fmt.Errorf("nccl: reduce-scatter group: %d destinations, %d sources", len(dst), len(src))
-	}
-	n := len(src)
-	if n == 0 {
-		return nil
-	}
-	if !group {
-		for i := range src {
-			if err := c.ReduceScatter(ctx, dst[i], src[i], op); err != nil {
-				return fmt.Errorf("tensor %d: %w", i, err)
-			}
-		}
-		return nil
-	}
 	o, err := ncclOp(op)
 	if err != nil {
 		return err
 	}
-	sp, rp := make([]C.uintptr_t, n), make([]C.uintptr_t, n)
-	counts, dts := make([]C.size_t, n), make([]C.int, n)
-	for i := range src {
-		if err := nccl.CheckReduceScatter(c.g.n, dst[i], src[i]); err != nil {
-			return fmt.Errorf("nccl: tensor %d: %w", i, err)
-		}
-		ps, dt, err := c.ptrs("reduce-scatter", src[i], dst[i])
-		if err != nil {
-			return err
-		}
-		sp[i], rp[i], counts[i], dts[i] = ps[0], ps[1], C.size_t(dst[i].Numel()), dt
+	each := func(i int) error { return c.ReduceScatter(ctx, dst[i], src[i], op) }
+	a, err := c.groupArgs("reduce-scatter", dst, src, group, each, func(i int) (int, error) {
+		return dst[i].Numel(), nccl.CheckReduceScatter(c.g.n, dst[i], src[i])
+	})
+	if err != nil || a == nil {
+		return err
 	}
 	return c.issue(ctx, "ncclReduceScatter (group)", func(comm, s C.uintptr_t) C.int {
-		return C.rl_nccl_reduce_scatter_group_(&sp[0], &rp[0], &counts[0], &dts[0], o, C.int(n), comm, s)
+		return C.rl_nccl_reduce_scatter_group_(&a.send[0], &a.recv[0], &a.count[0], &a.dt[0], o, C.int(len(src)), comm, s)
 	})
+}
+
+// groupCall holds the C arguments of a group of collectives, one entry a
+// tensor pair.
+type groupCall struct {
+	send, recv []C.uintptr_t
+	count      []C.size_t
+	dt         []C.int
+}
+
+// groupArgs checks a group of collectives named name, from src[i] into
+// dst[i], and returns its C arguments (count(i) gives pair i's NCCL count
+// and checks its shapes). Without group, or with no pair, it runs each(i)
+// for every pair instead and returns nil.
+func (c *cudaComm) groupArgs(name string, dst, src []gpu.Tensor, group bool, each func(int) error, count func(int) (int, error)) (*groupCall, error) {
+	if len(dst) != len(src) {
+		return nil, fmt.Errorf("nccl: %s group: %d destinations, %d sources", name, len(dst), len(src))
+	}
+	if !group || len(src) == 0 {
+		for i := range src {
+			if err := each(i); err != nil {
+				return nil, fmt.Errorf("tensor %d: %w", i, err)
+			}
+		}
+		return nil, nil
+	}
+	n := len(src)
+	a := &groupCall{send: make([]C.uintptr_t, n), recv: make([]C.uintptr_t, n), count: make([]C.size_t, n), dt: make([]C.int, n)}
+	for i := range src {
+		k, err := count(i)
+		if err != nil {
+			return nil, fmt.Errorf("nccl: tensor %d: %w", i, err)
+		}
+		ps, dt, err := c.ptrs(name, src[i], dst[i])
+		if err != nil {
+			return nil, err
+		}
+		a.send[i], a.recv[i], a.count[i], a.dt[i] = ps[0], ps[1], C.size_t(k), dt
+	}
+	return a, nil
 }
 
 // Barrier waits for the rank's device work, then for every rank to arrive.
