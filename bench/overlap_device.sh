@@ -4,7 +4,7 @@
 # per GPU at dp 4 on four H200s, the PyTorch peer 94-97%). The benchmark
 # step of bench/scale_device.sh's dp phase (every layer recomputed, 8 × 2048
 # tokens per GPU) by one rlbench build, alternated over OVERLAP_ROUNDS
-# rounds, in four variants:
+# rounds, in five variants:
 #
 #   base      as it is (the side stream at the device's greatest
 #             priority, the default since these runs first went)
@@ -14,6 +14,8 @@
 #             and its grads' reduce-scatters, as one NCCL group each: one
 #             kernel a unit)
 #   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
+#   ctas8     NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8 (NCCL's kernels on 8 SMs,
+#             leaving the rest to the compute they overlap)
 #
 # and then, once, base at dp 1 for the efficiency. Build first:
 #
@@ -64,6 +66,7 @@ for m in $MODELS; do
 		one "$m-noprio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=0
 		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=1
 		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
+		one "$m-ctas8-$r" "$DP" "$m" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
 	done
 	one "$m-dp1" 1 "$m"
 done
@@ -92,7 +95,7 @@ for m in sorted({k[0] for k in runs}):
     base = runs.get((m, "base"))
     bt = statistics.median(x[0] for x in base) if base else 0
     br = statistics.median(x[1] for x in base) if base else 0
-    for v in ("base", "noprio", "group", "reduce"):
+    for v in ("base", "noprio", "group", "reduce", "ctas8"):
         xs = runs.get((m, v))
         if not xs:
             continue
