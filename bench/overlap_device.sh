@@ -46,6 +46,13 @@ if ((DP < 2)); then
 	exit 0
 fi
 
+# The grouped collectives of the group variant, checked before they are
+# timed (nccl/libnccl's TestCUDACollectives, when .devbin has libnccl.test:
+# go test -c -o .devbin/libnccl.test ./nccl/libnccl).
+if [[ -x $B/libnccl.test ]]; then
+	say "$(budgeted libnccl-collectives 90 bash -c "cd nccl/libnccl && $(printf %q "$B/libnccl.test") -test.run 'TestCUDACollectives\$' -test.v")"
+fi
+
 # one NAME DP [ENV=...] [FLAGS...]: one rlbench run, its JSON at json/NAME.json.
 one() {
 	local n=$1 dp=$2 m=$3
