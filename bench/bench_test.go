@@ -2,6 +2,10 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -87,5 +91,57 @@ func TestOverlapReduceCPU(t *testing.T) {
 	}
 	if res[true].Memory.PlanPeakBytes <= res[false].Memory.PlanPeakBytes {
 		t.Errorf("plan peak %d with overlap_reduce, %d without", res[true].Memory.PlanPeakBytes, res[false].Memory.PlanPeakBytes)
+	}
+}
+
+// TestTimelineCPU runs the benchmark at dp 2 on the CPU with a timeline
+// file and checks the result's summary and the Chrome trace written: one
+// complete event per span, on the compute and side streams, the gathers
+// on the side, the summary's waits the sum of its parts.
+func TestTimelineCPU(t *testing.T) {
+	o := DefaultOptions()
+	o.Config = "../examples/models/tiny-qwen2/config.json"
+	o.TokensPerSeq, o.PromptTokens, o.Chunk = 48, 8, 32
+	o.Warmup, o.Steps, o.DP = 1, 1, 2
+	o.WorkDir = t.TempDir()
+	o.TimelineFile = filepath.Join(o.WorkDir, "trace.json")
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := r.Timeline
+	if tl == nil || tl.Step != 2 || tl.SpanS <= 0 || tl.SideS <= 0 || tl.SideS > tl.SpanS {
+		t.Fatalf("timeline summary %+v", tl)
+	}
+	var sum float64
+	for _, w := range tl.WaitByOp {
+		sum += w
+	}
+	if math.Abs(sum-tl.WaitS) > 1e-12 {
+		t.Errorf("waits by op sum to %v, total %v", sum, tl.WaitS)
+	}
+	data, err := os.ReadFile(o.TimelineFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []traceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	streams := map[string]int{}
+	gathers := 0
+	for _, e := range doc.TraceEvents {
+		if e.Ph != "X" || e.Ts < 0 || e.Dur < 0 || e.Ts+e.Dur > tl.SpanS*1e6+1e-3 {
+			t.Errorf("event %+v (step span %v s)", e, tl.SpanS)
+		}
+		streams[e.Tid]++
+		if e.Tid == "side" && strings.HasPrefix(e.Name, "gather ") {
+			gathers++
+		}
+	}
+	if streams["compute"] == 0 || gathers == 0 {
+		t.Errorf("events per stream %v, %d gathers on the side stream", streams, gathers)
 	}
 }

@@ -64,3 +64,14 @@ budgeted() {
 	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
 	return $rc
 }
+
+# split_env ARGS...: sets ENVS to the leading NAME=VALUE arguments and
+# ARGS to the rest (a run's environment, then its flags).
+split_env() {
+	ENVS=()
+	while [[ $# -gt 0 && $1 == *=* ]]; do
+		ENVS+=("$1")
+		shift
+	done
+	ARGS=("$@")
+}

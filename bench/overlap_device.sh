@@ -57,14 +57,10 @@ fi
 one() {
 	local n=$1 dp=$2 m=$3
 	shift 3
-	local envs=()
-	while [[ $# -gt 0 && $1 == *=* ]]; do
-		envs+=("$1")
-		shift
-	done
-	say "$(budgeted "$n" 240 env "${envs[@]}" "$B/rlbench" --backend cuda --config "examples/models/$m/config.json" --dp "$dp" \
+	split_env "$@"
+	say "$(budgeted "$n" 240 env "${ENVS[@]}" "$B/rlbench" --backend cuda --config "examples/models/$m/config.json" --dp "$dp" \
 		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --precision bf16 \
-		--recompute --cache "$C" -q --out "$OUT/json/$n.json" "$@")"
+		--recompute --cache "$C" -q --out "$OUT/json/$n.json" "${ARGS[@]}")"
 }
 
 for m in $MODELS; do

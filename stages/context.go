@@ -56,6 +56,7 @@ func (rc *RunContext) run(ctx context.Context, program func(*prog)) error {
 	p := rc.prog(ctx)
 	program(p)
 	p.fail(rc.Rank.profileOp(""))
+	p.fail(rc.Rank.timelineMark(nil, markOp, ""))
 	return p.done()
 }
 

@@ -257,6 +257,9 @@ func (d *decoder) gather(i int, tag string) *ref {
 			}
 			ev.Close()
 			b, comm = b.On(side), comm.On(side)
+			if err := d.p.r.timelineMark(side, markSideStart, what); err != nil {
+				return err
+			}
 		}
 		var dsts, srcs []gpu.Tensor // the slots' all-gathers, issued together
 		for k, s := range u.Slots {
@@ -305,6 +308,9 @@ func (d *decoder) gather(i int, tag string) *ref {
 			}
 		}
 		if side != nil {
+			if err := d.p.r.timelineMark(side, markSideEnd, what); err != nil {
+				return err
+			}
 			ev, err := side.Record()
 			if err != nil {
 				return err
@@ -378,7 +384,20 @@ func (d *decoder) await(g *ref) error {
 	}
 	delete(d.ready, g)
 	defer ev.Close()
-	return d.b().DefaultStream().Wait(ev)
+	return d.waitSide(ev)
+}
+
+// waitSide makes the compute stream wait for ev, an event of the side
+// stream, marking the wait on the step's timeline.
+func (d *decoder) waitSide(ev gpu.Event) error {
+	r := d.p.r
+	if err := r.timelineMark(nil, markWait, ""); err != nil {
+		return err
+	}
+	if err := d.b().DefaultStream().Wait(ev); err != nil {
+		return err
+	}
+	return r.timelineMark(nil, markWaited, "")
 }
 
 // forward runs the embedding and the decoder layers. With train set, every
@@ -656,6 +675,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 			b, comm = b.On(rs), comm.On(rs)
+			if err := d.p.r.timelineMark(rs, markSideStart, "reduce-scatter grads "+u.Name); err != nil {
+				return err
+			}
 		}
 		// Three passes: each slot's grads cast into the reduction's input
 		// (or staged for the host); the slots' reduce-scatters, issued
@@ -733,6 +755,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 			}
 		}
 		if rs != nil {
+			if err := d.p.r.timelineMark(rs, markSideEnd, ""); err != nil {
+				return err
+			}
 			ev, err := rs.Record()
 			if err != nil {
 				return err
@@ -764,7 +789,7 @@ func (d *decoder) settleReduce(i int) {
 			return nil
 		}
 		defer pr.done.Close()
-		return d.b().DefaultStream().Wait(pr.done)
+		return d.waitSide(pr.done)
 	})
 }
 

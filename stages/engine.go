@@ -148,6 +148,11 @@ type RunOptions struct {
 	// Profile times every op (see Rank.Profile) and reports the step's
 	// breakdown in StepResult.Profile.
 	Profile bool
+	// Timeline records every step's timeline without syncing (see
+	// StepTimeline) and reports it in StepResult.Timeline: when each op
+	// ran, when the side stream gathered and reduced, and how long the
+	// compute stream waited for it.
+	Timeline bool
 	// Export names a model whose rows every rank downloads after the last
 	// step into Result.Export (for ExportHF): an export from memory, for
 	// callers of this package and as the tests' reference for
@@ -183,6 +188,8 @@ type StepResult struct {
 	Tokens int64
 	// Profile is the step's time per kind of op, with RunOptions.Profile.
 	Profile map[string]time.Duration
+	// Timeline is the step's timeline, with RunOptions.Timeline.
+	Timeline *StepTimeline
 	// Stop is set, the same on every rank, when RunOptions.Stop asked to
 	// stop and this is the run's last step although more were asked for:
 	// AfterStep should checkpoint it.
@@ -432,6 +439,9 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 		}
 	}
 	r.setup.done()
+	if opts.Timeline {
+		r.tl = &timeline{}
+	}
 	for step := first; step <= steps; step++ {
 		r.Step = step
 		if opts.Profile {
@@ -477,6 +487,11 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 		}
 		hw, _ := arena.HighWater()
 		sr := StepResult{Step: step, Wall: time.Since(t0), Stats: r.Stats, Report: rep, InUse: hw, Tokens: r.Stats.Tokens, Profile: r.Profile, Stop: stop && step < steps}
+		if r.tl != nil {
+			if sr.Timeline, err = r.tl.collect(r.B); err != nil {
+				return fmt.Errorf("rank %d: step %d: %w", id, step, err)
+			}
+		}
 		if opts.AfterStep != nil {
 			if err := opts.AfterStep(r, sr); err != nil {
 				return fmt.Errorf("rank %d: after step %d: %w", id, step, err)

@@ -75,6 +75,8 @@ type Rank struct {
 	Profile  map[string]time.Duration
 	profOp   string
 	profLast time.Time
+	// tl collects the step's timeline (RunOptions.Timeline); nil when off.
+	tl *timeline
 
 	// released holds, on rank 0, the engines (by URL) whose memory a wake
 	// stage released and no sleep stage has resumed yet. rlpipe assumes an
@@ -135,6 +137,18 @@ func (r *Rank) profileOp(next string) error {
 	}
 	r.profOp, r.profLast = next, now
 	return nil
+}
+
+// timelineMark records a mark of the step's timeline on s (nil: the
+// compute stream) when the timeline is on.
+func (r *Rank) timelineMark(s gpu.Stream, kind markKind, name string) error {
+	if r.tl == nil {
+		return nil
+	}
+	if s == nil {
+		s = r.B.DefaultStream()
+	}
+	return r.tl.mark(s, kind, name)
 }
 
 // UpdateStats are one optimizer update's results on a rank (identical on

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -135,6 +136,26 @@ func (stream) Wait(gpu.Event) error       { return nil }
 func (stream) Close() error               { return nil }
 func (event) Sync() error                 { return nil }
 func (event) Close() error                { return nil }
+
+// RecordTimed returns an event holding the time now: the CPU backend's
+// ops have finished when they return, so that is when the stream's work
+// so far completed.
+func (stream) RecordTimed() (gpu.Event, error) { return timedEvent{time.Now()}, nil }
+
+// timedEvent is a completed event and the time it completed at.
+type timedEvent struct{ at time.Time }
+
+func (timedEvent) Sync() error  { return nil }
+func (timedEvent) Close() error { return nil }
+
+// Since returns the time from start's completion to e's.
+func (e timedEvent) Since(start gpu.Event) (time.Duration, error) {
+	st, ok := start.(timedEvent)
+	if !ok {
+		return 0, fmt.Errorf("cpu: since: event %T is not a timed event of the cpu backend", start)
+	}
+	return e.at.Sub(st.at), nil
+}
 
 // NewStream returns a no-op stream.
 func (b *Backend) NewStream() (gpu.Stream, error) { return stream{}, nil }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -451,7 +452,7 @@ type Stream struct {
 	workspace bool
 }
 
-// Event is a CUDA event (timing disabled).
+// Event is a CUDA event (timing disabled, except from RecordTimed).
 type Event struct {
 	d *device
 	h C.uint64_t
@@ -521,6 +522,34 @@ func (s *Stream) Record() (gpu.Event, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// RecordTimed returns an event that completes with the work issued so far
+// and keeps the time it completed at (Event.Since): a timeline's mark.
+func (s *Stream) RecordTimed() (gpu.Event, error) {
+	e := &Event{d: s.d}
+	err := s.d.do(func() error {
+		if err := cuErr("cuEventCreate", C.cuEventCreate_(&e.h, 0)); err != nil {
+			return err
+		}
+		return cuErr("cuEventRecord", C.cuEventRecord_(e.h, s.h))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Since returns the time from start's completion to e's; both must come
+// from RecordTimed on this device and have completed.
+func (e *Event) Since(start gpu.Event) (time.Duration, error) {
+	st, ok := start.(*Event)
+	if !ok || st.d != e.d {
+		return 0, fmt.Errorf("cuda: since: event %T is not from this device", start)
+	}
+	var ms C.float
+	err := e.d.do(func() error { return cuErr("cuEventElapsedTime", C.cuEventElapsedTime_(&ms, st.h, e.h)) })
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
 }
 
 // Wait makes later work on s wait for e.

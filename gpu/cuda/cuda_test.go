@@ -934,6 +934,54 @@ func TestStreams(t *testing.T) {
 	e.compare("gemm on a side stream", gc, cc, tolHeavy)
 }
 
+// TestTimedEvents checks RecordTimed and Since: a product between two
+// timed events takes positive time, order matters, and an untimed event
+// is refused.
+func TestTimedEvents(t *testing.T) {
+	e := newEnv(t)
+	ga, _ := e.in(gpu.BF16, 1, 1024, 1024)
+	gb, _ := e.in(gpu.BF16, 1, 1024, 1024)
+	gc, _ := e.out(gpu.F32, 1024, 1024)
+	s := e.g.DefaultStream().(*Stream)
+	t0, err := s.RecordTimed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t0.Close()
+	for range 20 {
+		if err := e.g.Gemm(gc, ga, gb, false, true, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1, err := s.RecordTimed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t1.Close()
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := t1.(*Event).Since(t0)
+	if err != nil || d <= 0 {
+		t.Fatalf("20 products took %v (%v)", d, err)
+	}
+	if back, err := t0.(*Event).Since(t1); err != nil || back+d > time.Microsecond || back+d < -time.Microsecond {
+		t.Errorf("the other way: %v (%v), want %v", back, err, -d)
+	}
+	plain, err := s.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.(*Event).Since(t0); err == nil {
+		t.Error("an event without timing gave a time")
+	}
+	t.Logf("20 products of 1024³: %v", d)
+}
+
 func TestKernelCacheReused(t *testing.T) {
 	backend(t) // skips without a driver
 	t.Setenv("RLPIPE_CACHE_DIR", t.TempDir())

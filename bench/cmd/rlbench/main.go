@@ -67,6 +67,7 @@ func run(args []string) int {
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the weights and rollouts")
 	fs.BoolVar(&o.PlanOnly, "plan-only", false, "resolve and plan the job and report the plan's memory; run nothing")
 	fs.BoolVar(&o.Profile, "profile", false, "time every op, syncing the backend at each op boundary, and report the last step's seconds per kind of op (profile_s)")
+	fs.StringVar(&o.TimelineFile, "timeline", "", "record every step's timeline without syncing (timed events at each op, around the side stream's gathers and reductions and the compute stream's waits for them), report the last step's waits (timeline in the JSON) and write its spans to this file as a Chrome trace")
 	out := fs.String("out", "", "write the result JSON here")
 	quiet := fs.Bool("q", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {

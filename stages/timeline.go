@@ -1,0 +1,160 @@
+package stages
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// A step's timeline (RunOptions.Timeline): timed events recorded, without
+// syncing, on the rank's compute stream at every op's start and around
+// every wait for the side stream, and on the side stream around each
+// gather and each reduction run there. Once the step is over their times
+// give when the device reached each point, so the timeline shows what
+// overlapped and how long the compute stream stood waiting for the side
+// stream: the communication the step did not hide. The profile
+// (RunOptions.Profile) syncs at every op instead, which serialises the
+// streams.
+
+// timedStream is a stream that records timed events: gpu/cuda's and
+// gpu/cpu's.
+type timedStream interface {
+	RecordTimed() (gpu.Event, error)
+}
+
+// timedEvent is an event from RecordTimed.
+type timedEvent interface {
+	Since(start gpu.Event) (time.Duration, error)
+}
+
+// Span is one interval of a step's timeline, from the step's first mark.
+type Span struct {
+	Name   string        `json:"name"`
+	Stream string        `json:"stream"` // "compute", "compute wait" (for the side stream) or "side"
+	Start  time.Duration `json:"start_ns"`
+	Dur    time.Duration `json:"dur_ns"`
+}
+
+// StepTimeline is a rank's timeline of one step.
+type StepTimeline struct {
+	Spans []Span
+	// Wait is the time the compute stream stood waiting for the side
+	// stream, per kind of op that waited (op names without their layer).
+	Wait map[string]time.Duration
+	// Side is the time the side stream was busy (gathers and reductions).
+	Side time.Duration
+	// Span is the time from the step's first mark to its last.
+	Span time.Duration
+}
+
+// markKind says what a mark records.
+type markKind int
+
+const (
+	markOp        markKind = iota // the compute stream reached an op (its name; "" ends a stage)
+	markWait                      // the compute stream reached a wait for the side stream
+	markWaited                    // the wait ended
+	markSideStart                 // the side stream started a gather or reduction
+	markSideEnd                   // it finished
+)
+
+type mark struct {
+	kind markKind
+	name string
+	ev   gpu.Event
+}
+
+// timeline collects a rank's marks during a step.
+type timeline struct {
+	marks []mark
+	op    string // the compute stream's current op
+}
+
+// mark records a timed event of kind on s (the compute stream for markOp
+// and markWaited, the side stream for the others).
+func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
+	ts, ok := s.(timedStream)
+	if !ok {
+		return fmt.Errorf("timeline: stream %T records no times", s)
+	}
+	ev, err := ts.RecordTimed()
+	if err != nil {
+		return fmt.Errorf("timeline: %w", err)
+	}
+	if kind == markOp {
+		t.op = name
+	}
+	if kind == markWait || kind == markWaited {
+		name = t.op
+	}
+	t.marks = append(t.marks, mark{kind: kind, name: name, ev: ev})
+	return nil
+}
+
+// collect waits for the step's marks (b synced), turns them into the
+// step's timeline and releases them.
+func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
+	defer func() {
+		for _, m := range t.marks {
+			m.ev.Close()
+		}
+		t.marks, t.op = t.marks[:0], ""
+	}()
+	if len(t.marks) == 0 {
+		return &StepTimeline{Wait: map[string]time.Duration{}}, nil
+	}
+	if err := b.Sync(); err != nil {
+		return nil, err
+	}
+	at := make([]time.Duration, len(t.marks))
+	var errs []error
+	for i, m := range t.marks {
+		te, ok := m.ev.(timedEvent)
+		if !ok {
+			return nil, fmt.Errorf("timeline: event %T holds no time", m.ev)
+		}
+		d, err := te.Since(t.marks[0].ev)
+		errs = append(errs, err)
+		at[i] = d
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
+	st := &StepTimeline{Wait: map[string]time.Duration{}}
+	lastOp, opAt, waitAt := "", time.Duration(0), time.Duration(-1)
+	var sideName string
+	var sideAt time.Duration
+	for i, m := range t.marks {
+		st.Span = max(st.Span, at[i])
+		switch m.kind {
+		case markOp:
+			if lastOp != "" {
+				st.Spans = append(st.Spans, Span{Name: lastOp, Stream: "compute", Start: opAt, Dur: at[i] - opAt})
+			}
+			lastOp, opAt = m.name, at[i]
+		case markWait:
+			waitAt = at[i]
+		case markWaited:
+			if w := at[i] - waitAt; waitAt >= 0 && w > 0 {
+				st.Spans = append(st.Spans, Span{Name: m.name, Stream: "compute wait", Start: waitAt, Dur: w})
+				st.Wait[opKind(m.name)] += w
+			}
+			waitAt = -1
+		case markSideStart:
+			sideName, sideAt = m.name, at[i]
+		case markSideEnd:
+			if sideName != "" {
+				st.Spans = append(st.Spans, Span{Name: sideName, Stream: "side", Start: sideAt, Dur: at[i] - sideAt})
+				st.Side += at[i] - sideAt
+			}
+			sideName = ""
+		}
+	}
+	return st, nil
+}
+
+// opKind is an op's name without its layer ("layer3 norm1" → "norm1").
+func opKind(op string) string { return strings.TrimSpace(unitName.ReplaceAllString(op, "")) }

@@ -1,0 +1,92 @@
+package stages
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rt "github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// TestTimeline runs the tiny recipe at dp 2 (with overlap_reduce, so that
+// both gathers and reductions run on the side stream) on the CPU with the
+// timeline on, and checks each step's: the same metrics as without it,
+// every op of the step's program on the compute stream in program order,
+// spans within the step, a gather or reduction on the side stream for
+// every unit, and the waits for the side stream summed by kind of op.
+func TestTimeline(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
+	short := func(s *spec.Spec) { s.Train.Steps = 2 }
+	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
+	base := runParsed(t, on, short, nil, RunOptions{})
+	on = variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
+	out := runParsed(t, on, short, nil, RunOptions{Timeline: true})
+	if len(out.steps) != 2 {
+		t.Fatalf("%d steps", len(out.steps))
+	}
+	for _, sr := range out.steps {
+		// The ops of the step's stages that ran (update_ref runs every
+		// other step).
+		var stepOps []string
+		for _, st := range out.p.Stages {
+			if res := sr.Report.Result(st.ID); st.Phase == string(spec.Step) && res != nil && res.Status == rt.StatusRan {
+				for _, o := range out.p.Ops[st.First : st.Last+1] {
+					stepOps = append(stepOps, o.Name)
+				}
+			}
+		}
+		b := base.steps[sr.Step-1]
+		if sr.Stats.GradNorm != b.Stats.GradNorm || sr.Stats.Values["loss"] != b.Stats.Values["loss"] {
+			t.Errorf("step %d: grad norm %v loss %v with the timeline, %v %v without", sr.Step, sr.Stats.GradNorm, sr.Stats.Values["loss"], b.Stats.GradNorm, b.Stats.Values["loss"])
+		}
+		if base.steps[sr.Step-1].Timeline != nil {
+			t.Errorf("step %d: a timeline without RunOptions.Timeline", sr.Step)
+		}
+		tl := sr.Timeline
+		if tl == nil {
+			t.Fatalf("step %d: no timeline", sr.Step)
+		}
+		var compute []string
+		var side []string
+		last := tl.Spans[0].Start
+		for _, s := range tl.Spans {
+			if s.Start < 0 || s.Dur < 0 || s.Start+s.Dur > tl.Span {
+				t.Errorf("step %d: span %+v outside the step's %v", sr.Step, s, tl.Span)
+			}
+			switch s.Stream {
+			case "compute":
+				if s.Start < last {
+					t.Errorf("step %d: %q starts before the op before it", sr.Step, s.Name)
+				}
+				last = s.Start
+				compute = append(compute, s.Name)
+			case "side":
+				side = append(side, s.Name)
+			case "compute wait":
+				if !slices.Contains(stepOps, s.Name) {
+					t.Errorf("step %d: a wait in %q, no op of the step", sr.Step, s.Name)
+				}
+			default:
+				t.Errorf("step %d: span %+v on stream %q", sr.Step, s, s.Stream)
+			}
+		}
+		if !slices.Equal(compute, stepOps) {
+			t.Errorf("step %d: the compute stream's spans\n%q\nare not the step's ops\n%q", sr.Step, compute, stepOps)
+		}
+		for _, want := range []string{"gather layer0", "gather layer1 for backward", "reduce-scatter grads layer0", "reduce-scatter grads embed"} {
+			if !slices.ContainsFunc(side, func(n string) bool { return strings.HasPrefix(n, want) }) {
+				t.Errorf("step %d: no %q on the side stream: %q", sr.Step, want, side)
+			}
+		}
+		var waited int64
+		for k, w := range tl.Wait {
+			if strings.Contains(k, "layer") || w < 0 {
+				t.Errorf("step %d: wait %v under %q", sr.Step, w, k)
+			}
+			waited += int64(w)
+		}
+		t.Logf("step %d: %d spans over %v, side busy %v, compute waited %v: %v", sr.Step, len(tl.Spans), tl.Span, tl.Side, waited, tl.Wait)
+	}
+}
