@@ -11,14 +11,15 @@ import (
 
 // TimelineSummary is rank 0's timeline of a step, in seconds: how long
 // the compute stream stood waiting for the side stream (gathers and, with
-// overlap_reduce, reductions), per kind of op and in all, how long the
-// side stream was busy, and the step's span on the device.
+// overlap_reduce, reductions), in all and per stage and what it waited
+// for ("ref_logp: gather"), how long the side stream was busy, and the
+// step's span on the device.
 type TimelineSummary struct {
 	Step     int                `json:"step"`
 	SpanS    float64            `json:"span_s"`
 	SideS    float64            `json:"side_s"`
 	WaitS    float64            `json:"wait_s"`
-	WaitByOp map[string]float64 `json:"wait_by_op_s"`
+	WaitByOp map[string]float64 `json:"wait_by_op_s"` // by stage and side op waited for
 }
 
 // summarizeTimeline sums step's timeline.

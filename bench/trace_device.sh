@@ -15,8 +15,8 @@
 #
 # For each run it reports rank 0's last step: its span on the device, the
 # time the side stream was busy, and the time the compute stream stood
-# waiting for it, per kind of op (the communication the step did not
-# hide); the Chrome traces (chrome://tracing, Perfetto) come back in
+# waiting for it, per stage and what it waited for (the communication
+# the step did not hide); the Chrome traces (chrome://tracing, Perfetto) come back in
 # trace.tgz. Build first:
 #
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
@@ -60,7 +60,7 @@ fi
 
 python3 - "$OUT/trace" <<'PY' | tee -a "$OUT/summary.txt"
 import glob, json, os, sys
-print("\nrank 0's last step (ms): span on the device, side stream busy, compute stream waiting for the side stream (in all, then the largest kinds of op)")
+print("\nrank 0's last step (ms): span on the device, side stream busy, compute stream waiting for the side stream (in all, then the largest by stage and what it waited for)")
 print("| run | ref_logprob tok/s per GPU | train tok/s per GPU | span | side busy | compute waited | largest waits |")
 print("|---|---:|---:|---:|---:|---:|---|")
 for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):

@@ -58,7 +58,7 @@ type decoder struct {
 
 	gathered []*ref
 	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
-	ready    map[*ref]gpu.Event // gathered buffers still being filled on the side stream
+	ready    map[*ref]pendingGather // gathered buffers still being filled on the side stream
 	staging  map[*ref][]*ref    // per gathered buffer, the staging buffers its gather reads on the side stream
 	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
 	acts     []*model.LayerActs // per decoder unit: the activations forward wrote (kept ones are reused by backward)
@@ -93,7 +93,7 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 	}
 	n := len(st.Units)
 	d.gathered = make([]*ref, n)
-	d.ready = map[*ref]gpu.Event{}
+	d.ready = map[*ref]pendingGather{}
 	d.staging = map[*ref][]*ref{}
 	d.saved = make([][]*ref, n)
 	d.acts = make([]*model.LayerActs, n)
@@ -315,7 +315,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 			if err != nil {
 				return err
 			}
-			d.ready[g] = ev
+			d.ready[g] = pendingGather{ev: ev, what: what}
 		}
 		return nil
 	})
@@ -378,26 +378,35 @@ func (d *decoder) untilGathered(i int, g *ref) {
 
 // await makes the compute stream wait until gathered buffer g is filled.
 func (d *decoder) await(g *ref) error {
-	ev, ok := d.ready[g]
+	pg, ok := d.ready[g]
 	if !ok {
 		return nil
 	}
 	delete(d.ready, g)
-	defer ev.Close()
-	return d.waitSide(ev)
+	defer pg.ev.Close()
+	return d.waitSide(pg.ev, pg.what)
+}
+
+// pendingGather is a gather running on the side stream: the event
+// recorded after it and its op's name.
+type pendingGather struct {
+	ev   gpu.Event
+	what string
 }
 
 // waitSide makes the compute stream wait for ev, an event of the side
-// stream, marking the wait on the step's timeline.
-func (d *decoder) waitSide(ev gpu.Event) error {
+// stream after what (a gather's or reduction's op), marking the wait on
+// the step's timeline as the stage's wait for what.
+func (d *decoder) waitSide(ev gpu.Event, what string) error {
 	r := d.p.r
-	if err := r.timelineMark(nil, markWait, ""); err != nil {
+	name := d.prefix + ": " + what
+	if err := r.timelineMark(nil, markWait, name); err != nil {
 		return err
 	}
 	if err := d.b().DefaultStream().Wait(ev); err != nil {
 		return err
 	}
-	return r.timelineMark(nil, markWaited, "")
+	return r.timelineMark(nil, markWaited, name)
 }
 
 // forward runs the embedding and the decoder layers. With train set, every
@@ -657,7 +666,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 	}
 	var pr *pendingReduce
 	if overlap {
-		pr = &pendingReduce{bufs: []*ref{grad, rsIn, rsOut}}
+		pr = &pendingReduce{bufs: []*ref{grad, rsIn, rsOut}, what: "reduce-scatter grads " + u.Name}
 		d.pend = pr
 	}
 	p.do(func() error {
@@ -773,6 +782,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 type pendingReduce struct {
 	bufs []*ref
 	done gpu.Event
+	what string // the reduction's op
 }
 
 // settleReduce makes the compute stream wait, at op i, for the reduction
@@ -789,7 +799,7 @@ func (d *decoder) settleReduce(i int) {
 			return nil
 		}
 		defer pr.done.Close()
-		return d.waitSide(pr.done)
+		return d.waitSide(pr.done, pr.what)
 	})
 }
 

@@ -42,7 +42,9 @@ type Span struct {
 type StepTimeline struct {
 	Spans []Span
 	// Wait is the time the compute stream stood waiting for the side
-	// stream, per kind of op that waited (op names without their layer).
+	// stream, per stage and kind of side op waited for, without units:
+	// "ref_logp: gather", "train: gather for backward", "train:
+	// reduce-scatter grads".
 	Wait map[string]time.Duration
 	// Side is the time the side stream was busy (gathers and reductions).
 	Side time.Duration
@@ -55,7 +57,7 @@ type markKind int
 
 const (
 	markOp        markKind = iota // the compute stream reached an op (its name; "" ends a stage)
-	markWait                      // the compute stream reached a wait for the side stream
+	markWait                      // the compute stream reached a wait for the side stream (what it waits for)
 	markWaited                    // the wait ended
 	markSideStart                 // the side stream started a gather or reduction
 	markSideEnd                   // it finished
@@ -70,7 +72,6 @@ type mark struct {
 // timeline collects a rank's marks during a step.
 type timeline struct {
 	marks []mark
-	op    string // the compute stream's current op
 }
 
 // mark records a timed event of kind on s (the compute stream for markOp
@@ -84,12 +85,6 @@ func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
 	if err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}
-	if kind == markOp {
-		t.op = name
-	}
-	if kind == markWait || kind == markWaited {
-		name = t.op
-	}
 	t.marks = append(t.marks, mark{kind: kind, name: name, ev: ev})
 	return nil
 }
@@ -101,7 +96,7 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 		for _, m := range t.marks {
 			m.ev.Close()
 		}
-		t.marks, t.op = t.marks[:0], ""
+		t.marks = t.marks[:0]
 	}()
 	if len(t.marks) == 0 {
 		return &StepTimeline{Wait: map[string]time.Duration{}}, nil

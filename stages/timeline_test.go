@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	rt "github.com/rlpipe/rlpipe/runtime"
+	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -15,7 +16,8 @@ import (
 // timeline on, and checks each step's: the same metrics as without it,
 // every op of the step's program on the compute stream in program order,
 // spans within the step, a gather or reduction on the side stream for
-// every unit, and the waits for the side stream summed by kind of op.
+// every unit, and the waits for the side stream named by stage and side
+// op, summed without the units' layers.
 func TestTimeline(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
 	short := func(s *spec.Spec) { s.Train.Steps = 2 }
@@ -65,8 +67,10 @@ func TestTimeline(t *testing.T) {
 			case "side":
 				side = append(side, s.Name)
 			case "compute wait":
-				if !slices.Contains(stepOps, s.Name) {
-					t.Errorf("step %d: a wait in %q, no op of the step", sr.Step, s.Name)
+				stage, what, ok := strings.Cut(s.Name, ": ")
+				isStage := slices.ContainsFunc(out.p.Stages, func(st plan.StageSpan) bool { return st.ID == stage })
+				if !ok || !isStage || !slices.Contains(side, what) {
+					t.Errorf("step %d: a wait for %q, not a stage's wait for a side op before it", sr.Step, s.Name)
 				}
 			default:
 				t.Errorf("step %d: span %+v on stream %q", sr.Step, s, s.Stream)
