@@ -57,12 +57,12 @@ type decoder struct {
 	pend *pendingReduce
 
 	gathered []*ref
-	bwdNext  *ref               // the first decoder unit of the backward, gathered during the head backward
+	bwdNext  *ref                   // the first decoder unit of the backward, gathered during the head backward
 	ready    map[*ref]pendingGather // gathered buffers still being filled on the side stream
-	staging  map[*ref][]*ref    // per gathered buffer, the staging buffers its gather reads on the side stream
-	saved    [][]*ref           // per unit: buffers kept from forward to backward (planning lifetimes)
-	acts     []*model.LayerActs // per decoder unit: the activations forward wrote (kept ones are reused by backward)
-	layerIn  []*ref             // per decoder unit: its fp32 input
+	staging  map[*ref][]*ref        // per gathered buffer, the staging buffers its gather reads on the side stream
+	saved    [][]*ref               // per unit: buffers kept from forward to backward (planning lifetimes)
+	acts     []*model.LayerActs     // per decoder unit: the activations forward wrote (kept ones are reused by backward)
+	layerIn  []*ref                 // per decoder unit: its fp32 input
 	resid    *ref
 	head     struct{ rows, xn, rstd *ref }
 	io       struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
