@@ -122,6 +122,9 @@ func (r *Rank) cpRank(m spec.Mesh) int { return r.ID % m.CPSize() }
 // unitName matches the unit in an op name.
 var unitName = regexp.MustCompile(`\blayer\d+\b ?`)
 
+// opKind is an op's name without its layer ("layer3 norm1" → "norm1").
+func opKind(op string) string { return strings.TrimSpace(unitName.ReplaceAllString(op, "")) }
+
 // profileOp closes the timing of the current op and opens next's ("" ends
 // the stage's last op).
 func (r *Rank) profileOp(next string) error {
@@ -133,7 +136,7 @@ func (r *Rank) profileOp(next string) error {
 	}
 	now := time.Now()
 	if r.profOp != "" {
-		r.Profile[strings.TrimSpace(unitName.ReplaceAllString(r.profOp, ""))] += now.Sub(r.profLast)
+		r.Profile[opKind(r.profOp)] += now.Sub(r.profLast)
 	}
 	r.profOp, r.profLast = next, now
 	return nil

@@ -3,7 +3,6 @@ package stages
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -74,8 +73,8 @@ type timeline struct {
 	marks []mark
 }
 
-// mark records a timed event of kind on s (the compute stream for markOp
-// and markWaited, the side stream for the others).
+// mark records a timed event of kind on s (the compute stream for markOp,
+// markWait and markWaited, the side stream for the others).
 func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
 	ts, ok := s.(timedStream)
 	if !ok {
@@ -150,6 +149,3 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 	}
 	return st, nil
 }
-
-// opKind is an op's name without its layer ("layer3 norm1" → "norm1").
-func opKind(op string) string { return strings.TrimSpace(unitName.ReplaceAllString(op, "")) }
