@@ -66,12 +66,11 @@ type Options struct {
 	Seed          int64
 	PlanOnly      bool // resolve and plan the job, run nothing (no weights are written)
 	Profile       bool // time every op (syncing the backend at each op boundary) and report the last step's breakdown
-	// Timeline records every step's timeline without syncing
-	// (stages.RunOptions.Timeline) and reports the last step's: rank 0's
-	// waits for the side stream and its busy time (Result.Timeline), and,
-	// when TimelineFile is set, its spans there as a Chrome trace
+	// TimelineFile, when set, records every step's timeline without
+	// syncing (stages.RunOptions.Timeline), reports the last step's in
+	// Result.Timeline (rank 0's waits for the side stream and its busy
+	// time) and writes its spans to this file as a Chrome trace
 	// (chrome://tracing, Perfetto).
-	Timeline     bool
 	TimelineFile string
 	// SyncHostOptimizer finishes the offloaded actor's host AdamW within
 	// its op instead of overlapping it with the next ops
@@ -212,7 +211,7 @@ type Result struct {
 	CheckpointS    float64            `json:"checkpoint_s"`        // generating the random checkpoint (0 when cached)
 	StageS         map[string]float64 `json:"stage_s"`             // runtime.Report durations of the last step (no device sync: launch time on an async backend)
 	ProfileS       map[string]float64 `json:"profile_s,omitempty"` // with Profile: the last step's seconds per kind of op
-	Timeline       *TimelineSummary   `json:"timeline,omitempty"`  // with Timeline: rank 0's last step
+	Timeline       *TimelineSummary   `json:"timeline,omitempty"`  // with TimelineFile: rank 0's last step
 	LastMetrics    map[string]float64 `json:"last_metrics"`        // loss metrics of the last step
 	CheckpointPath string             `json:"checkpoint_path"`     // the random-weights checkpoint
 	SpecYAML       string             `json:"spec_yaml"`           // the job
@@ -412,7 +411,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 	}
 	var backendName string
-	opts := stages.RunOptions{Steps: total, Profile: o.Profile, Timeline: o.Timeline || o.TimelineFile != "", SyncHostOptimizer: o.SyncHostOptimizer}
+	opts := stages.RunOptions{Steps: total, Profile: o.Profile, Timeline: o.TimelineFile != "", SyncHostOptimizer: o.SyncHostOptimizer}
 	if s.Mesh.DP > 1 {
 		opts.Comms = reg.comms // nil: the loopback, on host memory
 	}
@@ -463,10 +462,8 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 		if sr.Timeline != nil {
 			res.Timeline = summarizeTimeline(sr.Step, sr.Timeline)
-			if o.TimelineFile != "" {
-				if err := writeTrace(o.TimelineFile, sr.Step, sr.Timeline); err != nil {
-					return err
-				}
+			if err := writeTrace(o.TimelineFile, sr.Step, sr.Timeline); err != nil {
+				return err
 			}
 		}
 		if sr.Profile != nil {
