@@ -55,6 +55,7 @@ type Options struct {
 	OffloadRef      bool    // the ref's params in pinned host memory
 	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
 	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
+	Prefetch        int     // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
 	KLCoef          float64 // low_var_kl coefficient
 	EntropyCoef     float64
 
@@ -87,7 +88,7 @@ type Options struct {
 // response), one micro-batch of 16384 tokens, chunk 2048, bf16, recompute.
 func DefaultOptions() Options {
 	return Options{Backend: "cpu", Seqs: 8, TokensPerSeq: 2048, PromptTokens: 64, Chunk: 2048, Precision: "bf16",
-		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1}
+		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1, Prefetch: 1}
 }
 
 // Timing is one measured quantity over the timed steps.
@@ -156,6 +157,8 @@ type Workload struct {
 	NoReshard  bool          `json:"no_reshard,omitempty"`
 	// OverlapReduce is Options.OverlapReduce.
 	OverlapReduce bool `json:"overlap_reduce,omitempty"`
+	// Prefetch is Options.Prefetch.
+	Prefetch int `json:"prefetch"`
 	// SyncHostOptimizer: the host AdamW did not overlap the next ops.
 	SyncHostOptimizer bool    `json:"sync_host_optimizer,omitempty"`
 	Layout            string  `json:"layout"`
@@ -305,7 +308,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, OverlapReduce: o.OverlapReduce,
+		NoReshard: o.NoReshard, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -545,6 +548,10 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	if o.OverlapReduce {
 		reshard += ", overlap_reduce: true"
 	}
+	ahead := ""
+	if o.Prefetch != 1 {
+		ahead = fmt.Sprintf(", prefetch: %d", o.Prefetch)
+	}
 	fmt.Fprintf(&b, `stages:
   setup:
     - id: load
@@ -553,11 +560,11 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
     - id: shard_actor
       uses: apply_fsdp2
       needs: load
-      with: {model: actor%[6]s}
+      with: {model: actor%[6]s%[7]s}
     - id: shard_ref
       uses: apply_fsdp2
       needs: load
-      with: {model: ref}
+      with: {model: ref%[7]s}
   step:
     - id: pack
       uses: pack
@@ -587,7 +594,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
       uses: %[1]s
       needs: train
       with: {run: %[2]s, mark: train}
-`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef, reshard)
+`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef, reshard, ahead)
 	return b.String()
 }
 

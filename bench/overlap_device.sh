@@ -4,7 +4,7 @@
 # per GPU at dp 4 on four H200s, the PyTorch peer 94-97%). The benchmark
 # step of bench/scale_device.sh's dp phase (every layer recomputed, 8 × 2048
 # tokens per GPU) by one rlbench build, alternated over OVERLAP_ROUNDS
-# rounds, in five variants:
+# rounds, in six variants:
 #
 #   base      as it is (the side stream at the device's greatest
 #             priority, the default since these runs first went)
@@ -16,6 +16,7 @@
 #   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
 #   ctas8     NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8 (NCCL's kernels on 8 SMs,
 #             leaving the rest to the compute they overlap)
+#   pf2       --prefetch 2 (both models' units gathered two ahead)
 #
 # and then, once, base at dp 1 for the efficiency. Build first:
 #
@@ -70,6 +71,7 @@ for m in $MODELS; do
 		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=1
 		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
 		one "$m-ctas8-$r" "$DP" "$m" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
+		one "$m-pf2-$r" "$DP" "$m" --prefetch 2
 	done
 	one "$m-dp1" 1 "$m"
 done
@@ -98,7 +100,7 @@ for m in sorted({k[0] for k in runs}):
     base = runs.get((m, "base"))
     bt = statistics.median(x[0] for x in base) if base else 0
     br = statistics.median(x[1] for x in base) if base else 0
-    for v in ("base", "noprio", "group", "reduce", "ctas8"):
+    for v in ("base", "noprio", "group", "reduce", "ctas8", "pf2"):
         xs = runs.get((m, v))
         if not xs:
             continue

@@ -11,7 +11,7 @@
 #
 #   - at dp 1 and at every GPU visible, with the defaults;
 #   - at every GPU with RLPIPE_NCCL_GROUP=1 (a unit's collectives as one
-#     NCCL group) and with --overlap-reduce.
+#     NCCL group), with --overlap-reduce and with --prefetch 2.
 #
 # For each run it reports rank 0's last step: its span on the device, the
 # time the side stream was busy, and the time the compute stream stood
@@ -55,6 +55,7 @@ if ((DP > 1)); then
 	traced "dp$DP" "$DP"
 	traced "dp$DP-group" "$DP" RLPIPE_NCCL_GROUP=1
 	traced "dp$DP-reduce" "$DP" --overlap-reduce
+	traced "dp$DP-prefetch2" "$DP" --prefetch 2
 	traced "dp$DP-again" "$DP"
 fi
 

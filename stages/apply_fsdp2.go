@@ -23,7 +23,7 @@ var _ Stage = (*ApplyFSDP2)(nil)
 type ApplyFSDP2 struct {
 	Model               string `yaml:"model"`
 	ReshardAfterForward bool   `yaml:"reshard_after_forward"`
-	Prefetch            int    `yaml:"prefetch"` // units gathered ahead of the one computing (0 or 1)
+	Prefetch            int    `yaml:"prefetch"` // units gathered ahead of the one computing (0, 1 or 2)
 	// OverlapReduce reduce-scatters a unit's grads on the stream the
 	// units are gathered on, so that the reduction overlaps the next
 	// unit's backward; the unit's unsharded grads and reduction buffers
@@ -54,8 +54,8 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 // not meet an offloaded optimizer, and that the model is sharded once.
 func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	m, errs := vc.model("model", s.Model)
-	if s.Prefetch < 0 || s.Prefetch > 1 {
-		errs = append(errs, vc.Errorf("prefetch", "prefetch must be 0 or 1, got %d", s.Prefetch))
+	if s.Prefetch < 0 || s.Prefetch > 2 {
+		errs = append(errs, vc.Errorf("prefetch", "prefetch must be 0, 1 or 2, got %d", s.Prefetch))
 	}
 	if s.OverlapReduce && m != nil && m.OffloadOptimizer {
 		errs = append(errs, vc.Errorf("overlap_reduce", "overlap_reduce is not supported with offload_optimizer (model %q): its grads reach the host through a ring the reduction feeds in order", s.Model))

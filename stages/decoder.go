@@ -56,16 +56,17 @@ type decoder struct {
 	// (apply_fsdp2 overlap_reduce); nil when none.
 	pend *pendingReduce
 
-	gathered []*ref
-	bwdNext  *ref                   // the first decoder unit of the backward, gathered during the head backward
-	ready    map[*ref]pendingGather // gathered buffers still being filled on the side stream
-	staging  map[*ref][]*ref        // per gathered buffer, the staging buffers its gather reads on the side stream
-	saved    [][]*ref               // per unit: buffers kept from forward to backward (planning lifetimes)
-	acts     []*model.LayerActs     // per decoder unit: the activations forward wrote (kept ones are reused by backward)
-	layerIn  []*ref                 // per decoder unit: its fp32 input
-	resid    *ref
-	head     struct{ rows, xn, rstd *ref }
-	io       struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
+	gathered  []*ref
+	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
+	bwdIssued int                    // the lowest unit gathered for the backward so far
+	ready     map[*ref]pendingGather // gathered buffers still being filled on the side stream
+	staging   map[*ref][]*ref        // per gathered buffer, the staging buffers its gather reads on the side stream
+	saved     [][]*ref               // per unit: buffers kept from forward to backward (planning lifetimes)
+	acts      []*model.LayerActs     // per decoder unit: the activations forward wrote (kept ones are reused by backward)
+	layerIn   []*ref                 // per decoder unit: its fp32 input
+	resid     *ref
+	head      struct{ rows, xn, rstd *ref }
+	io        struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
 }
 
 // newDecoder prepares the decoder of st's model for micro-batches of at
@@ -411,25 +412,27 @@ func (d *decoder) waitSide(ev gpu.Event, what string) error {
 
 // forward runs the embedding and the decoder layers. With train set, every
 // decoder layer keeps its fp32 input until its backward, and, when it does
-// not recompute, all its activations. Unit i+1 is gathered before unit i
-// computes when prefetch is on.
+// not recompute, all its activations. Units i+1 … i+prefetch are gathered
+// before unit i computes; with prefetch 0, unit i+1 after it.
 func (d *decoder) forward(train bool) {
 	prefetch := d.st.Fsdp.Prefetch
 	n := len(d.st.Units)
-	d.gathered[0] = d.gather(0, "")
-	for i := 0; i < n-1; i++ {
-		if prefetch > 0 {
-			d.gathered[i+1] = d.gather(i+1, "")
+	issued := 0 // units gathered so far
+	gatherTo := func(k int) {
+		for ; issued <= min(k, n-1); issued++ {
+			d.gathered[issued] = d.gather(issued, "")
 		}
+	}
+	gatherTo(0)
+	for i := 0; i < n-1; i++ {
+		gatherTo(i + prefetch)
 		if d.st.Units[i].Kind == model.UnitEmbed {
 			d.embedForward()
 		} else {
 			d.layerForward(i, train)
 		}
 		d.untilGathered(d.p.now(), d.gathered[i])
-		if prefetch == 0 {
-			d.gathered[i+1] = d.gather(i+1, "")
-		}
+		gatherTo(i + 1)
 	}
 }
 
@@ -874,9 +877,9 @@ func (d *decoder) headStep(grad func(lo, hi int) error) *ref {
 func (d *decoder) headScatter(grad, drows *ref) *ref {
 	p := d.p
 	h := len(d.st.Units) - 1
-	d.bwdNext = nil
-	if d.st.Fsdp.ReshardAfterForward && d.st.Fsdp.Prefetch > 0 && h-1 > 0 {
-		d.bwdNext = d.gather(h-1, "bwd.")
+	d.bwdAhead, d.bwdIssued = map[int]*ref{}, h
+	if d.st.Fsdp.ReshardAfterForward {
+		d.gatherBackTo(h - d.st.Fsdp.Prefetch)
 	}
 	sc := p.op("head backward scatter")
 	until(sc, drows)
@@ -997,6 +1000,16 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	d.reduce(i, grad)
 }
 
+// gatherBackTo gathers, for the backward, the decoder units from the
+// lowest not yet gathered down to unit k (not below unit 1: the
+// embedding's backward needs no weights), in the order the backward uses
+// them.
+func (d *decoder) gatherBackTo(k int) {
+	for ; d.bwdIssued > max(k, 1); d.bwdIssued-- {
+		d.bwdAhead[d.bwdIssued-1] = d.gather(d.bwdIssued-1, "bwd.")
+	}
+}
+
 // backward runs the head backward, the decoder layers in reverse, and the
 // embedding backward. With reshard_after_forward (the default) each unit is
 // gathered again for its backward, prefetching the next; without it the
@@ -1008,20 +1021,14 @@ func (d *decoder) backward() { d.backwardFrom(d.headBackward()) }
 func (d *decoder) backwardFrom(dres *ref) {
 	p := d.p
 	h := len(d.st.Units) - 1
-	next := d.bwdNext
 	for i := h - 1; i >= 1; i-- {
 		if !d.st.Fsdp.ReshardAfterForward {
 			d.layerBackward(i, d.gathered[i], dres)
 			continue
 		}
-		g := next
-		if g == nil {
-			g = d.gather(i, "bwd.")
-		}
-		next = nil
-		if d.st.Fsdp.Prefetch > 0 && i-1 >= 1 {
-			next = d.gather(i-1, "bwd.")
-		}
+		d.gatherBackTo(i - d.st.Fsdp.Prefetch)
+		g := d.bwdAhead[i]
+		delete(d.bwdAhead, i)
 		d.layerBackward(i, g, dres)
 	}
 	// The embedding backward needs no gathered weights: it scatters dresid rows.
