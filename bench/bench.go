@@ -222,6 +222,15 @@ type Result struct {
 	GoMaxProcs     int                `json:"gomaxprocs"`
 }
 
+// timelineEvery is the steps whose timeline a run records: all of them
+// with a timeline file (the last one is written), none without.
+func timelineEvery(file string) int {
+	if file == "" {
+		return 0
+	}
+	return 1
+}
+
 // errBudget stops a run whose time budget is spent.
 var errBudget = errors.New("bench: time budget spent")
 
@@ -414,7 +423,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 		}
 	}
 	var backendName string
-	opts := stages.RunOptions{Steps: total, Profile: o.Profile, Timeline: o.TimelineFile != "", SyncHostOptimizer: o.SyncHostOptimizer}
+	opts := stages.RunOptions{Steps: total, Profile: o.Profile, TimelineEvery: timelineEvery(o.TimelineFile), SyncHostOptimizer: o.SyncHostOptimizer}
 	if s.Mesh.DP > 1 {
 		opts.Comms = reg.comms // nil: the loopback, on host memory
 	}

@@ -125,7 +125,10 @@ func TestTimelineCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		TraceEvents []traceEvent `json:"traceEvents"`
+		TraceEvents []struct {
+			Name, Ph, Tid string
+			Ts, Dur       float64
+		} `json:"traceEvents"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -32,28 +31,10 @@ func summarizeTimeline(step int, tl *stages.StepTimeline) *TimelineSummary {
 	return s
 }
 
-// traceEvent is an event of the Chrome trace format: a complete event
-// ("X") of a thread (one per stream), times in microseconds.
-type traceEvent struct {
-	Name string  `json:"name"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Dur  float64 `json:"dur"`
-	Pid  int     `json:"pid"`
-	Tid  string  `json:"tid"`
-}
-
-// writeTrace writes step's timeline to path as a Chrome trace, atomically.
+// writeTrace writes step's timeline (rank 0's) to path as a Chrome
+// trace, atomically.
 func writeTrace(path string, step int, tl *stages.StepTimeline) error {
-	evs := make([]traceEvent, 0, len(tl.Spans))
-	for _, sp := range tl.Spans {
-		evs = append(evs, traceEvent{Name: sp.Name, Ph: "X", Ts: float64(sp.Start.Nanoseconds()) / 1e3, Dur: float64(sp.Dur.Nanoseconds()) / 1e3, Pid: 0, Tid: sp.Stream})
-	}
-	doc := struct {
-		TraceEvents []traceEvent      `json:"traceEvents"`
-		Metadata    map[string]string `json:"metadata"`
-	}{evs, map[string]string{"rlpipe": fmt.Sprintf("rank 0, step %d", step)}}
-	err := model.WriteFileAtomic(path, 0o644, func(w io.Writer) error { return json.NewEncoder(w).Encode(doc) })
+	err := model.WriteFileAtomic(path, 0o644, func(w io.Writer) error { return tl.WriteTrace(w, 0, step) })
 	if err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}

@@ -148,11 +148,11 @@ type RunOptions struct {
 	// Profile times every op (see Rank.Profile) and reports the step's
 	// breakdown in StepResult.Profile.
 	Profile bool
-	// Timeline records every step's timeline without syncing (see
-	// StepTimeline) and reports it in StepResult.Timeline: when each op
-	// ran, when the side stream gathered and reduced, and how long the
-	// compute stream waited for it.
-	Timeline bool
+	// TimelineEvery, when above 0, records the timeline of every
+	// TimelineEvery-th step without syncing (see StepTimeline) and reports
+	// it in StepResult.Timeline: when each op ran, when the side stream
+	// gathered and reduced, and how long the compute stream waited for it.
+	TimelineEvery int
 	// Export names a model whose rows every rank downloads after the last
 	// step into Result.Export (for ExportHF): an export from memory, for
 	// callers of this package and as the tests' reference for
@@ -188,7 +188,8 @@ type StepResult struct {
 	Tokens int64
 	// Profile is the step's time per kind of op, with RunOptions.Profile.
 	Profile map[string]time.Duration
-	// Timeline is the step's timeline, with RunOptions.Timeline.
+	// Timeline is the step's timeline, on the steps RunOptions.TimelineEvery
+	// names.
 	Timeline *StepTimeline
 	// Stop is set, the same on every rank, when RunOptions.Stop asked to
 	// stop and this is the run's last step although more were asked for:
@@ -439,11 +440,12 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 		}
 	}
 	r.setup.done()
-	if opts.Timeline {
-		r.tl = &timeline{}
-	}
 	for step := first; step <= steps; step++ {
 		r.Step = step
+		r.tl = nil
+		if opts.TimelineEvery > 0 && step%opts.TimelineEvery == 0 {
+			r.tl = &timeline{}
+		}
 		if opts.Profile {
 			r.Profile = map[string]time.Duration{}
 		}

@@ -1,14 +1,16 @@
 package stages
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
 
-// A step's timeline (RunOptions.Timeline): timed events recorded, without
+// A step's timeline (RunOptions.TimelineEvery): timed events recorded, without
 // syncing, on the rank's compute stream at every op's start and around
 // every wait for the side stream, and on the side stream around each
 // gather and each reduction run there. Once the step is over their times
@@ -148,4 +150,30 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 		}
 	}
 	return st, nil
+}
+
+// traceEvent is an event of the Chrome trace format: a complete event
+// ("X") of a process (the rank) and thread (the stream), times in
+// microseconds.
+type traceEvent struct {
+	Name string  `json:"name"`
+	Ph   string  `json:"ph"`
+	Ts   float64 `json:"ts"`
+	Dur  float64 `json:"dur"`
+	Pid  int     `json:"pid"`
+	Tid  string  `json:"tid"`
+}
+
+// WriteTrace writes the timeline, rank's of step, as a Chrome trace (for
+// chrome://tracing or Perfetto): an event per span, its stream the thread.
+func (t *StepTimeline) WriteTrace(w io.Writer, rank, step int) error {
+	evs := make([]traceEvent, 0, len(t.Spans))
+	for _, sp := range t.Spans {
+		evs = append(evs, traceEvent{Name: sp.Name, Ph: "X", Ts: float64(sp.Start.Nanoseconds()) / 1e3, Dur: float64(sp.Dur.Nanoseconds()) / 1e3, Pid: rank, Tid: sp.Stream})
+	}
+	doc := struct {
+		TraceEvents []traceEvent      `json:"traceEvents"`
+		Metadata    map[string]string `json:"metadata"`
+	}{evs, map[string]string{"rlpipe": fmt.Sprintf("rank %d, step %d", rank, step)}}
+	return json.NewEncoder(w).Encode(doc)
 }

@@ -24,7 +24,7 @@ func TestTimeline(t *testing.T) {
 	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
 	base := runParsed(t, on, short, nil, RunOptions{})
 	on = variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
-	out := runParsed(t, on, short, nil, RunOptions{Timeline: true})
+	out := runParsed(t, on, short, nil, RunOptions{TimelineEvery: 1})
 	if len(out.steps) != 2 {
 		t.Fatalf("%d steps", len(out.steps))
 	}
@@ -44,7 +44,7 @@ func TestTimeline(t *testing.T) {
 			t.Errorf("step %d: grad norm %v loss %v with the timeline, %v %v without", sr.Step, sr.Stats.GradNorm, sr.Stats.Values["loss"], b.Stats.GradNorm, b.Stats.Values["loss"])
 		}
 		if base.steps[sr.Step-1].Timeline != nil {
-			t.Errorf("step %d: a timeline without RunOptions.Timeline", sr.Step)
+			t.Errorf("step %d: a timeline without RunOptions.TimelineEvery", sr.Step)
 		}
 		tl := sr.Timeline
 		if tl == nil {

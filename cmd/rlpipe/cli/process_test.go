@@ -128,6 +128,23 @@ func exitCode(err error) int {
 
 func (p *rank) String() string { return p.stdout.String() + p.stderr.String() }
 
+// sameRunMetrics compares the metrics of the only runs under roots a
+// and b (sameMetrics) and returns the runs.
+func sameRunMetrics(t *testing.T, a, b string) (*jobs.Run, *jobs.Run) {
+	t.Helper()
+	ra, rb := onlyRun(t, a), onlyRun(t, b)
+	am, err := ra.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, err := rb.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMetrics(t, am, bm)
+	return ra, rb
+}
+
 // closeTo says whether two metrics agree to 1e-4, relative to their size.
 func closeTo(a, b float64) bool { return math.Abs(a-b) <= 1e-4*math.Max(1, math.Abs(a)) }
 
@@ -204,16 +221,7 @@ func TestProcessPerRank(t *testing.T) {
 			if !strings.Contains(ranks[0].stdout.String(), "succeeded: steps 1-4 of 4") || ranks[1].stdout.Len() != 0 {
 				t.Errorf("rank 0 reports the run, the others say nothing:\nrank 0: %s\nrank 1: %s", ranks[0].stdout.String(), ranks[1].stdout.String())
 			}
-			a, b := onlyRun(t, one), onlyRun(t, many)
-			am, err := a.Metrics()
-			if err != nil {
-				t.Fatal(err)
-			}
-			bm, err := b.Metrics()
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameMetrics(t, am, bm)
+			a, b := sameRunMetrics(t, one, many)
 			for r := range n {
 				if _, err := os.Stat(filepath.Join(checkpointPath(b.Dir(), 4), fmt.Sprintf("rank-%d", r))); err != nil {
 					t.Errorf("rank %d wrote no checkpoint shard: %v", r, err)

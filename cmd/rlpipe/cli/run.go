@@ -53,6 +53,12 @@ finished, setup finished, step, checkpoint snapshot taken and saved,
 export written, run finished, run failed, run stopped by a signal): the
 events the run log records; see docs/running.md.
 
+--timeline K records the timeline of every K-th step, without syncing
+the device: when each op ran on rank 0, when its side stream gathered and
+reduced, and how long its compute stream waited for that. Each goes to
+the run's timeline/step-NNNNNN.json, a Chrome trace (chrome://tracing,
+Perfetto), and the step's waits into the run log's step event.
+
 `)
 	g := gpuFlag(fs)
 	backend := backendFlag(fs)
@@ -62,8 +68,12 @@ events the run log records; see docs/running.md.
 	exportModel := fs.String("export", "actor", "model to export as an HF checkpoint at the end (empty: none)")
 	exportDType := fs.String("export-dtype", "", "dtype of the exported weights: bf16, fp16, fp32 (default: the config's)")
 	asJSON := fs.Bool("json", false, "print the run's events as JSON lines on stdout instead of the progress display")
+	timelineEvery := fs.Int("timeline", 0, "record every K-th step's timeline (rank 0's ops and side-stream gathers and reductions, unsynced) into the run's timeline/ as Chrome traces (0: none)")
 	if code, ok := parseFlags(fs, env, args, "SPEC.yaml?"); !ok {
 		return code
+	}
+	if *timelineEvery < 0 {
+		return env.usageError("--timeline: %d is not a step interval (0: none)", *timelineEvery)
 	}
 	switch {
 	case *resume == "" && fs.NArg() == 0:
@@ -184,7 +194,8 @@ events the run log records; see docs/running.md.
 		}
 		return env.finishExport(rec, l, runOutput{log, quiet, human}, *exportModel, *exportDType)
 	}
-	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, CPComms: choice.cpComms, Stop: env.stop.Load}
+	opts := stages.RunOptions{FirstStep: first, Steps: stopAt, Backend: choice.newBackend, Comms: choice.comms, CPComms: choice.cpComms, Stop: env.stop.Load,
+		TimelineEvery: *timelineEvery}
 	if proc != nil {
 		opts.Ranks, opts.Control = []int{proc.rank()}, []nccl.Comm{proc.ctl}
 		// The host's cores are shared by the processes on it.
@@ -242,7 +253,15 @@ events the run log records; see docs/running.md.
 			if err != nil {
 				return err
 			}
-			log.Info().Str("event", "step").Int("step", sr.Step).RawJSON("metrics", line).Msg("step")
+			ev := log.Info().Str("event", "step").Int("step", sr.Step).RawJSON("metrics", line)
+			if sr.Timeline != nil {
+				path, err := writeTimeline(info.Dir, sr)
+				if err != nil {
+					return err
+				}
+				ev = ev.Str("timeline", path).Dict("timeline_wait_s", timelineWaits(sr.Timeline))
+			}
+			ev.Msg("step")
 		}
 		if got, ok := sr.Stats.Values["asleep_device_bytes"]; ok && got > sr.Stats.Values["asleep_plan_bytes"] {
 			log.Warn().Int("step", sr.Step).Int("rank", r.ID).Str("nvml", plan.GiB(int64(got))+" GiB").Str("plan", plan.GiB(int64(sr.Stats.Values["asleep_plan_bytes"]))+" GiB").
