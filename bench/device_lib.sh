@@ -75,3 +75,17 @@ split_env() {
 	done
 	ARGS=("$@")
 }
+
+# bench_step NAME DP MODEL STEPS JSON [ENV=VALUE...] [FLAGS...]: one
+# rlbench run of the benchmark step at dp DP (8 sequences of 2048 tokens
+# per GPU, every layer recomputed, chunk 2048, 1 warm-up and STEPS timed
+# steps) from $B, with ENV in its environment and FLAGS after its own,
+# its result in JSON, under budgeted (log, limit 240 s), said.
+bench_step() {
+	local n=$1 dp=$2 m=$3 steps=$4 json=$5
+	shift 5
+	split_env "$@"
+	say "$(budgeted "$n" 240 env "${ENVS[@]}" "$B/rlbench" --backend cuda --config "examples/models/$m/config.json" --dp "$dp" \
+		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps "$steps" --precision bf16 \
+		--recompute --cache "$C" -q --out "$json" "${ARGS[@]}")"
+}

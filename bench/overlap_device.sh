@@ -54,15 +54,9 @@ if [[ -x $B/libnccl.test ]]; then
 	say "$(budgeted libnccl-collectives 90 bash -c "cd nccl/libnccl && $(printf %q "$B/libnccl.test") -test.run 'TestCUDACollectives\$' -test.v")"
 fi
 
-# one NAME DP [ENV=...] [FLAGS...]: one rlbench run, its JSON at json/NAME.json.
-one() {
-	local n=$1 dp=$2 m=$3
-	shift 3
-	split_env "$@"
-	say "$(budgeted "$n" 240 env "${ENVS[@]}" "$B/rlbench" --backend cuda --config "examples/models/$m/config.json" --dp "$dp" \
-		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --precision bf16 \
-		--recompute --cache "$C" -q --out "$OUT/json/$n.json" "${ARGS[@]}")"
-}
+# one NAME DP MODEL [ENV=...] [FLAGS...]: one rlbench run, its JSON at
+# json/NAME.json.
+one() { bench_step "$1" "$2" "$3" 3 "$OUT/json/$1.json" "${@:4}"; }
 
 for m in $MODELS; do
 	for r in $(seq 1 "$ROUNDS"); do

@@ -41,14 +41,7 @@ say "start: $M at dp 1 and $DP on $NGPU GPUs, budget ${BUDGET}s"
 
 # traced NAME DP [ENV=...] [FLAGS...]: rlbench's step at dp DP (1 warm-up,
 # 2 timed steps) with its timeline, the JSON and the trace in trace/.
-traced() {
-	local n=$1 dp=$2
-	shift 2
-	split_env "$@"
-	say "$(budgeted "$n" 240 env "${ENVS[@]}" "$B/rlbench" --backend cuda --config "examples/models/$M/config.json" --dp "$dp" \
-		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 2 --precision bf16 \
-		--recompute --cache "$C" -q --timeline "$OUT/trace/$n.trace.json" --out "$OUT/trace/$n.json" "${ARGS[@]}")"
-}
+traced() { bench_step "$1" "$2" "$M" 2 "$OUT/trace/$1.json" "${@:3}" --timeline "$OUT/trace/$1.trace.json"; }
 
 traced dp1 1
 if ((DP > 1)); then
