@@ -7,12 +7,12 @@
 # rounds, in six variants:
 #
 #   base      as it is (the side stream at the device's greatest
-#             priority, the default since these runs first went)
+#             priority, and a unit's per-parameter all-gathers, and its
+#             grads' reduce-scatters, as one NCCL group each: the
+#             defaults since these runs first went)
 #   noprio    RLPIPE_CUDA_SIDE_PRIORITY=0 (the side stream at the default
 #             priority)
-#   group     RLPIPE_NCCL_GROUP=1 (a unit's per-parameter all-gathers,
-#             and its grads' reduce-scatters, as one NCCL group each: one
-#             kernel a unit)
+#   nogroup   RLPIPE_NCCL_GROUP=0 (one NCCL call, and kernel, a tensor)
 #   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
 #   ctas8     NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8 (NCCL's kernels on 8 SMs,
 #             leaving the rest to the compute they overlap)
@@ -47,8 +47,8 @@ if ((DP < 2)); then
 	exit 0
 fi
 
-# The grouped collectives of the group variant, checked before they are
-# timed (nccl/libnccl's TestCUDACollectives, when .devbin has libnccl.test:
+# The grouped collectives, checked before they are timed (nccl/libnccl's
+# TestCUDACollectives, when .devbin has libnccl.test:
 # go test -c -o .devbin/libnccl.test ./nccl/libnccl).
 if [[ -x $B/libnccl.test ]]; then
 	say "$(budgeted libnccl-collectives 90 bash -c "cd nccl/libnccl && $(printf %q "$B/libnccl.test") -test.run 'TestCUDACollectives\$' -test.v")"
@@ -62,7 +62,7 @@ for m in $MODELS; do
 	for r in $(seq 1 "$ROUNDS"); do
 		one "$m-base-$r" "$DP" "$m"
 		one "$m-noprio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=0
-		one "$m-group-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=1
+		one "$m-nogroup-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=0
 		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
 		one "$m-ctas8-$r" "$DP" "$m" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
 		one "$m-pf2-$r" "$DP" "$m" --prefetch 2
@@ -94,7 +94,7 @@ for m in sorted({k[0] for k in runs}):
     base = runs.get((m, "base"))
     bt = statistics.median(x[0] for x in base) if base else 0
     br = statistics.median(x[1] for x in base) if base else 0
-    for v in ("base", "noprio", "group", "reduce", "ctas8", "pf2"):
+    for v in ("base", "noprio", "nogroup", "reduce", "ctas8", "pf2"):
         xs = runs.get((m, v))
         if not xs:
             continue

@@ -10,8 +10,9 @@
 # for them; nothing synced) in one device call on 2 or more GPUs:
 #
 #   - at dp 1 and at every GPU visible, with the defaults;
-#   - at every GPU with RLPIPE_NCCL_GROUP=1 (a unit's collectives as one
-#     NCCL group), with --overlap-reduce and with --prefetch 2.
+#   - at every GPU with RLPIPE_NCCL_GROUP=0 (a unit's collectives one
+#     NCCL call a tensor, not one group), with --overlap-reduce and with
+#     --prefetch 2.
 #
 # For each run it reports rank 0's last step: its span on the device, the
 # time the side stream was busy, and the time the compute stream stood
@@ -46,7 +47,7 @@ traced() { bench_step "$1" "$2" "$M" 2 "$OUT/trace/$1.json" "${@:3}" --timeline 
 traced dp1 1
 if ((DP > 1)); then
 	traced "dp$DP" "$DP"
-	traced "dp$DP-group" "$DP" RLPIPE_NCCL_GROUP=1
+	traced "dp$DP-nogroup" "$DP" RLPIPE_NCCL_GROUP=0
 	traced "dp$DP-reduce" "$DP" --overlap-reduce
 	traced "dp$DP-prefetch2" "$DP" --prefetch 2
 	traced "dp$DP-again" "$DP"
