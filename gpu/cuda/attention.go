@@ -247,6 +247,13 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 		if err != nil {
 			return err
 		}
+		if attnFwdWS && b.d.info.Hopper() && !attnNoWgmma {
+			ls, err := b.wsLaunch(sfx, a, oa, la, scale, uint64(s.scratch))
+			if err != nil {
+				return err
+			}
+			return b.issue(append([]launch{b.checkCu(a)}, ls...)...)
+		}
 		return b.issue(append([]launch{b.checkCu(a)}, b.tcLaunch("fwd", sfx, a, a.hq, 3*faTile(d),
 			new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).i32(a.hkv).f32(scale),
 			uint64(s.scratch))...)...)

@@ -18,19 +18,24 @@ import (
 // Outputs are poisoned before each run, so an unwritten element fails. It
 // also checks that the backward is deterministic (two runs agree bit for
 // bit).
+//
+// On Hopper the forward runs on the wgmma kernel and on the
+// warp-specialised one (TMA loads), with and without its consumers' turns
+// (attnFwdWS, attnFwdPingpong).
 func TestAttentionTensorCore(t *testing.T) {
-	paths := []bool{true}
-	if e := newEnv(t); e.g.d.info.Hopper() {
-		paths = []bool{false, true}
+	type path struct {
+		name            string
+		noWgmma, ws, pp bool
 	}
-	for _, noWgmma := range paths {
-		name := "wgmma"
-		if noWgmma {
-			name = "mma.sync"
-		}
-		t.Run(name, func(t *testing.T) {
-			attnNoWgmma = noWgmma
-			defer func() { attnNoWgmma = false }()
+	paths := []path{{name: "mma.sync", noWgmma: true}}
+	if e := newEnv(t); e.g.d.info.Hopper() {
+		paths = append(paths, path{name: "wgmma"}, path{name: "wgmma-ws", ws: true},
+			path{name: "wgmma-ws-pingpong", ws: true, pp: true})
+	}
+	defer func(ws, pp bool) { attnNoWgmma, attnFwdWS, attnFwdPingpong = false, ws, pp }(attnFwdWS, attnFwdPingpong)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			attnNoWgmma, attnFwdWS, attnFwdPingpong = p.noWgmma, p.ws, p.pp
 			testAttentionTensorCore(t)
 		})
 	}
@@ -162,6 +167,17 @@ func TestTensorCoreLaunch(t *testing.T) {
 		if c.max != 0 && (l.smem > c.max || l.smem < 1024) {
 			t.Errorf("%s: shared memory %d outside (1024, %d]", l.name, l.smem, c.max)
 		}
+	}
+	// The warp-specialised forward (wsLaunch, which needs a GPU for its
+	// tensor maps): its tiles within the 227 KB, its tiles' rows within
+	// a TMA box (256 at most).
+	for _, d := range []int{64, 128} {
+		if m := wsSmem(d); m > 232448 || m < wgBM*d*2+2*wsStages*wsBN*d*2 {
+			t.Errorf("wsSmem(%d) = %d", d, m)
+		}
+	}
+	if wsBN > 256 || wgBM > 256 {
+		t.Errorf("tile rows %d and %d exceed a TMA box", wsBN, wgBM)
 	}
 	if got, want := (DeviceInfo{CCMajor: 9}).Arch(), "sm_90a"; got != want {
 		t.Errorf("Arch of 9.0 = %q, want %q", got, want)

@@ -59,9 +59,10 @@ type device struct {
 	flag     uint64
 	algos    map[ltKey]C.rlLtAlgo
 	def      *Stream
-	streams  map[*Stream]bool // every live stream, for their scratch (worker only)
-	released bool             // the workspace and scratch are released (worker only)
-	spans    spanCache        // span layouts of ring attention
+	streams  map[*Stream]bool      // every live stream, for their scratch (worker only)
+	released bool                  // the workspace and scratch are released (worker only)
+	spans    spanCache             // span layouts of ring attention
+	tmaps    map[tmapKey][128]byte // encoded tensor maps (worker only)
 }
 
 // do runs f on the device's worker goroutine and waits for it.

@@ -63,8 +63,18 @@ func cacheDir() string {
 // FMA contraction is off so that float32 expressions round as the CPU
 // reference's do; kernels use explicit fmaf where order does not matter.
 func compileOptions(arch string) []string {
-	return []string{"--gpu-architecture=" + arch, "-default-device", "-std=c++17", "--fmad=false"}
+	o := []string{"--gpu-architecture=" + arch, "-default-device", "-std=c++17", "--fmad=false"}
+	if compileLog {
+		o = append(o, "--ptxas-options=-v")
+	}
+	return o
 }
+
+// compileLog (RLPIPE_CUDA_COMPILE_LOG=1) has ptxas report each kernel's
+// registers, spills and shared memory, and writes NVRTC's log of every
+// module compiled to standard error: a kernel developer's check that a
+// kernel neither spills nor has its asynchronous MMAs serialised.
+var compileLog = os.Getenv("RLPIPE_CUDA_COMPILE_LOG") == "1"
 
 // kernelImage is a compiled module: a cubin, or PTX for the driver to JIT.
 type kernelImage struct {
@@ -158,6 +168,9 @@ func compileArch(name, src, arch string, ptx bool) (kernelImage, C.nvrtcResult, 
 	}
 	if r != 0 {
 		return kernelImage{}, r, nvErr(fmt.Sprintf("compiling kernels/%s.cu for %s (options %s)", name, arch, strings.Join(opts, " ")), r, log)
+	}
+	if compileLog && log != "" {
+		fmt.Fprintf(os.Stderr, "kernels/%s.cu for %s:\n%s\n", name, arch, log)
 	}
 	var n C.size_t
 	if ptx {

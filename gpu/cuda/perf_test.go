@@ -119,22 +119,53 @@ func BenchmarkOps(bb *testing.B) {
 	}
 	_ = b.UploadI32(cu8, cu8v)
 	type attn8 struct{ q, k, v, o, lse, dq, dk, dv gpu.Tensor }
-	mk8 := func(hq, hkv, d int) attn8 {
-		a := attn8{q: ten(gpu.BF16, T8, hq, d), k: ten(gpu.BF16, T8, hkv, d), v: ten(gpu.BF16, T8, hkv, d),
-			o: ten(gpu.BF16, T8, hq, d), lse: ten(gpu.F32, hq, T8), dq: ten(gpu.BF16, T8, hq, d),
-			dk: ten(gpu.BF16, T8, hkv, d), dv: ten(gpu.BF16, T8, hkv, d)}
-		r := make([]float32, T8*hq*d)
+	// fillQKV writes a scrambled pattern into a's q, k, v and o, of n
+	// tokens.
+	fillQKV := func(a attn8, n, hq, hkv, d int) {
+		r := make([]float32, n*hq*d)
 		for i := range r {
 			r[i] = float32((i*2654435761)%1000)/1000 - 0.5
 		}
 		_ = b.Upload(a.q, r)
-		_ = b.Upload(a.k, r[:T8*hkv*d])
-		_ = b.Upload(a.v, r[T8*hkv*d:2*T8*hkv*d])
-		_ = b.Upload(a.o, r[len(r)-T8*hq*d:])
+		_ = b.Upload(a.k, r[:n*hkv*d])
+		_ = b.Upload(a.v, r[n*hkv*d:2*n*hkv*d])
+		_ = b.Upload(a.o, r[len(r)-n*hq*d:])
+	}
+	mk8 := func(hq, hkv, d int) attn8 {
+		a := attn8{q: ten(gpu.BF16, T8, hq, d), k: ten(gpu.BF16, T8, hkv, d), v: ten(gpu.BF16, T8, hkv, d),
+			o: ten(gpu.BF16, T8, hq, d), lse: ten(gpu.F32, hq, T8), dq: ten(gpu.BF16, T8, hq, d),
+			dk: ten(gpu.BF16, T8, hkv, d), dv: ten(gpu.BF16, T8, hkv, d)}
+		fillQKV(a, T8, hq, hkv, d)
 		return a
 	}
 	a128, a64 := mk8(Hq, Hkv, D), mk8(14, 2, 64)
 	flops8 := func(hq, d int) float64 { return 8 * 2 * 2 * 2048 * 2049 / 2 * float64(d*hq) }
+	// Two sequences of 16384 tokens (long reasoning rollouts), forward
+	// only, at head dim 128.
+	const TL = 2 * 16384
+	cuL := ten(gpu.I32, 3)
+	_ = b.UploadI32(cuL, []int32{0, 16384, TL})
+	aL := attn8{q: ten(gpu.BF16, TL, Hq, D), k: ten(gpu.BF16, TL, Hkv, D), v: ten(gpu.BF16, TL, Hkv, D),
+		o: ten(gpu.BF16, TL, Hq, D), lse: ten(gpu.F32, Hq, TL)}
+	fillQKV(aL, TL, Hq, Hkv, D)
+	flopsL := 2 * 2 * 2 * 16384 * 16385 / 2 * float64(D*Hq)
+	fwdL := func() error { return b.Attention(aL.o, aL.lse, aL.q, aL.k, aL.v, cuL, 0.088) }
+	// ws runs f on the warp-specialised forward, its consumers taking
+	// turns with pp.
+	ws := func(pp bool, f func() error) func() error {
+		return func() error {
+			defer func(w, p bool) { attnFwdWS, attnFwdPingpong = w, p }(attnFwdWS, attnFwdPingpong)
+			attnFwdWS, attnFwdPingpong = true, pp
+			return f()
+		}
+	}
+	wg := func(f func() error) func() error {
+		return func() error {
+			defer func(w bool) { attnFwdWS = w }(attnFwdWS)
+			attnFwdWS = false
+			return f()
+		}
+	}
 	simt := func(f func() error) func() error {
 		return func() error {
 			attnSIMTOnly = true
@@ -304,6 +335,15 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention fwd 8x2048 h12/2 d128 SIMT", flops8(Hq, D), 0, simt(fwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h12/2 d128 SIMT", 2.5 * flops8(Hq, D), 0, simt(bwd8(a128, 0.088))},
 		{"attention fwd 8x2048 h12/2 d128", flops8(Hq, D), 0, fwd8(a128, 0.088)},
+		{"attention fwd 8x2048 h12/2 d128 wg", flops8(Hq, D), 0, wg(fwd8(a128, 0.088))},
+		{"attention fwd 8x2048 h12/2 d128 ws", flops8(Hq, D), 0, ws(false, fwd8(a128, 0.088))},
+		{"attention fwd 8x2048 h12/2 d128 ws pingpong", flops8(Hq, D), 0, ws(true, fwd8(a128, 0.088))},
+		{"attention fwd 8x2048 h14/2 d64 wg", flops8(14, 64), 0, wg(fwd8(a64, 0.125))},
+		{"attention fwd 8x2048 h14/2 d64 ws", flops8(14, 64), 0, ws(false, fwd8(a64, 0.125))},
+		{"attention fwd 8x2048 h14/2 d64 ws pingpong", flops8(14, 64), 0, ws(true, fwd8(a64, 0.125))},
+		{"attention fwd 2x16384 h12/2 d128 wg", flopsL, 0, wg(fwdL)},
+		{"attention fwd 2x16384 h12/2 d128 ws", flopsL, 0, ws(false, fwdL)},
+		{"attention fwd 2x16384 h12/2 d128 ws pingpong", flopsL, 0, ws(true, fwdL)},
 		{"attention bwd 8x2048 h12/2 d128", 2.5 * flops8(Hq, D), 0, bwd8(a128, 0.088)},
 		{"attention fwd 8x2048 h14/2 d64", flops8(14, 64), 0, fwd8(a64, 0.125)},
 		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},

@@ -30,6 +30,10 @@ static const char* rl_cu_names[CU_N] = {
 	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
 };
 static void* rl_cu[CU_N];
+// cuTensorMapEncodeTiled (CUDA 12 drivers) is looked up too but not
+// required: without it the kernels that read through tensor maps are not
+// launched (cuTensorMapEncodeTiled_ returns CUDA_ERROR_NOT_SUPPORTED).
+static void* rl_cu_tmap;
 
 enum {
 	NV_Version, NV_CreateProgram, NV_CompileProgram, NV_GetProgramLogSize, NV_GetProgramLog,
@@ -67,6 +71,7 @@ int rl_resolve(int lib, void* h) {
 		tbl[i] = dlsym(h, names[i]);
 		if (tbl[i] == NULL) return i;
 	}
+	if (lib == 0) rl_cu_tmap = dlsym(h, "cuTensorMapEncodeTiled");
 	return -1;
 }
 const char* rl_symname(int lib, int i) {
@@ -113,6 +118,12 @@ CUresult cuModuleUnload_(uint64_t m) { return CUF(CU_ModuleUnload, (CUmodule))((
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name) { CUfunction x = 0; CUresult r = CUF(CU_ModuleGetFunction, (CUfunction*, CUmodule, const char*))(&x, (CUmodule)m, name); *f = (uint64_t)x; return r; }
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v) { return CUF(CU_FuncSetAttribute, (CUfunction, int, int))((CUfunction)f, a, v); }
 CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f) { return CUF(CU_FuncGetAttribute, (int*, int, CUfunction))(v, a, (CUfunction)f); }
+CUresult cuTensorMapEncodeTiled_(void* map, int dt, unsigned rank, uint64_t addr, const uint64_t* dims, const uint64_t* strides,
+                                 const unsigned* box, const unsigned* estr, int interleave, int swizzle, int l2, int oob) {
+	if (rl_cu_tmap == NULL) return 801; // CUDA_ERROR_NOT_SUPPORTED
+	return ((CUresult(*)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*, const unsigned*, int, int, int, int))rl_cu_tmap)(
+		map, dt, rank, (void*)addr, dims, strides, box, estr, interleave, swizzle, l2, oob);
+}
 const char* cuErrorName_(CUresult r) {
 	const char* s = NULL;
 	if (rl_cu[CU_GetErrorName] == NULL || CUF(CU_GetErrorName, (CUresult, const char**))(r, &s) != 0) return NULL;

@@ -706,6 +706,38 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
   lb = lb * cb + rb;
 }
 
+// fa_rescale multiplies a lane's output fragments o[ND][4] by ca (row ia)
+// and cb (row ib), fa_softmax's factors.
+template <int ND>
+__device__ __forceinline__ void fa_rescale(float (*o)[4], float ca, float cb) {
+#pragma unroll
+  for (int dt = 0; dt < ND; dt++) {
+    o[dt][0] *= ca;
+    o[dt][1] *= ca;
+    o[dt][2] *= cb;
+    o[dt][3] *= cb;
+  }
+}
+
+// FaRows is what a lane of a warp owning query rows wi0..wi0+15 needs to
+// mask causal scores (fa_softmax): its rows ia and ib = ia+8 and their
+// sequence starts sta and stb (t for rows at or past t), and wst1, the
+// sequence start of the warp's last row below t (t when it has none).
+struct FaRows {
+  int wi0, ia, ib, sta, stb, wst1;
+};
+__device__ __forceinline__ FaRows fa_rows(const int* cu, int ns1, int t, int wi0, int g) {
+  FaRows r;
+  int wi1 = min(wi0 + 15, t - 1);
+  r.wi0 = wi0;
+  r.ia = wi0 + g;
+  r.ib = r.ia + 8;
+  r.sta = r.ia < t ? seq_start(cu, ns1, r.ia) : t;
+  r.stb = r.ib < t ? seq_start(cu, ns1, r.ib) : t;
+  r.wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  return r;
+}
+
 // fa_ds_rows turns scores s and dP = dout·Vᵀ (rows ia, ib of this lane are
 // queries with lse·log2(e) La, Lb and delta Da, Db; columns are keys j0..)
 // into dS = P∘(dP − delta) in s, masking when need is set.
@@ -824,13 +856,7 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
       bool need = j0 + FA_BK - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
       float ca, cb;
       fa_softmax<FA_BK / 8>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
-#pragma unroll
-      for (int dt = 0; dt < ND; dt++) {
-        o[dt][0] *= ca;
-        o[dt][1] *= ca;
-        o[dt][2] *= cb;
-        o[dt][3] *= cb;
-      }
+      fa_rescale<ND>(o, ca, cb);
     }
     // V(n) has landed and every warp is done with K(n): load K(n+1).
     fa_wait<0>();
@@ -1390,13 +1416,7 @@ __device__ __forceinline__ void wg_fwd_tiles(u32 Qg, u32 Ks, u32 Vs, const u16* 
       bool need = SP || j0 + WG_BN - 1 > wi0 || j0 < wst1 || wi0 + 15 >= t;
       float ca, cb;
       fa_softmax<NT>(s, need, j0, c, sta, ia, stb, ib, sl2, ma, mb, la, lb, ca, cb);
-#pragma unroll
-      for (int dt = 0; dt < ND; dt++) {
-        o[dt][0] *= ca;
-        o[dt][1] *= ca;
-        o[dt][2] *= cb;
-        o[dt][3] *= cb;
-      }
+      fa_rescale<ND>(o, ca, cb);
       u32 pf[NT / 2][4];
       wg_pack<WG_BN, F16>(s, pf);
       wg_hold<ND>(o);
@@ -1454,22 +1474,14 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
   fa_commit();
 
   int gi1 = min(q0 + 64 * grp + 63, t - 1);  // last valid row of the warpgroup
-  int wi0 = q0 + warp * 16;
-  int wi1 = min(wi0 + 15, t - 1);
-  int ia = wi0 + g, ib = ia + 8;
-  int sta = ia < t ? seq_start(cu, ns1, ia) : t;
-  int stb = ib < t ? seq_start(cu, ns1, ib) : t;
-  int wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
-  float sl2 = scale * FA_LOG2E;
+  FaRows r = fa_rows(cu, ns1, t, q0 + warp * 16, g);
   u32 Qg = Qs + grp * 64 * 128;  // the warpgroup's rows in every atom
 
-  float o[ND][4];
-#pragma unroll
-  for (int dt = 0; dt < ND; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float o[ND][4] = {};
   float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
-  wg_fwd_tiles<D, F16, false>(Qg, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, gi1, wi0, wst1, t, c, sta, ia, stb, ib, sl2,
-                              o, ma, mb, la, lb);
-  wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, wi0, ia, ib, t, hq, h);
+  wg_fwd_tiles<D, F16, false>(Qg, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, gi1, r.wi0, r.wst1, t, c, r.sta, r.ia, r.stb,
+                              r.ib, scale * FA_LOG2E, o, ma, mb, la, lb);
+  wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, r.wi0, r.ia, r.ib, t, hq, h);
 }
 
 // wg_range sets lo and end, in shared memory, to the smallest start and
@@ -1954,6 +1966,209 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
   fa_store_rows<D>(dv, sv, warp, kw0, tk, hkv, hk);
 }
 
+// ---------------------------------------------------------------------------
+// The forward, warp-specialised after FlashAttention-3: a CTA of three
+// warpgroups owns 128 query rows of one head, as wg_fwd's does. A producer
+// warpgroup, of which one thread works, has the Tensor Memory Accelerator
+// copy Q and each tile of WS_BN keys of K and V into WS_STAGES buffers
+// (bulk tensor copies through tensor maps the host encodes: rank 3,
+// {D, heads, tokens}, boxes of 64 elements × 1 head × rows, with the
+// 128-byte swizzle the wgmma descriptors read, and rows past the last
+// token read as zeros). Each buffer has a "full" mbarrier, which the copies
+// complete by their byte count, and an "empty" one, which every consumer
+// thread arrives on once done with the buffer. The copies write through
+// the async proxy the tensor cores read, so a tile is published as soon as
+// it lands and needs no proxy fence. The producer gives its registers to
+// the two consumers (setmaxnreg), each owning 64 rows, which overlap their
+// softmax with their products: in each round a consumer issues Q·K(n)ᵀ and
+// then P(n−1)·V(n−1), waits for the first alone and turns the scores of
+// tile n into probabilities while the tensor cores still multiply those
+// of tile n−1 into the output, which is rescaled once that product is
+// done. With pp set the two consumers also take turns to issue their
+// products (named barriers 2 and 3), so that one warpgroup's softmax runs
+// while the other's products do.
+// ---------------------------------------------------------------------------
+
+#define WS_BN 128     // keys per tile
+#define WS_STAGES 2   // K and V buffers
+#define WS_THREADS 384 // a producer and two consumers
+
+// wg_hold_a is wg_hold for packed A fragments.
+template <int N>
+__device__ __forceinline__ void wg_hold_a(u32 (*a)[4]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
+}
+
+// ws_turn_wait and ws_turn_pass are the consumers' turns (named barriers 2
+// and 3 of 256 threads): a warpgroup waits for its turn to issue products
+// and passes it to the other once issued.
+__device__ __forceinline__ void ws_turn_wait(int grp) {
+  asm volatile("bar.sync %0, 256;" ::"r"(2 + grp) : "memory");
+}
+__device__ __forceinline__ void ws_turn_pass(int grp) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(3 - grp) : "memory");
+}
+
+// TMap is a CUtensorMap: 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TMap {
+  unsigned long long v[16];
+};
+
+// tma_load3 copies the box at coordinates {c0, c1, c2} of the rank-3 tensor
+// map tm into shared address dst, completing transactions on mbarrier bar.
+__device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// mb_expect arrives on bar, expecting bytes more bytes of transactions.
+__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// tma_tile loads rows [r0, r0+R) of head h through tm into the swizzled
+// tile at base (D/64 boxes, one an atom).
+template <int D, int R>
+__device__ __forceinline__ void tma_tile(u32 base, const TMap* tm, int r0, int h, u32 bar) {
+#pragma unroll
+  for (int a = 0; a < D / 64; a++) tma_load3(base + (u32)(a * R * 128), tm, a * 64, h, r0, bar);
+}
+
+template <int D, bool F16, int BN, int NS>
+__device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u32 Qs, u32 Ks, u32 Vs, u32 bars,
+                                               const int* cu, int ns1, int t, int hq, int h, int q0, int kmin,
+                                               int ntiles, float scale, int pp);
+
+// ws_fwd is the warp-specialised forward: as wg_fwd (the same grid, block
+// order and results) for a CTA of WS_THREADS threads, reading q, k and v
+// through the tensor maps tq, tk and tv.
+template <int D, bool F16, int BN, int NS>
+__device__ __forceinline__ void ws_fwd(u16* out, float* lse, const TMap* tq, const TMap* tk, const TMap* tv,
+                                       const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order,
+                                       int pp) {
+  constexpr int KT = BN * D * 2, QT = WG_BM * D * 2;
+  u32 Qs;
+  u16* sm = wg_smem(Qs);
+  u32 Ks = Qs + QT, Vs = Ks + NS * KT;
+  u32 bars = Vs + NS * KT;  // full[NS], then empty[NS]
+  int h = blockIdx.x % hq, hk = h / (hq / hkv);
+  int q0 = order[blockIdx.x / hq] * WG_BM;  // the heaviest blocks first (k_attn_order)
+  int qlast = min(q0 + WG_BM - 1, t - 1);
+  int kmin = seq_start(cu, ns1, q0);
+  int ntiles = (qlast - kmin) / BN + 1;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < NS; i++) {
+      mb_init(bars + 8 * i, 1);           // the producer's expect_tx
+      mb_init(bars + 8 * (NS + i), 256);  // the consumers' threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      for (int n = 0; n < ntiles; n++) {
+        int b = n % NS;
+        u32 full = bars + 8 * b;
+        if (n >= NS) mb_wait(bars + 8 * (NS + b), (n / NS + 1) & 1);
+        mb_expect(full, (u32)(2 * KT + (n == 0 ? QT : 0)));
+        if (n == 0) tma_tile<D, WG_BM>(Qs, tq, q0, h, full);
+        int j0 = kmin + n * BN;
+        tma_tile<D, BN>(Ks + b * KT, tk, j0, hk, full);
+        tma_tile<D, BN>(Vs + b * KT, tv, j0, hk, full);
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    ws_fwd_consume<D, F16, BN, NS>(out, lse, sm, Qs, Ks, Vs, bars, cu, ns1, t, hq, h, q0, kmin, ntiles, scale, pp);
+  }
+}
+
+// ws_fwd_consume is the consumers' part of ws_fwd: warpgroup grp (0 or 1)
+// owns rows q0+64grp.. and takes the CTA's ntiles key tiles from kmin,
+// every one of them, so that no product is issued on a path that differs
+// between the warpgroups (ptxas would serialise the products): the first
+// warpgroup's rows mask the keys of a last tile that starts after them.
+template <int D, bool F16, int BN, int NS>
+__device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u32 Qs, u32 Ks, u32 Vs, u32 bars,
+                                               const int* cu, int ns1, int t, int hq, int h, int q0, int kmin,
+                                               int ntiles, float scale, int pp) {
+  constexpr int ND = D / 8, NT = BN / 8, KT = BN * D * 2;
+  int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  FaRows r = fa_rows(cu, ns1, t, q0 + warp * 16, g);
+  float sl2 = scale * FA_LOG2E;
+  u32 Qg = Qs + grp * 64 * 128;  // the warpgroup's rows in every atom
+
+  float o[ND][4] = {};
+  float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
+  u32 pf[NT / 2][4];
+  if (pp && grp == 1) ws_turn_pass(grp);  // the first consumer goes first
+
+  // Tile 0: its scores alone.
+  mb_wait(bars, 0);
+  {
+    float s[NT][4];
+    if (pp) ws_turn_wait(grp);
+    wg_fence();
+    wg_ss<D, WG_BM, BN, F16>(s, Qg, Ks);
+    wg_commit();
+    if (pp) ws_turn_pass(grp);
+    wg_wait<0>();
+    wg_hold<NT>(s);
+    bool need = kmin + BN - 1 > r.wi0 || kmin < r.wst1 || r.wi0 + 15 >= t;
+    float ca, cb;
+    fa_softmax<NT>(s, need, kmin, c, r.sta, r.ia, r.stb, r.ib, sl2, ma, mb, la, lb, ca, cb);
+    wg_pack<BN, F16>(s, pf);
+  }
+  // Round n: the scores of tile n and the output product of tile n−1.
+  for (int n = 1; n < ntiles; n++) {
+    int b = n % NS, pb = (n - 1) % NS;
+    int j0 = kmin + n * BN;
+    mb_wait(bars + 8 * b, (n / NS) & 1);
+    float s[NT][4];
+    if (pp) ws_turn_wait(grp);
+    wg_hold<ND>(o);
+    wg_hold_a<NT / 2>(pf);
+    wg_fence();
+    wg_ss<D, WG_BM, BN, F16>(s, Qg, Ks + b * KT);
+    wg_commit();
+    wg_rs<D, BN, F16>(o, pf, Vs + pb * KT);
+    wg_commit();
+    if (pp) ws_turn_pass(grp);
+    wg_wait<1>();
+    wg_hold<NT>(s);
+    bool need = j0 + BN - 1 > r.wi0 || j0 < r.wst1 || r.wi0 + 15 >= t;
+    float ca, cb;
+    fa_softmax<NT>(s, need, j0, c, r.sta, r.ia, r.stb, r.ib, sl2, ma, mb, la, lb, ca, cb);
+    wg_wait<0>();
+    wg_hold<ND>(o);
+    wg_hold_a<NT / 2>(pf);
+    mb_arrive(bars + 8 * (NS + pb));  // this thread is done with tile n−1
+    fa_rescale<ND>(o, ca, cb);
+    wg_pack<BN, F16>(s, pf);
+  }
+  // The last tile's output product.
+  {
+    int pb = (ntiles - 1) % NS;
+    if (pp) ws_turn_wait(grp);
+    wg_hold<ND>(o);
+    wg_hold_a<NT / 2>(pf);
+    wg_fence();
+    wg_rs<D, BN, F16>(o, pf, Vs + pb * KT);
+    wg_commit();
+    if (pp) ws_turn_pass(grp);
+    wg_wait<0>();
+    wg_hold<ND>(o);
+    mb_arrive(bars + 8 * (NS + pb));
+  }
+  // Both consumers are done with the K and V buffers, where the output is
+  // staged.
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, r.wi0, r.ia, r.ib, t, hq, h);
+}
+
 // Entry points, one per dtype and head dim (k_fa_<op>_<dtype>_<D>). They are
 // spelled out because the host finds kernel names in this source text.
 
@@ -2110,6 +2325,21 @@ extern "C" __global__ void __launch_bounds__(128) k_wg_dq_f16_128(u16* dq, const
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order) {
   WG_ONLY((wg_dkv<128, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order)));
+}
+
+// The warp-specialised forward (ws_fwd): 384 threads per 128 query rows
+// and head, the tensor maps of q, k and v by value.
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_bf16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
+  WG_ONLY((ws_fwd<64, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_bf16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
+  WG_ONLY((ws_fwd<128, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
+  WG_ONLY((ws_fwd<64, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
+  WG_ONLY((ws_fwd<128, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
 }
 
 // The wgmma span forward (wg_fwd_spans): one CTA of 256 threads per 128
