@@ -311,6 +311,11 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows).u64(a.cu).i32(a.ns1).i32(a.hq)}}
 		dkv := b.tcLaunch("dkv", sfx, a, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
 			common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3])), uint64(s.scratch))
+		if b.d.info.Hopper() && !attnNoWgmma && attnBwdTMA {
+			if err := b.dkvTMA(&dkv[len(dkv)-1], sfx, a, as[3]); err != nil {
+				return err
+			}
+		}
 		dq := b.tcLaunch("dq", sfx, a, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])), uint64(s.scratch)+streamScratchBytes/2)
 		if attnBwdOnly != "dq" {
 			ls = append(ls, dkv...)

@@ -19,23 +19,26 @@ import (
 // also checks that the backward is deterministic (two runs agree bit for
 // bit).
 //
-// On Hopper the forward runs on the wgmma kernel and on the
-// warp-specialised one (TMA loads), with and without its consumers' turns
-// (attnFwdWS, attnFwdPingpong).
+// On Hopper the kernels run as wgmma ones fed by cp.async ("wgmma") and
+// with the TMA loads: the warp-specialised forward with and without its
+// consumers' turns, and the dk/dv pass (attnFwdWS, attnFwdPingpong,
+// attnBwdTMA).
 func TestAttentionTensorCore(t *testing.T) {
 	type path struct {
-		name            string
-		noWgmma, ws, pp bool
+		name                 string
+		noWgmma, ws, pp, tma bool
 	}
 	paths := []path{{name: "mma.sync", noWgmma: true}}
 	if e := newEnv(t); e.g.d.info.Hopper() {
-		paths = append(paths, path{name: "wgmma"}, path{name: "wgmma-ws", ws: true},
-			path{name: "wgmma-ws-pingpong", ws: true, pp: true})
+		paths = append(paths, path{name: "wgmma"}, path{name: "wgmma-tma", ws: true, tma: true},
+			path{name: "wgmma-tma-pingpong", ws: true, pp: true, tma: true})
 	}
-	defer func(ws, pp bool) { attnNoWgmma, attnFwdWS, attnFwdPingpong = false, ws, pp }(attnFwdWS, attnFwdPingpong)
+	defer func(ws, pp, tma bool) {
+		attnNoWgmma, attnFwdWS, attnFwdPingpong, attnBwdTMA = false, ws, pp, tma
+	}(attnFwdWS, attnFwdPingpong, attnBwdTMA)
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			attnNoWgmma, attnFwdWS, attnFwdPingpong = p.noWgmma, p.ws, p.pp
+			attnNoWgmma, attnFwdWS, attnFwdPingpong, attnBwdTMA = p.noWgmma, p.ws, p.pp, p.tma
 			testAttentionTensorCore(t)
 		})
 	}

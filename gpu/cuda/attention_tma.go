@@ -34,6 +34,24 @@ var (
 	attnFwdPingpong = os.Getenv("RLPIPE_CUDA_FWD_PINGPONG") != "0"
 )
 
+// attnBwdTMA has the Hopper backward's dk/dv pass load its Q and dout
+// tiles through the TMA (k_ws_dkv_*) instead of its producer warpgroup's
+// cp.async copies (k_wg_dkv_*; RLPIPE_CUDA_BWD_TMA=0).
+var attnBwdTMA = os.Getenv("RLPIPE_CUDA_BWD_TMA") != "0"
+
+// dkvTMA turns l, the k_wg_dkv_<sfx> launch of tcLaunch for a's batch with
+// dout at device address dout, into the k_ws_dkv_<sfx> one: the tensor
+// maps of q and dout (64-row boxes) after its arguments.
+func (b *Backend) dkvTMA(l *launch, sfx string, a attnArgs, dout uint64) error {
+	ms, err := tensorMaps(b.d, tmapKey{a.q, a.t, a.hq, a.d, faBN}, tmapKey{dout, a.t, a.hq, a.d, faBN})
+	if err != nil {
+		return err
+	}
+	l.name = "k_ws_dkv_" + sfx
+	l.args.put(ms[0][:]).put(ms[1][:])
+	return nil
+}
+
 // CUtensorMap encodings (cuda.h's enums).
 const (
 	tmapUint16     = 1 // CU_TENSOR_MAP_DATA_TYPE_UINT16: 16-bit elements, copied as they are

@@ -1721,6 +1721,38 @@ __device__ __forceinline__ void mb_wait(u32 bar, int parity) {
       : "memory");
 }
 
+// TMap is a CUtensorMap: 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TMap {
+  unsigned long long v[16];
+};
+
+// tma_load3 copies the box at coordinates {c0, c1, c2} of the rank-3 tensor
+// map tm into shared address dst, completing transactions on mbarrier bar.
+__device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// mb_expect arrives on bar, expecting bytes more bytes of transactions.
+__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// tma_tile loads rows [r0, r0+R) of head h through tm into the swizzled
+// tile at base (D/64 boxes, one an atom).
+template <int D, int R>
+__device__ __forceinline__ void tma_tile(u32 base, const TMap* tm, int r0, int h, u32 bar) {
+#pragma unroll
+  for (int a = 0; a < D / 64; a++) tma_load3(base + (u32)(a * R * 128), tm, a * 64, h, r0, bar);
+}
+// cp_arrive has mbarrier bar receive this thread's arrival once its
+// cp.async copies issued so far have landed (the arrival counts against
+// the barrier's expected count).
+__device__ __forceinline__ void cp_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 #define WG_DKV_STAGES 3
 
 template <int D, bool F16, bool SP>
@@ -1728,10 +1760,11 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
                                                const float2* DSs, u32 bars, u16* sm, int k0, int q0, int total,
                                                int nqt, int t, int tk, const int* kq, int hkv, float scale);
 
-template <int D, bool F16, bool SP>
+template <int D, bool F16, bool SP, bool TMA>
 __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
                                            const u16* q, const u16* k, const u16* v, const int* kq, int k0, int q0,
-                                           int nqt, int t, int tk, int hq, int hkv, float scale);
+                                           int nqt, int t, int tk, int hq, int hkv, float scale, const TMap* tq,
+                                           const TMap* tg);
 
 // wg_dkv: as fa_bwd_dkv for a CTA of three warpgroups: a producer and two
 // consumers. Consumer g (warpgroups 1 and 2) owns keys 64g..64g+63 of the
@@ -1744,17 +1777,23 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
 // thread arrives when done with it), so the consumers never wait for each
 // other and the loads run ahead of them. The producer gives its registers
 // to the consumers (setmaxnreg). A consumer skips a query tile none of its
-// keys is seen by.
-template <int D, bool F16>
+// keys is seen by. With TMA one producer thread has the Tensor Memory
+// Accelerator copy the Q and dout tiles through the tensor maps tq and tg
+// (as ws_fwd does), and the producer's first 64 threads copy the rows'
+// lse, delta and start with cp.async, each arriving on the buffer's "full"
+// mbarrier once its copies land: a buffer is published as soon as it is
+// filled, not once the next one's copies are issued.
+template <int D, bool F16, bool TMA = false>
 __device__ __forceinline__ void wg_dkv(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q,
                                        const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv,
-                                       float scale, const int* order) {
+                                       float scale, const int* order, const TMap* tq = nullptr,
+                                       const TMap* tg = nullptr) {
   constexpr int BN = 64;
   int k0 = order[blockIdx.x / hkv] * 128;  // the heaviest blocks first (k_attn_order)
   int klast = min(k0 + 127, t - 1);
   int qend = seq_end(cu, ns1, klast, t);
   int nqt = (qend - k0 + BN - 1) / BN;
-  wg_dkv_run<D, F16, false>(dk, dv, dq, dout, lse, q, k, v, nullptr, k0, k0, nqt, t, t, hq, hkv, scale);
+  wg_dkv_run<D, F16, false, TMA>(dk, dv, dq, dout, lse, q, k, v, nullptr, k0, k0, nqt, t, t, hq, hkv, scale, tq, tg);
 }
 
 // wg_dkv_spans is wg_dkv for span attention (k_attn_spans_bwd_dkv's
@@ -1773,17 +1812,19 @@ __device__ __forceinline__ void wg_dkv_spans(u16* dk, u16* dv, const u16* dq, co
   int qmin, qend;
   wg_range(qrange, kq, k0, 128, tk, tq, qmin, qend);
   int nqt = qend > qmin ? (qend - qmin + BN - 1) / BN : 0;
-  wg_dkv_run<D, F16, true>(dk, dv, dq, dout, lse, q, k, v, kq, k0, qmin, nqt, tq, tk, hq, hkv, scale);
+  wg_dkv_run<D, F16, true, false>(dk, dv, dq, dout, lse, q, k, v, kq, k0, qmin, nqt, tq, tk, hq, hkv, scale, nullptr,
+                                   nullptr);
 }
 
 // wg_dkv_run is the body of wg_dkv and wg_dkv_spans once the CTA's keys
 // [k0, k0+128) (rows of k and v below tk) and its query tiles are known:
 // nqt tiles of 64 rows from q0 (rows of q below t) for each query head of
 // the group.
-template <int D, bool F16, bool SP>
+template <int D, bool F16, bool SP, bool TMA>
 __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse,
                                            const u16* q, const u16* k, const u16* v, const int* kq, int k0, int q0,
-                                           int nqt, int t, int tk, int hq, int hkv, float scale) {
+                                           int nqt, int t, int tk, int hq, int hkv, float scale, const TMap* tq,
+                                           const TMap* tg) {
   constexpr int BN = 64, NS = WG_DKV_STAGES, KT = 128 * D * 2, QT = BN * D * 2;
   u32 Ks;
   u16* sm = wg_smem(Ks);
@@ -1797,9 +1838,10 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < NS; i++) {
-      mb_init(bars + 8 * i, 128);             // the producer's threads
-      mb_init(bars + 8 * (NS + i), 256);      // the consumers' threads
+      mb_init(bars + 8 * i, TMA ? BN + 1 : 128);  // the producer's threads (with TMA: the copies' and 64 rows')
+      mb_init(bars + 8 * (NS + i), 256);          // the consumers' threads
     }
+    if (TMA) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   wg_load<D, 128, 384>(Ks, k, k0, tk, hkv, hk);
   wg_load<D, 128, 384>(Vs, v, k0, tk, hkv, hk);
@@ -1808,7 +1850,27 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
   wg_publish();
   __syncthreads();
 
-  if (threadIdx.x < 128) {
+  if (TMA && threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x < BN) {
+      for (int n = 0; n < total; n++) {
+        int b = n % NS;
+        u32 full = bars + 8 * b;
+        if (n >= NS) mb_wait(bars + 8 * (NS + b), (n / NS + 1) & 1);
+        int h = hk * group + n / nqt, i0 = q0 + (n % nqt) * BN;
+        if (threadIdx.x == 0) {
+          mb_expect(full, (u32)(2 * QT));
+          tma_tile<D, BN>(Qs + b * QT, tq, i0, h, full);
+          tma_tile<D, BN>(Gs + b * QT, tg, i0, h, full);
+        }
+        int i = i0 + threadIdx.x;
+        bool ok = i < t;
+        fa_cp4(La + 4u * (u32)(b * BN + threadIdx.x), ok ? lse + (i64)h * t + i : lse, ok);
+        fa_cp8(DSa + 8u * (u32)(b * BN + threadIdx.x), ok ? dq + ((i64)i * hq + h) * D : dq, ok);
+        cp_arrive(full);
+      }
+    }
+  } else if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     for (int n = 0; n < total; n++) {
       int b = n % NS;
@@ -2008,32 +2070,6 @@ __device__ __forceinline__ void ws_turn_wait(int grp) {
 }
 __device__ __forceinline__ void ws_turn_pass(int grp) {
   asm volatile("bar.arrive %0, 256;" ::"r"(3 - grp) : "memory");
-}
-
-// TMap is a CUtensorMap: 128 opaque bytes, 64-byte aligned.
-struct __align__(64) TMap {
-  unsigned long long v[16];
-};
-
-// tma_load3 copies the box at coordinates {c0, c1, c2} of the rank-3 tensor
-// map tm into shared address dst, completing transactions on mbarrier bar.
-__device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c1, int c2, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-          dst),
-      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-// mb_expect arrives on bar, expecting bytes more bytes of transactions.
-__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-// tma_tile loads rows [r0, r0+R) of head h through tm into the swizzled
-// tile at base (D/64 boxes, one an atom).
-template <int D, int R>
-__device__ __forceinline__ void tma_tile(u32 base, const TMap* tm, int r0, int h, u32 bar) {
-#pragma unroll
-  for (int a = 0; a < D / 64; a++) tma_load3(base + (u32)(a * R * 128), tm, a * 64, h, r0, bar);
 }
 
 template <int D, bool F16, int BN, int NS>
@@ -2340,6 +2376,22 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_64(u16* out, f
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
   WG_ONLY((ws_fwd<128, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+}
+
+// The dk/dv pass with its Q and dout tiles loaded by the TMA (wg_dkv with
+// TMA): the tensor maps of q and dout by value after k_wg_dkv_*'s
+// arguments.
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_bf16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tq, const __grid_constant__ TMap tg) {
+  WG_ONLY((wg_dkv<64, false, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tq, &tg)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_bf16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tq, const __grid_constant__ TMap tg) {
+  WG_ONLY((wg_dkv<128, false, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tq, &tg)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_f16_64(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tq, const __grid_constant__ TMap tg) {
+  WG_ONLY((wg_dkv<64, true, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tq, &tg)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tq, const __grid_constant__ TMap tg) {
+  WG_ONLY((wg_dkv<128, true, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tq, &tg)));
 }
 
 // The wgmma span forward (wg_fwd_spans): one CTA of 256 threads per 128
