@@ -27,8 +27,8 @@ const (
 // (RLPIPE_CUDA_FWD_WS=0 runs k_wg_fwd_* instead), and attnFwdPingpong has
 // its two consumers take turns to issue their products
 // (RLPIPE_CUDA_FWD_PINGPONG=0 turns that off). Both are on by default: on
-// the H100 the pair ran the 1.5B forward's attention 1.41× faster than
-// k_wg_fwd_* (docs/performance.md).
+// the H100 the pair ran the 1.5B shapes' attention forward 1.36× faster
+// than k_wg_fwd_* (docs/performance.md).
 var (
 	attnFwdWS       = os.Getenv("RLPIPE_CUDA_FWD_WS") != "0"
 	attnFwdPingpong = os.Getenv("RLPIPE_CUDA_FWD_PINGPONG") != "0"
