@@ -34,6 +34,10 @@ var (
 	attnFwdPingpong = os.Getenv("RLPIPE_CUDA_FWD_PINGPONG") != "0"
 )
 
+// noTMAEnv is the environment that keeps the attention kernels from the
+// TMA (for a driver without tensor maps).
+const noTMAEnv = "RLPIPE_CUDA_FWD_WS=0 RLPIPE_CUDA_BWD_TMA=0"
+
 // attnBwdTMA has the Hopper backward's dk/dv pass load its Q and dout
 // tiles through the TMA (k_ws_dkv_*) instead of its producer warpgroup's
 // cp.async copies (k_wg_dkv_*; RLPIPE_CUDA_BWD_TMA=0).
@@ -110,7 +114,8 @@ func tensorMap(k tmapKey) ([128]byte, error) {
 	estr := [3]C.unsigned{1, 1, 1}
 	if err := cuErr("cuTensorMapEncodeTiled", C.cuTensorMapEncodeTiled_(unsafe.Pointer(&buf[off]), tmapUint16, 3,
 		C.uint64_t(k.addr), &dims[0], &strides[0], &box[0], &estr[0], 0, tmapSwizzle128, tmapL2Promo128, 0)); err != nil {
-		return out, fmt.Errorf("tensor map of [%d,%d,%d] at %#x: %w", k.t, k.heads, k.d, k.addr, err)
+		return out, fmt.Errorf("tensor map of [%d,%d,%d] at %#x (%s runs attention without the TMA): %w",
+			k.t, k.heads, k.d, k.addr, noTMAEnv, err)
 	}
 	copy(out[:], buf[off:off+128])
 	return out, nil

@@ -26,6 +26,10 @@ type Info struct {
 	Devices []DeviceInfo
 	// KernelCacheDir is where compiled kernels are cached.
 	KernelCacheDir string
+	// TensorMaps is whether the driver encodes tensor maps
+	// (cuTensorMapEncodeTiled, CUDA 12 drivers), which the Hopper
+	// attention kernels' TMA loads need.
+	TensorMaps bool
 }
 
 // String formats the report on several lines.
@@ -41,6 +45,9 @@ func (i Info) String() string {
 	for _, d := range i.Devices {
 		fmt.Fprintf(&sb, "device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", d.Index, d.Name, d.CCMajor, d.CCMinor,
 			d.SMs, float64(d.MemoryBytes)/(1<<30))
+	}
+	if !i.TensorMaps {
+		fmt.Fprintf(&sb, "tensor maps: not in this driver (on Hopper set %s)\n", noTMAEnv)
 	}
 	fmt.Fprintf(&sb, "kernel cache: %s", i.KernelCacheDir)
 	return sb.String()
@@ -61,6 +68,7 @@ func Versions() (Info, error) {
 		return info, err
 	}
 	info.DriverVersion = int(v)
+	info.TensorMaps = C.rl_has_tmap() != 0
 	var n C.int
 	if err := cuErr("cuDeviceGetCount", C.cuDeviceGetCount_(&n)); err != nil {
 		return info, err

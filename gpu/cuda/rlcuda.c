@@ -118,6 +118,7 @@ CUresult cuModuleUnload_(uint64_t m) { return CUF(CU_ModuleUnload, (CUmodule))((
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name) { CUfunction x = 0; CUresult r = CUF(CU_ModuleGetFunction, (CUfunction*, CUmodule, const char*))(&x, (CUmodule)m, name); *f = (uint64_t)x; return r; }
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v) { return CUF(CU_FuncSetAttribute, (CUfunction, int, int))((CUfunction)f, a, v); }
 CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f) { return CUF(CU_FuncGetAttribute, (int*, int, CUfunction))(v, a, (CUfunction)f); }
+int rl_has_tmap(void) { return rl_cu_tmap != NULL; }
 CUresult cuTensorMapEncodeTiled_(void* map, int dt, unsigned rank, uint64_t addr, const uint64_t* dims, const uint64_t* strides,
                                  const unsigned* box, const unsigned* estr, int interleave, int swizzle, int l2, int oob) {
 	if (rl_cu_tmap == NULL) return 801; // CUDA_ERROR_NOT_SUPPORTED
