@@ -30,12 +30,8 @@ OUT=${OUT:-/tmp/attn-out}
 MODELS=${ATTN_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${ATTN_ROUNDS:-2}
 BUDGET=${ATTN_BUDGET_S:-560}
-B=$PWD/.devbin
-C=/tmp/rbc
-mkdir -p "$OUT/attn" "$OUT/logs"
-OUT=$(realpath "$OUT")
-D=$OUT
-. bench/device_lib.sh # say, budgeted
+. bench/device_lib.sh # outdirs, say, budgeted, split_env
+outdirs attn
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/attn/env.txt" 2>&1
 say "start: $(tail -n +2 "$OUT/attn/env.txt" | head -n 1); budget ${BUDGET}s"
 

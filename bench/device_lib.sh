@@ -19,6 +19,24 @@ random_job() {
 		random_rollouts "$W" "$2" >>"$D/setup.log" 2>&1
 }
 
+# outdirs SUB...: makes $OUT/SUB... and $OUT/logs (budgeted's logs), makes
+# OUT absolute and points D at it (say's summary.txt); B is the binaries
+# carried in .devbin, C rlbench's checkpoint cache.
+outdirs() {
+	mkdir -p "$OUT/logs" "${@/#/$OUT/}"
+	OUT=$(realpath "$OUT")
+	D=$OUT
+	B=$PWD/.devbin
+	C=/tmp/rbc
+}
+
+# visible_dp [DP]: sets NGPU to the number of GPUs visible and DP to DP,
+# or when that is empty to NGPU (at most 8).
+visible_dp() {
+	NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+	DP=${1:-$((NGPU > 8 ? 8 : NGPU))}
+}
+
 # say prints a timestamped line and appends it to $D/summary.txt.
 say() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$D/summary.txt"; }
 

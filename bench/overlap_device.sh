@@ -32,14 +32,9 @@ OUT=${OUT:-/tmp/overlap-out}
 MODELS=${OVERLAP_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${OVERLAP_ROUNDS:-2}
 BUDGET=${OVERLAP_BUDGET_S:-540}
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-DP=${OVERLAP_DP:-$((NGPU > 8 ? 8 : NGPU))}
-B=$PWD/.devbin
-C=/tmp/rbc
-mkdir -p "$OUT/json" "$OUT/logs"
-OUT=$(realpath "$OUT")
-D=$OUT
-. bench/device_lib.sh # say, budgeted
+. bench/device_lib.sh # visible_dp, outdirs, say, budgeted, bench_step
+visible_dp "${OVERLAP_DP:-}"
+outdirs json
 export NCCL_NVLS_ENABLE=0
 say "start: dp $DP on $NGPU GPUs, models '$MODELS', $ROUNDS rounds, budget ${BUDGET}s"
 if ((DP < 2)); then

@@ -28,15 +28,10 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/trace-out}
 M=${TRACE_MODEL:-qwen2.5-1.5b}
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-DP=${TRACE_DP:-$((NGPU > 8 ? 8 : NGPU))}
 BUDGET=${TRACE_BUDGET_S:-540}
-B=$PWD/.devbin
-C=/tmp/rbc
-mkdir -p "$OUT/trace" "$OUT/logs"
-OUT=$(realpath "$OUT")
-D=$OUT
-. bench/device_lib.sh # say, budgeted
+. bench/device_lib.sh # visible_dp, outdirs, say, budgeted, bench_step
+visible_dp "${TRACE_DP:-}"
+outdirs trace
 export NCCL_NVLS_ENABLE=0
 say "start: $M at dp 1 and $DP on $NGPU GPUs, budget ${BUDGET}s"
 

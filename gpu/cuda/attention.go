@@ -99,6 +99,10 @@ func orderLaunch(a attnArgs, rows, nb int, keys bool, ord uint64) launch {
 		args: new(kargs).u64(a.cu).i32(a.ns1).i32(a.t).i32(rows).i32(k).i32(nb).u64(ord)}
 }
 
+// wgmma reports whether the causal attention kernels run as Hopper's
+// wgmma ones here (not under attnNoWgmma).
+func (b *Backend) wgmma() bool { return b.d.info.Hopper() && !attnNoWgmma }
+
 // tcLaunch returns the launches of tensor-core kernel op ("fwd", "dq",
 // "dkv") for suffix sfx (faSuffix) over a's t rows of heads heads on this
 // device. On Hopper: k_attn_order writing the order of the kernel's blocks
@@ -111,7 +115,7 @@ func (b *Backend) tcLaunch(op, sfx string, a attnArgs, heads, faSmem int, args *
 	t := a.t
 	l := launch{name: "k_fa_" + op + "_" + sfx, gx: uint32((t + faBM - 1) / faBM), gy: uint32(heads), gz: 1,
 		bx: 128, by: 1, bz: 1, smem: faSmem, args: args}
-	if !b.d.info.Hopper() || attnNoWgmma {
+	if !b.wgmma() {
 		return []launch{l}
 	}
 	l.name, l.smem = "k_wg_"+op+"_"+sfx, wgSmem(op, a.d)
@@ -247,7 +251,7 @@ func (b *Backend) Attention(out, lse, q, k, v, cuSeqlens gpu.Tensor, scale float
 		if err != nil {
 			return err
 		}
-		if attnFwdWS && b.d.info.Hopper() && !attnNoWgmma {
+		if attnFwdWS && b.wgmma() {
 			ls, err := b.wsLaunch(sfx, a, oa, la, scale, uint64(s.scratch))
 			if err != nil {
 				return err
@@ -311,7 +315,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 				args: new(kargs).u64(as[0]).u64(as[3]).u64(as[4]).i32(rows).u64(a.cu).i32(a.ns1).i32(a.hq)}}
 		dkv := b.tcLaunch("dkv", sfx, a, a.hkv, 2*faTile(d)+4*faBN*(d+8)*2+2*faBN*3*4,
 			common(new(kargs).u64(as[1]).u64(as[2]).u64(as[0]).u64(as[3])), uint64(s.scratch))
-		if b.d.info.Hopper() && !attnNoWgmma && attnBwdTMA {
+		if attnBwdTMA && b.wgmma() {
 			if err := b.dkvTMA(&dkv[len(dkv)-1], sfx, a, as[3]); err != nil {
 				return err
 			}
