@@ -21,13 +21,14 @@
 #   go test -c "$L" -o .devbin/cuda.test ./gpu/cuda
 #   go build "$L" -o .devbin/rlbench ./bench/cmd/rlbench
 #
-# Knobs: ATTN_MODELS ("qwen2.5-1.5b qwen2.5-3b"), ATTN_ROUNDS (2),
+# Knobs: ATTN_MODELS ("qwen2.5-1.5b qwen2.5-3b"; empty: no step runs),
+# ATTN_ROUNDS (2),
 # ATTN_BUDGET_S (560).
 # $OUT gets summary.txt and attn.tgz (the logs and JSON).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/attn-out}
-MODELS=${ATTN_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
+MODELS=${ATTN_MODELS-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${ATTN_ROUNDS:-2}
 BUDGET=${ATTN_BUDGET_S:-560}
 . bench/device_lib.sh # outdirs, say, budgeted, split_env
@@ -38,13 +39,13 @@ say "start: $(tail -n +2 "$OUT/attn/env.txt" | head -n 1); budget ${BUDGET}s"
 export RLPIPE_CACHE_DIR=/tmp/rlpipe-attn-cache
 rm -rf "$RLPIPE_CACHE_DIR"
 say "$(cd gpu/cuda && budgeted cuda-tests 240 env RLPIPE_CUDA_COMPILE_LOG=1 "$B/cuda.test" -test.v -test.timeout 230s \
-	-test.run 'TestKernelsCompile|TestAttentionTensorCore|TestTensorCore')"
+	-test.run 'TestKernelsCompile|TestAttentionTensorCore|TestTensorCore|TestAttentionSpans')"
 grep -E '^(--- |ok|PASS|FAIL)' "$OUT/logs/cuda-tests.log" | head -n 40 | tee -a "$OUT/summary.txt"
 grep -E -A3 "k_ws_fwd_bf16_128' for 'sm_90a|k_wg_fwd_bf16_128' for 'sm_90a" "$OUT/logs/cuda-tests.log" |
 	grep -E 'registers|spill|Compiling' | head -n 8 | tee -a "$OUT/summary.txt"
 grep -i 'wgmma' "$OUT/logs/cuda-tests.log" | grep -iv '^\s*$' | head -n 10 | tee -a "$OUT/summary.txt"
 say "$(cd gpu/cuda && budgeted cuda-bench 150 "$B/cuda.test" -test.run '^$' -test.benchtime 20x \
-	-test.bench 'Ops/attention_fwd_(8x2048|2x16384)')"
+	-test.bench 'Ops/attention_(fwd_(8x2048|2x16384)|bwd_8x2048|spans_fwd)')"
 grep -h 'ns/op' "$OUT/logs/cuda-bench.log" | tee -a "$OUT/summary.txt"
 
 one() { # MODEL NAME ENV...: the step with recompute auto

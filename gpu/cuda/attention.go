@@ -321,6 +321,11 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 			}
 		}
 		dq := b.tcLaunch("dq", sfx, a, a.hq, 4*faTile(d), common(new(kargs).u64(as[0]).u64(as[3])), uint64(s.scratch)+streamScratchBytes/2)
+		if attnBwdTMA && b.wgmma() {
+			if err := b.dqTMA(&dq[len(dq)-1], sfx, a); err != nil {
+				return err
+			}
+		}
 		if attnBwdOnly != "dq" {
 			ls = append(ls, dkv...)
 		}

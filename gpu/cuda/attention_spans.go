@@ -142,7 +142,8 @@ func (b *Backend) spansCheck(op string, q, k, v gpu.Tensor, spans []gpu.Span, sc
 // AttentionSpans is non-causal grouped-query attention between row spans:
 // the query rows of each span attend every key row of it. It writes out
 // [Tq,Hq,D] and lse F32 [Hq,Tq], 0 and −Inf for rows in no span. SIMT
-// kernel, or with spansWgmma the wgmma one.
+// kernel, or with spansWgmma the wgmma one (with attnFwdWS, the
+// warp-specialised one).
 func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span, scale float32) error {
 	const op = "attention spans"
 	a, err := b.spansCheck(op, q, k, v, spans, scale)
@@ -168,6 +169,13 @@ func (b *Backend) AttentionSpans(out, lse, q, k, v gpu.Tensor, spans []gpu.Span,
 	}
 	d := a.d
 	if sfx := faSuffix(d, []gpu.Tensor{q, k, v, out}, []uint64{a.q, a.k, a.v, oa}); sfx != "" && spansWgmma && b.d.info.Hopper() {
+		if attnFwdWS {
+			l, err := b.wsSpansLaunch(sfx, a, oa, la, scale)
+			if err != nil {
+				return err
+			}
+			return b.issue(l)
+		}
 		nb := (a.tq + wgBM - 1) / wgBM
 		return b.issue(launch{name: "k_wg_spans_fwd_" + sfx, gx: uint32(nb * a.hq), gy: 1, gz: 1, bx: wgFwdThreads, by: 1, bz: 1,
 			smem: wgSmem("fwd", d), args: new(kargs).u64(oa).u64(la).u64(a.q).u64(a.k).u64(a.v).u64(a.r.qk).

@@ -15,14 +15,15 @@ import (
 // (a query block seeing a key block of half or twice its length, rows in
 // no span, a span of one row) in f32 and bf16 with grouped-query heads,
 // and the merge of two blocks. Outputs are poisoned before each run, so an
-// unwritten element fails. Each case runs with and without spansWgmma
-// (the wgmma forward takes the 16-bit ones at head dims 64 and 128 on
-// Hopper).
+// unwritten element fails. Each case runs without spansWgmma and with it
+// (on Hopper the wgmma kernels take the 16-bit ones at head dims 64 and
+// 128), the forward on the wgmma kernel and on the warp-specialised one
+// (attnFwdWS).
 func TestAttentionSpans(t *testing.T) {
-	defer func(v bool) { spansWgmma = v }(spansWgmma)
-	for _, wg := range []bool{false, true} {
-		spansWgmma = wg
-		testAttentionSpans(t, fmt.Sprintf("wgmma %v ", wg))
+	defer func(v, ws bool) { spansWgmma, attnFwdWS = v, ws }(spansWgmma, attnFwdWS)
+	for _, c := range []struct{ wg, ws bool }{{false, false}, {true, false}, {true, true}} {
+		spansWgmma, attnFwdWS = c.wg, c.ws
+		testAttentionSpans(t, fmt.Sprintf("wgmma %v ws %v ", c.wg, c.ws))
 	}
 }
 

@@ -40,8 +40,22 @@ const noTMAEnv = "RLPIPE_CUDA_FWD_WS=0 RLPIPE_CUDA_BWD_TMA=0"
 
 // attnBwdTMA has the Hopper backward's dk/dv pass load its Q and dout
 // tiles through the TMA (k_ws_dkv_*) instead of its producer warpgroup's
-// cp.async copies (k_wg_dkv_*; RLPIPE_CUDA_BWD_TMA=0).
+// cp.async copies (k_wg_dkv_*), and its dq pass its K and V tiles
+// (k_ws_dq_* instead of k_wg_dq_*); RLPIPE_CUDA_BWD_TMA=0 turns it off.
 var attnBwdTMA = os.Getenv("RLPIPE_CUDA_BWD_TMA") != "0"
+
+// dqTMA turns l, the k_wg_dq_<sfx> launch of tcLaunch for a's batch, into
+// the k_ws_dq_<sfx> one: the tensor maps of k and v (64-row boxes) after
+// its arguments.
+func (b *Backend) dqTMA(l *launch, sfx string, a attnArgs) error {
+	ms, err := tensorMaps(b.d, tmapKey{a.k, a.t, a.hkv, a.d, faBN}, tmapKey{a.v, a.t, a.hkv, a.d, faBN})
+	if err != nil {
+		return err
+	}
+	l.name = "k_ws_dq_" + sfx
+	l.args.put(ms[0][:]).put(ms[1][:])
+	return nil
+}
 
 // dkvTMA turns l, the k_wg_dkv_<sfx> launch of tcLaunch for a's batch with
 // dout at device address dout, into the k_ws_dkv_<sfx> one: the tensor
@@ -140,6 +154,26 @@ func (b *Backend) wsLaunch(sfx string, a attnArgs, oa, la uint64, scale float32,
 		args: new(kargs).u64(oa).u64(la).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).u64(a.cu).i32(a.ns1).i32(a.t).i32(a.hq).
 			i32(a.hkv).f32(scale).u64(ord).i32(pp)}
 	return []launch{orderLaunch(a, wgBM, nb, false, ord), l}, nil
+}
+
+// wsSpansLaunch returns the launch of the warp-specialised span forward
+// (k_ws_spans_fwd_<sfx>, one CTA per 128 query rows and head) for a's
+// spans, writing out and lse at device addresses oa and la.
+func (b *Backend) wsSpansLaunch(sfx string, a spanArgs, oa, la uint64, scale float32) (launch, error) {
+	ms, err := tensorMaps(b.d, tmapKey{a.q, a.tq, a.hq, a.d, wgBM}, tmapKey{a.k, a.tk, a.hkv, a.d, wsBN},
+		tmapKey{a.v, a.tk, a.hkv, a.d, wsBN})
+	if err != nil {
+		return launch{}, err
+	}
+	pp := 0
+	if attnFwdPingpong {
+		pp = 1
+	}
+	nb := (a.tq + wgBM - 1) / wgBM
+	return launch{name: "k_ws_spans_fwd_" + sfx, gx: uint32(nb * a.hq), gy: 1, gz: 1, bx: wsThreads, by: 1, bz: 1,
+		smem: wsSmem(a.d),
+		args: new(kargs).u64(oa).u64(la).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).u64(a.r.qk).i32(a.tq).i32(a.tk).
+			i32(a.hq).i32(a.hkv).f32(scale).i32(pp)}, nil
 }
 
 // wsSmem returns the dynamic shared memory of k_ws_fwd_* at head dim d:

@@ -159,7 +159,8 @@ func BenchmarkOps(bb *testing.B) {
 			return f()
 		}
 	}
-	// cpAsync runs f with the dk/dv pass fed by cp.async, not the TMA.
+	// cpAsync runs f with the backward's passes fed by cp.async, not the
+	// TMA.
 	cpAsync := func(f func() error) func() error {
 		return func() error {
 			defer func(v bool) { attnBwdTMA = v }(attnBwdTMA)
@@ -357,11 +358,13 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention bwd 8x2048 h14/2 d64", 2.5 * flops8(14, 64), 0, bwd8(a64, 0.125)},
 		{"attention spans fwd 8x1024x2048 h12/2 d128 SIMT", spanFlops, 0, spans(false, false)},
 		{"attention spans bwd 8x1024x2048 h12/2 d128 SIMT", 2.5 * spanFlops, 0, spans(false, true)},
-		{"attention spans fwd 8x1024x2048 h12/2 d128 wgmma", spanFlops, 0, spans(true, false)},
+		{"attention spans fwd 8x1024x2048 h12/2 d128 wgmma", spanFlops, 0, wg(spans(true, false))},
+		{"attention spans fwd 8x1024x2048 h12/2 d128 ws", spanFlops, 0, ws(true, spans(true, false))},
 		{"attention spans bwd 8x1024x2048 h12/2 d128 wgmma", 2.5 * spanFlops, 0, spans(true, true)},
 		{"attention bwd 8x2048 h12/2 d128 dq pass", 0, 0, only("dq", bwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h12/2 d128 dk/dv pass", 0, 0, only("dkv", bwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h12/2 d128 dk/dv pass cp.async", 0, 0, cpAsync(only("dkv", bwd8(a128, 0.088)))},
+		{"attention bwd 8x2048 h12/2 d128 dq pass cp.async", 0, 0, cpAsync(only("dq", bwd8(a128, 0.088)))},
 		{"attention bwd 8x2048 h12/2 d128 cp.async", 2.5 * flops8(Hq, D), 0, cpAsync(bwd8(a128, 0.088))},
 		{"attention bwd 8x2048 h14/2 d64 cp.async", 2.5 * flops8(14, 64), 0, cpAsync(bwd8(a64, 0.125))},
 		{"attention fwd 8x2048 h12/2 d128 mma.sync", flops8(Hq, D), 0, mmaSync(fwd8(a128, 0.088))},

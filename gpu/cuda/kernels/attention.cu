@@ -720,21 +720,43 @@ __device__ __forceinline__ void fa_rescale(float (*o)[4], float ca, float cb) {
 }
 
 // FaRows is what a lane of a warp owning query rows wi0..wi0+15 needs to
-// mask causal scores (fa_softmax): its rows ia and ib = ia+8 and their
-// sequence starts sta and stb (t for rows at or past t), and wst1, the
-// sequence start of the warp's last row below t (t when it has none).
+// mask its scores (fa_softmax): its rows ia and ib = ia+8, the keys they
+// see, [sta, ea] and [stb, eb], and for causal rows wst1, the sequence
+// start of the warp's last row below t (t when it has none).
 struct FaRows {
-  int wi0, ia, ib, sta, stb, wst1;
+  int wi0, ia, ib, sta, ea, stb, eb, wst1;
 };
+// fa_rows returns the FaRows of causal rows: a row sees its sequence's
+// keys up to itself (none at or past t).
 __device__ __forceinline__ FaRows fa_rows(const int* cu, int ns1, int t, int wi0, int g) {
   FaRows r;
   int wi1 = min(wi0 + 15, t - 1);
   r.wi0 = wi0;
-  r.ia = wi0 + g;
-  r.ib = r.ia + 8;
+  r.ia = r.ea = wi0 + g;
+  r.ib = r.eb = r.ia + 8;
   r.sta = r.ia < t ? seq_start(cu, ns1, r.ia) : t;
   r.stb = r.ib < t ? seq_start(cu, ns1, r.ib) : t;
   r.wst1 = wi1 >= wi0 ? seq_start(cu, ns1, wi1) : t;
+  return r;
+}
+// fa_span_rows returns the FaRows of span attention's rows: row i of tq
+// sees keys [qk[2i], qk[2i+1]), none when that is empty or i >= tq.
+__device__ __forceinline__ FaRows fa_span_rows(const int* qk, int tq, int wi0, int g) {
+  FaRows r;
+  r.wi0 = wi0;
+  r.ia = wi0 + g;
+  r.ib = r.ia + 8;
+  r.sta = r.stb = 0;
+  r.ea = r.eb = -1;
+  r.wst1 = 0;
+  if (r.ia < tq) {
+    r.sta = qk[2 * r.ia];
+    r.ea = qk[2 * r.ia + 1] - 1;
+  }
+  if (r.ib < tq) {
+    r.stb = qk[2 * r.ib];
+    r.eb = qk[2 * r.ib + 1] - 1;
+  }
   return r;
 }
 
@@ -1479,8 +1501,8 @@ __device__ __forceinline__ void wg_fwd(u16* out, float* lse, const u16* q, const
 
   float o[ND][4] = {};
   float ma = -F_INF, mb = -F_INF, la = 0.0f, lb = 0.0f;
-  wg_fwd_tiles<D, F16, false>(Qg, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, gi1, r.wi0, r.wst1, t, c, r.sta, r.ia, r.stb,
-                              r.ib, scale * FA_LOG2E, o, ma, mb, la, lb);
+  wg_fwd_tiles<D, F16, false>(Qg, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, gi1, r.wi0, r.wst1, t, c, r.sta, r.ea, r.stb,
+                              r.eb, scale * FA_LOG2E, o, ma, mb, la, lb);
   wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, r.wi0, r.ia, r.ib, t, hq, h);
 }
 
@@ -1557,6 +1579,53 @@ __device__ __forceinline__ void wg_fwd_spans(u16* out, float* lse, const u16* q,
   wg_fwd_store<D, F16>(out, lse, sm, warp, c, o, ma, mb, la, lb, wi0, ia, ib, tq, hq, h);
 }
 
+// mbarrier helpers (shared::cta): init with an arrival count, arrive, and
+// wait for the phase of the given parity to complete.
+__device__ __forceinline__ void mb_init(u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(u32 bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mb_wait(u32 bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// TMap is a CUtensorMap: 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TMap {
+  unsigned long long v[16];
+};
+
+// tma_load3 copies the box at coordinates {c0, c1, c2} of the rank-3 tensor
+// map tm into shared address dst, completing transactions on mbarrier bar.
+__device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// mb_expect arrives on bar, expecting bytes more bytes of transactions.
+__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// tma_tile loads rows [r0, r0+R) of head h through tm into the swizzled
+// tile at base (D/64 boxes, one an atom).
+template <int D, int R>
+__device__ __forceinline__ void tma_tile(u32 base, const TMap* tm, int r0, int h, u32 bar) {
+#pragma unroll
+  for (int a = 0; a < D / 64; a++) tma_load3(base + (u32)(a * R * 128), tm, a * 64, h, r0, bar);
+}
+// cp_arrive has mbarrier bar receive this thread's arrival once its
+// cp.async copies issued so far have landed (the arrival counts against
+// the barrier's expected count).
+__device__ __forceinline__ void cp_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // wg_dq_tiles runs the dq pass's ntiles key tiles from kmin for a CTA of
 // one warpgroup (wg_dq, wg_dq_spans) whose Q, dout and first K and V tiles
 // are being loaded (rows of K and V below tk), and stores its dq rows
@@ -1565,21 +1634,36 @@ __device__ __forceinline__ void wg_fwd_spans(u16* out, float* lse, const u16* q,
 // tile is masked; otherwise a tile is masked only when it reaches past the
 // warp's first row wi0, starts before the start wst1 of its last row, or
 // the warp has rows at or past t.
-template <int D, bool F16, bool SP>
+//
+// With TMA the K and V tiles come through the tensor maps tk and tv: thread
+// 0 issues each tile's copy once every warp is done with the buffer, and
+// the copy completes the buffer's mbarrier (bars: K's, then V's) by its
+// byte count; Q and dout still come by cp.async, waited for before the
+// first tile.
+template <int D, bool F16, bool SP, bool TMA = false>
 __device__ __forceinline__ void wg_dq_tiles(u16* dq, u16* sm, u32 Qs, u32 Gs, u32 Ks, u32 Vs, const u16* k,
                                             const u16* v, int kmin, int ntiles, int tk, int hkv, int hk, int wi0,
                                             int wst1, int t, int hq, int h, int warp, int c, int sta, int ia, int stb,
-                                            int ib, float sl2, float La, float Lb, float Da, float Db, float scale) {
-  constexpr int ND = D / 8, BN = 64, NT = BN / 8;
-  float acc[ND][4];
-#pragma unroll
-  for (int dt = 0; dt < ND; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+                                            int ib, float sl2, float La, float Lb, float Da, float Db, float scale,
+                                            const TMap* tmk = nullptr, const TMap* tmv = nullptr, u32 bars = 0) {
+  constexpr int ND = D / 8, BN = 64, NT = BN / 8, TILE = BN * D * 2;
+  float acc[ND][4] = {};
 
   for (int n = 0; n < ntiles; n++) {
     int j0 = kmin + n * BN;
-    fa_wait<0>();  // K(n) and V(n)
-    wg_publish();
-    __syncthreads();
+    if (TMA) {
+      if (n == 0) {
+        fa_wait<0>();  // Q and dout
+        wg_publish();
+        __syncthreads();
+      }
+      mb_wait(bars, n & 1);      // K(n)
+      mb_wait(bars + 8, n & 1);  // V(n)
+    } else {
+      fa_wait<0>();  // K(n) and V(n)
+      wg_publish();
+      __syncthreads();
+    }
     float s[NT][4], dp[NT][4];
     wg_fence();
     wg_ss<D, 64, BN, F16>(s, Qs, Ks);
@@ -1592,8 +1676,13 @@ __device__ __forceinline__ void wg_dq_tiles(u16* dq, u16* sm, u32 Qs, u32 Gs, u3
     fa_ds_rows<NT, true>(s, dp, need, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
     __syncthreads();  // every warp is done with V(n)
     if (n + 1 < ntiles) {
-      wg_load<D, BN, 128>(Vs, v, j0 + BN, tk, hkv, hk);
-      fa_commit();
+      if (!TMA) {
+        wg_load<D, BN, 128>(Vs, v, j0 + BN, tk, hkv, hk);
+        fa_commit();
+      } else if (threadIdx.x == 0) {
+        mb_expect(bars + 8, (u32)TILE);
+        tma_tile<D, BN>(Vs, tmv, j0 + BN, hk, bars + 8);
+      }
     }
     u32 pf[NT / 2][4];
     wg_pack<BN, F16>(s, pf);
@@ -1605,8 +1694,13 @@ __device__ __forceinline__ void wg_dq_tiles(u16* dq, u16* sm, u32 Qs, u32 Gs, u3
     wg_hold<ND>(acc);
     __syncthreads();  // every warp is done with K(n)
     if (n + 1 < ntiles) {
-      wg_load<D, BN, 128>(Ks, k, j0 + BN, tk, hkv, hk);
-      fa_commit();
+      if (!TMA) {
+        wg_load<D, BN, 128>(Ks, k, j0 + BN, tk, hkv, hk);
+        fa_commit();
+      } else if (threadIdx.x == 0) {
+        mb_expect(bars, (u32)TILE);
+        tma_tile<D, BN>(Ks, tmk, j0 + BN, hk, bars);
+      }
     }
   }
   if (SP) fa_wait<0>();  // with no tile, the Q and dout loads
@@ -1620,14 +1714,19 @@ __device__ __forceinline__ void wg_dq_tiles(u16* dq, u16* sm, u32 Qs, u32 Gs, u3
 // wg_dq: as fa_bwd_dq (one warpgroup, 64 query rows, 64-key tiles).
 // Shared: Q, dout, K, V (64 rows each). (A CTA of two warpgroups sharing
 // double-buffered K and V tiles, in lockstep, ran slower on the H100.)
-template <int D, bool F16>
+//
+// With TMA (k_ws_dq_*) the K and V tiles come through the tensor maps tmk
+// and tmv (wg_dq_tiles).
+template <int D, bool F16, bool TMA = false>
 __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k,
                                       const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale,
-                                      const int* order) {
+                                      const int* order, const TMap* tmk = nullptr, const TMap* tmv = nullptr) {
   constexpr int BN = 64, TILE = 64 * D * 2;
+  __shared__ __align__(8) unsigned long long dq_bars[2];
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Gs = Qs + TILE, Ks = Gs + TILE, Vs = Ks + TILE;
+  u32 bars = fa_smem(dq_bars);
   int h = blockIdx.x % hq, hk = h / (hq / hkv);
   int q0 = order[blockIdx.x / hq] * 64;  // the heaviest blocks first (k_attn_order)
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -1636,8 +1735,20 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
   int ntiles = (qlast - kmin) / BN + 1;
   wg_load<D, 64, 128>(Qs, q, q0, t, hq, h);
   wg_load<D, 64, 128>(Gs, dout, q0, t, hq, h);
-  wg_load<D, BN, 128>(Ks, k, kmin, t, hkv, hk);
-  wg_load<D, BN, 128>(Vs, v, kmin, t, hkv, hk);
+  if (TMA) {
+    if (threadIdx.x == 0) {
+      mb_init(bars, 1);
+      mb_init(bars + 8, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      mb_expect(bars, (u32)TILE);
+      tma_tile<D, BN>(Ks, tmk, kmin, hk, bars);
+      mb_expect(bars + 8, (u32)TILE);
+      tma_tile<D, BN>(Vs, tmv, kmin, hk, bars + 8);
+    }
+  } else {
+    wg_load<D, BN, 128>(Ks, k, kmin, t, hkv, hk);
+    wg_load<D, BN, 128>(Vs, v, kmin, t, hkv, hk);
+  }
   fa_commit();
 
   int wi0 = q0 + warp * 16;
@@ -1651,8 +1762,8 @@ __device__ __forceinline__ void wg_dq(u16* dq, const u16* dout, const float* lse
   float Lb = ib < t ? lse[(i64)h * t + ib] * FA_LOG2E : 0.0f;
   float Da = ia < t ? fa_delta<D>(dq, ia, hq, h) : 0.0f;
   float Db = ib < t ? fa_delta<D>(dq, ib, hq, h) : 0.0f;
-  wg_dq_tiles<D, F16, false>(dq, sm, Qs, Gs, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, wi0, wst1, t, hq, h, warp, c, sta,
-                             ia, stb, ib, sl2, La, Lb, Da, Db, scale);
+  wg_dq_tiles<D, F16, false, TMA>(dq, sm, Qs, Gs, Ks, Vs, k, v, kmin, ntiles, t, hkv, hk, wi0, wst1, t, hq, h, warp, c,
+                                  sta, ia, stb, ib, sl2, La, Lb, Da, Db, scale, tmk, tmv, bars);
 }
 
 // wg_dq_spans is wg_dq for span attention (k_attn_spans_bwd_dq's
@@ -1704,53 +1815,6 @@ __device__ __forceinline__ void wg_dq_spans(u16* dq, const u16* dout, const floa
   if (lastb < stb) Lb = 0.0f;
   wg_dq_tiles<D, F16, true>(dq, sm, Qs, Gs, Ks, Vs, k, v, kmin, ntiles, tk, hkv, hk, wi0, 0, tq, hq, h, warp, c, sta,
                             lasta, stb, lastb, scale * FA_LOG2E, La, Lb, Da, Db, scale);
-}
-
-// mbarrier helpers (shared::cta): init with an arrival count, arrive, and
-// wait for the phase of the given parity to complete.
-__device__ __forceinline__ void mb_init(u32 bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mb_arrive(u32 bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mb_wait(u32 bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-// TMap is a CUtensorMap: 128 opaque bytes, 64-byte aligned.
-struct __align__(64) TMap {
-  unsigned long long v[16];
-};
-
-// tma_load3 copies the box at coordinates {c0, c1, c2} of the rank-3 tensor
-// map tm into shared address dst, completing transactions on mbarrier bar.
-__device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c1, int c2, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-          dst),
-      "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-// mb_expect arrives on bar, expecting bytes more bytes of transactions.
-__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-// tma_tile loads rows [r0, r0+R) of head h through tm into the swizzled
-// tile at base (D/64 boxes, one an atom).
-template <int D, int R>
-__device__ __forceinline__ void tma_tile(u32 base, const TMap* tm, int r0, int h, u32 bar) {
-#pragma unroll
-  for (int a = 0; a < D / 64; a++) tma_load3(base + (u32)(a * R * 128), tm, a * 64, h, r0, bar);
-}
-// cp_arrive has mbarrier bar receive this thread's arrival once its
-// cp.async copies issued so far have landed (the arrival counts against
-// the barrier's expected count).
-__device__ __forceinline__ void cp_arrive(u32 bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 #define WG_DKV_STAGES 3
@@ -2072,28 +2136,41 @@ __device__ __forceinline__ void ws_turn_pass(int grp) {
   asm volatile("bar.arrive %0, 256;" ::"r"(3 - grp) : "memory");
 }
 
-template <int D, bool F16, int BN, int NS>
+template <int D, bool F16, bool SP, int BN, int NS>
 __device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u32 Qs, u32 Ks, u32 Vs, u32 bars,
-                                               const int* cu, int ns1, int t, int hq, int h, int q0, int kmin,
-                                               int ntiles, float scale, int pp);
+                                               const int* cu, int ns1, const int* qk, int t, int hq, int h, int q0,
+                                               int kmin, int ntiles, float scale, int pp);
 
 // ws_fwd is the warp-specialised forward: as wg_fwd (the same grid, block
 // order and results) for a CTA of WS_THREADS threads, reading q, k and v
-// through the tensor maps tq, tk and tv.
-template <int D, bool F16, int BN, int NS>
+// through the tensor maps tq, tk and tv. With SP it is span attention's
+// (wg_fwd_spans' contract: query row i of t sees keys [qk[2i], qk[2i+1])
+// of nk; blocks in index order; a CTA whose rows see no key takes one
+// tile, wholly masked, so that it writes 0 and −Inf).
+template <int D, bool F16, bool SP, int BN, int NS>
 __device__ __forceinline__ void ws_fwd(u16* out, float* lse, const TMap* tq, const TMap* tk, const TMap* tv,
-                                       const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order,
-                                       int pp) {
+                                       const int* cu, int ns1, const int* qk, int t, int nk, int hq, int hkv,
+                                       float scale, const int* order, int pp) {
   constexpr int KT = BN * D * 2, QT = WG_BM * D * 2;
   u32 Qs;
   u16* sm = wg_smem(Qs);
   u32 Ks = Qs + QT, Vs = Ks + NS * KT;
   u32 bars = Vs + NS * KT;  // full[NS], then empty[NS]
   int h = blockIdx.x % hq, hk = h / (hq / hkv);
-  int q0 = order[blockIdx.x / hq] * WG_BM;  // the heaviest blocks first (k_attn_order)
-  int qlast = min(q0 + WG_BM - 1, t - 1);
-  int kmin = seq_start(cu, ns1, q0);
-  int ntiles = (qlast - kmin) / BN + 1;
+  int q0, kmin, ntiles;
+  if constexpr (SP) {
+    __shared__ int krange[2];
+    int kend;
+    q0 = (blockIdx.x / hq) * WG_BM;
+    wg_range(krange, qk, q0, WG_BM, t, nk, kmin, kend);
+    ntiles = kend > kmin ? (kend - kmin + BN - 1) / BN : 0;
+    if (ntiles == 0) kmin = 0, ntiles = 1;
+  } else {
+    q0 = order[blockIdx.x / hq] * WG_BM;  // the heaviest blocks first (k_attn_order)
+    int qlast = min(q0 + WG_BM - 1, t - 1);
+    kmin = seq_start(cu, ns1, q0);
+    ntiles = (qlast - kmin) / BN + 1;
+  }
   if (threadIdx.x == 0) {
     for (int i = 0; i < NS; i++) {
       mb_init(bars + 8 * i, 1);           // the producer's expect_tx
@@ -2118,7 +2195,8 @@ __device__ __forceinline__ void ws_fwd(u16* out, float* lse, const TMap* tq, con
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    ws_fwd_consume<D, F16, BN, NS>(out, lse, sm, Qs, Ks, Vs, bars, cu, ns1, t, hq, h, q0, kmin, ntiles, scale, pp);
+    ws_fwd_consume<D, F16, SP, BN, NS>(out, lse, sm, Qs, Ks, Vs, bars, cu, ns1, qk, t, hq, h, q0, kmin, ntiles, scale,
+                                       pp);
   }
 }
 
@@ -2127,13 +2205,13 @@ __device__ __forceinline__ void ws_fwd(u16* out, float* lse, const TMap* tq, con
 // every one of them, so that no product is issued on a path that differs
 // between the warpgroups (ptxas would serialise the products): the first
 // warpgroup's rows mask the keys of a last tile that starts after them.
-template <int D, bool F16, int BN, int NS>
+template <int D, bool F16, bool SP, int BN, int NS>
 __device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u32 Qs, u32 Ks, u32 Vs, u32 bars,
-                                               const int* cu, int ns1, int t, int hq, int h, int q0, int kmin,
-                                               int ntiles, float scale, int pp) {
+                                               const int* cu, int ns1, const int* qk, int t, int hq, int h, int q0,
+                                               int kmin, int ntiles, float scale, int pp) {
   constexpr int ND = D / 8, NT = BN / 8, KT = BN * D * 2;
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) - 4, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  FaRows r = fa_rows(cu, ns1, t, q0 + warp * 16, g);
+  FaRows r = SP ? fa_span_rows(qk, t, q0 + warp * 16, g) : fa_rows(cu, ns1, t, q0 + warp * 16, g);
   float sl2 = scale * FA_LOG2E;
   u32 Qg = Qs + grp * 64 * 128;  // the warpgroup's rows in every atom
 
@@ -2153,9 +2231,9 @@ __device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u3
     if (pp) ws_turn_pass(grp);
     wg_wait<0>();
     wg_hold<NT>(s);
-    bool need = kmin + BN - 1 > r.wi0 || kmin < r.wst1 || r.wi0 + 15 >= t;
+    bool need = SP || kmin + BN - 1 > r.wi0 || kmin < r.wst1 || r.wi0 + 15 >= t;
     float ca, cb;
-    fa_softmax<NT>(s, need, kmin, c, r.sta, r.ia, r.stb, r.ib, sl2, ma, mb, la, lb, ca, cb);
+    fa_softmax<NT>(s, need, kmin, c, r.sta, r.ea, r.stb, r.eb, sl2, ma, mb, la, lb, ca, cb);
     wg_pack<BN, F16>(s, pf);
   }
   // Round n: the scores of tile n and the output product of tile n−1.
@@ -2175,9 +2253,9 @@ __device__ __forceinline__ void ws_fwd_consume(u16* out, float* lse, u16* sm, u3
     if (pp) ws_turn_pass(grp);
     wg_wait<1>();
     wg_hold<NT>(s);
-    bool need = j0 + BN - 1 > r.wi0 || j0 < r.wst1 || r.wi0 + 15 >= t;
+    bool need = SP || j0 + BN - 1 > r.wi0 || j0 < r.wst1 || r.wi0 + 15 >= t;
     float ca, cb;
-    fa_softmax<NT>(s, need, j0, c, r.sta, r.ia, r.stb, r.ib, sl2, ma, mb, la, lb, ca, cb);
+    fa_softmax<NT>(s, need, j0, c, r.sta, r.ea, r.stb, r.eb, sl2, ma, mb, la, lb, ca, cb);
     wg_wait<0>();
     wg_hold<ND>(o);
     wg_hold_a<NT / 2>(pf);
@@ -2366,16 +2444,31 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_wg_dkv_f16_128(u16* dk, u
 // The warp-specialised forward (ws_fwd): 384 threads per 128 query rows
 // and head, the tensor maps of q, k and v by value.
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_bf16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
-  WG_ONLY((ws_fwd<64, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+  WG_ONLY((ws_fwd<64, false, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, nullptr, t, t, hq, hkv, scale, order, pp)));
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_bf16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
-  WG_ONLY((ws_fwd<128, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+  WG_ONLY((ws_fwd<128, false, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, nullptr, t, t, hq, hkv, scale, order, pp)));
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
-  WG_ONLY((ws_fwd<64, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+  WG_ONLY((ws_fwd<64, true, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, nullptr, t, t, hq, hkv, scale, order, pp)));
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_fwd_f16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, int pp) {
-  WG_ONLY((ws_fwd<128, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, t, hq, hkv, scale, order, pp)));
+  WG_ONLY((ws_fwd<128, true, false, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, cu, ns1, nullptr, t, t, hq, hkv, scale, order, pp)));
+}
+
+// The dq pass with its K and V tiles loaded by the TMA (wg_dq with TMA):
+// the tensor maps of k and v by value after k_wg_dq_*'s arguments.
+extern "C" __global__ void __launch_bounds__(128) k_ws_dq_bf16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv) {
+  WG_ONLY((wg_dq<64, false, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tk, &tv)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_ws_dq_bf16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv) {
+  WG_ONLY((wg_dq<128, false, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tk, &tv)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_ws_dq_f16_64(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv) {
+  WG_ONLY((wg_dq<64, true, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tk, &tv)));
+}
+extern "C" __global__ void __launch_bounds__(128) k_ws_dq_f16_128(u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv) {
+  WG_ONLY((wg_dq<128, true, true>(dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tk, &tv)));
 }
 
 // The dk/dv pass with its Q and dout tiles loaded by the TMA (wg_dkv with
@@ -2392,6 +2485,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_f16_64(u16* dk, u1
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k_ws_dkv_f16_128(u16* dk, u16* dv, const u16* dq, const u16* dout, const float* lse, const u16* q, const u16* k, const u16* v, const int* cu, int ns1, int t, int hq, int hkv, float scale, const int* order, const __grid_constant__ TMap tq, const __grid_constant__ TMap tg) {
   WG_ONLY((wg_dkv<128, true, true>(dk, dv, dq, dout, lse, q, k, v, cu, ns1, t, hq, hkv, scale, order, &tq, &tg)));
+}
+
+// The warp-specialised span forward (ws_fwd with SP): 384 threads per 128
+// query rows and head, the tensor maps of q, k and v by value.
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_spans_fwd_bf16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* qk, int nq, int nk, int hq, int hkv, float scale, int pp) {
+  WG_ONLY((ws_fwd<64, false, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, nullptr, 0, qk, nq, nk, hq, hkv, scale, nullptr, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_spans_fwd_bf16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* qk, int nq, int nk, int hq, int hkv, float scale, int pp) {
+  WG_ONLY((ws_fwd<128, false, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, nullptr, 0, qk, nq, nk, hq, hkv, scale, nullptr, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_spans_fwd_f16_64(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* qk, int nq, int nk, int hq, int hkv, float scale, int pp) {
+  WG_ONLY((ws_fwd<64, true, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, nullptr, 0, qk, nq, nk, hq, hkv, scale, nullptr, pp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_ws_spans_fwd_f16_128(u16* out, float* lse, const __grid_constant__ TMap tq, const __grid_constant__ TMap tk, const __grid_constant__ TMap tv, const int* qk, int nq, int nk, int hq, int hkv, float scale, int pp) {
+  WG_ONLY((ws_fwd<128, true, true, WS_BN, WS_STAGES>(out, lse, &tq, &tk, &tv, nullptr, 0, qk, nq, nk, hq, hkv, scale, nullptr, pp)));
 }
 
 // The wgmma span forward (wg_fwd_spans): one CTA of 256 threads per 128
