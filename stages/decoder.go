@@ -55,6 +55,11 @@ type decoder struct {
 	// pend is the grad reduction still running on the side stream
 	// (apply_fsdp2 overlap_reduce); nil when none.
 	pend *pendingReduce
+	// norms sums the squares of offloaded grad shards on the host as the
+	// update's last micro-batch (lastMicro) writes them, when the
+	// optimizer runs on the host (running only; nil otherwise).
+	norms     *hostNorms
+	lastMicro bool
 
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
@@ -112,8 +117,15 @@ func (d *decoder) microBatches(b *Batch) []*rollout.Packed {
 }
 
 // beginUpdate starts the micro-batches of one optimizer update: the first
-// reduction into each grad shard stores it.
-func (d *decoder) beginUpdate() { d.stored = map[int64]bool{} }
+// reduction into each grad shard stores it, and with the optimizer on the
+// host the last micro-batch's reductions queue the shards' sums of squares.
+func (d *decoder) beginUpdate() {
+	d.stored = map[int64]bool{}
+	d.norms = nil
+	if m := d.st.Model; m.Offload && m.OffloadOptimizer && backgroundNorms {
+		d.norms = newHostNorms(d.p.r.hostNorms, len(d.st.Units))
+	}
+}
 
 // setBatch selects micro-batch mb (running; nil while planning) and sizes
 // the buffers to it.
@@ -249,14 +261,9 @@ func (d *decoder) gather(i int, tag string) *ref {
 			// The gathered buffer may reuse the memory of a unit the
 			// compute stream has not finished with: start after everything
 			// issued so far on it.
-			ev, err := b.DefaultStream().Record()
-			if err != nil {
+			if err := waitCompute(b, side); err != nil {
 				return err
 			}
-			if err := side.Wait(ev); err != nil {
-				return err
-			}
-			ev.Close()
 			b, comm = b.On(side), comm.On(side)
 			if err := d.p.r.timelineMark(side, markSideStart, what); err != nil {
 				return err
@@ -654,22 +661,39 @@ func (d *decoder) headForward(train bool) int {
 // goes on with the next unit's backward and waits for the reduction only
 // at the next reduction (settleReduce), which its buffers and grad live
 // until.
+//
+// With the optimizer state offloaded, the copies into host memory run on
+// the rank's Down stream instead, after the compute stream has staged the
+// grads (and reduce-scattered them), so that they cross PCIe while the
+// compute stream goes on with the next unit's backward and the side
+// stream brings the next units' params the other way. The compute stream
+// waits for them at the next reduction, which the staged grads live until.
 func (d *decoder) reduce(i int, grad *ref) {
 	p, u := d.p, d.st.Units[i]
 	op := p.op("reduce-scatter grads " + u.Name)
 	d.settleReduce(op)
 	until(op, grad)
-	overlap := d.st.Fsdp.OverlapReduce && d.world > 1 && !d.st.Model.OffloadOptimizer
+	toHost := d.st.Model.OffloadOptimizer
+	overlap := d.st.Fsdp.OverlapReduce && d.world > 1 && !toHost
 	var rsIn, rsOut, d2h *ref
 	if d.world > 1 {
 		rsIn = p.buf(d.name("rs.in", u.Name), plan.Comm, gpu.F32, int(u.Elems))
 		rsOut = p.buf(d.name("rs.out", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
-	} else if d.st.Model.OffloadOptimizer {
+	} else if toHost {
 		d2h = p.buf(d.name("d2h", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
 	}
 	var pr *pendingReduce
-	if overlap {
+	switch {
+	case overlap:
 		pr = &pendingReduce{bufs: []*ref{grad, rsIn, rsOut}, what: "reduce-scatter grads " + u.Name}
+		d.pend = pr
+	case toHost:
+		pr = &pendingReduce{what: "grads to host " + u.Name}
+		for _, r := range []*ref{rsOut, d2h} {
+			if r != nil {
+				pr.bufs = append(pr.bufs, r)
+			}
+		}
 		d.pend = pr
 	}
 	p.do(func() error {
@@ -677,13 +701,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 		var rs gpu.Stream
 		if pr != nil && d.p.r.Side != nil {
 			rs = d.p.r.Side
-			ev, err := b.DefaultStream().Record()
-			if err != nil {
-				return err
-			}
-			err = rs.Wait(ev)
-			ev.Close()
-			if err != nil {
+			if err := waitCompute(b, rs); err != nil {
 				return err
 			}
 			b, comm = b.On(rs), comm.On(rs)
@@ -739,6 +757,16 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
+		if toHost && d.p.r.Down != nil {
+			rs = d.p.r.Down
+			if err := waitCompute(b, rs); err != nil {
+				return err
+			}
+			b = b.On(rs)
+			if err := d.p.r.timelineMark(rs, markDownStart, pr.what); err != nil {
+				return err
+			}
+		}
 		for k, s := range u.Slots {
 			dst, src := dsts[k], srcs[k]
 			// The step's first reduction into the shard writes it, the
@@ -749,6 +777,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 			if dst.Numel() == 0 {
 				continue
 			}
+			if d.norms != nil {
+				d.norms.wrote(d.st.owner(u, s).ord)
+			}
 			if !d.stored[dst.Off] {
 				if err := b.Copy(dst, src); err != nil {
 					return fmt.Errorf("storing %s: %w", s.Name, err)
@@ -757,7 +788,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				continue
 			}
 			if d.ring != nil {
-				if err := d.addOnHost(b, dst, src); err != nil {
+				if err := d.addOnHost(b, rs, dst, src); err != nil {
 					return fmt.Errorf("accumulating %s: %w", s.Name, err)
 				}
 				continue
@@ -766,8 +797,18 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)
 			}
 		}
+		if d.norms != nil && d.lastMicro && u.ShardElems > 0 {
+			// The unit's own reduction is its shard's last write.
+			if err := d.queueNorm(b, rs, u); err != nil {
+				return err
+			}
+		}
 		if rs != nil {
-			if err := d.p.r.timelineMark(rs, markSideEnd, ""); err != nil {
+			end := markSideEnd
+			if toHost {
+				end = markDownEnd
+			}
+			if err := d.p.r.timelineMark(rs, end, ""); err != nil {
 				return err
 			}
 			ev, err := rs.Record()
@@ -780,8 +821,43 @@ func (d *decoder) reduce(i int, grad *ref) {
 	})
 }
 
-// pendingReduce is a grad reduction running on the side stream: the
-// buffers it reads (planning) and the event recorded after it (running).
+// queueNorm queues the sum of squares of unit u's offloaded grad shard
+// after the copies issued so far on s (nil: b's default stream) and the
+// host adds queued so far.
+func (d *decoder) queueNorm(b gpu.Backend, s gpu.Stream, u *Unit) error {
+	if s == nil {
+		s = b.DefaultStream()
+	}
+	g, err := section(d.st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
+	if err != nil {
+		return err
+	}
+	ev, err := s.Record()
+	if err != nil {
+		return err
+	}
+	var after <-chan struct{}
+	if d.adder != nil && d.adder.last != nil {
+		after = d.adder.last
+	}
+	d.norms.queue(u.ord, g, ev, after)
+	return nil
+}
+
+// waitCompute makes work issued on s from now on wait for the work issued
+// so far on b's default (compute) stream.
+func waitCompute(b gpu.Backend, s gpu.Stream) error {
+	ev, err := b.DefaultStream().Record()
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	return s.Wait(ev)
+}
+
+// pendingReduce is a grad reduction running on the side stream, or grads
+// crossing to the host on the Down stream: the buffers it reads (planning)
+// and the event recorded after it (running).
 type pendingReduce struct {
 	bufs []*ref
 	done gpu.Event
@@ -1068,8 +1144,12 @@ func (d *decoder) planHostAdds() *ref {
 }
 
 // addOnHost queues dst += src, chunk by chunk: each chunk is copied from
-// the device into a ring slot, and added on the host once the copy is done.
-func (d *decoder) addOnHost(b gpu.Backend, dst, src gpu.Tensor) error {
+// the device into a ring slot on s, the stream b issues on (nil: the
+// default stream), and added on the host once the copy is done.
+func (d *decoder) addOnHost(b gpu.Backend, s gpu.Stream, dst, src gpu.Tensor) error {
+	if s == nil {
+		s = b.DefaultStream()
+	}
 	n := dst.Numel()
 	for off := 0; off < n; off += d.ringElems {
 		m := min(d.ringElems, n-off)
@@ -1089,7 +1169,7 @@ func (d *decoder) addOnHost(b gpu.Backend, dst, src gpu.Tensor) error {
 		if err := b.Copy(slot, sv); err != nil {
 			return err
 		}
-		ev, err := b.DefaultStream().Record()
+		ev, err := s.Record()
 		if err != nil {
 			return err
 		}

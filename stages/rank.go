@@ -48,6 +48,11 @@ type Rank struct {
 	// Side is the stream units are gathered on, so that gathering the next
 	// unit overlaps computing this one (nil: everything on the default stream).
 	Side gpu.Stream
+	// Down is the stream grads are copied to the host on when the optimizer
+	// state is offloaded, so that they cross PCIe while the backward goes
+	// on and the side stream's gathers cross the other way (nil: on the
+	// default stream).
+	Down gpu.Stream
 	// Host is a CPU backend for work on this rank's host memory: with the
 	// master params and the optimizer state both offloaded, the optimizer
 	// step runs on it, where that memory is, as a CPU-offload trainer does.
@@ -55,6 +60,9 @@ type Rank struct {
 	// hostBackground is Host for the optimizer step that goes on in the
 	// background, with a core fewer.
 	hostBackground gpu.Backend
+	// hostNorms is Host for the sums of squares of offloaded grads taken
+	// during the backward (hostnorm.go), with fewer threads.
+	hostNorms gpu.Backend
 	// syncHostOptimizer makes a host optimizer step finish within its op
 	// (RunOptions.SyncHostOptimizer).
 	syncHostOptimizer bool

@@ -34,7 +34,7 @@ type timedEvent interface {
 // Span is one interval of a step's timeline, from the step's first mark.
 type Span struct {
 	Name   string        `json:"name"`
-	Stream string        `json:"stream"` // "compute", "compute wait" (for the side stream) or "side"
+	Stream string        `json:"stream"` // "compute", "compute wait" (for the side or Down stream), "side" or "down"
 	Start  time.Duration `json:"start_ns"`
 	Dur    time.Duration `json:"dur_ns"`
 }
@@ -49,6 +49,9 @@ type StepTimeline struct {
 	Wait map[string]time.Duration
 	// Side is the time the side stream was busy (gathers and reductions).
 	Side time.Duration
+	// Down is the time the Down stream was busy copying grads to the host
+	// (offloaded optimizer state).
+	Down time.Duration
 	// Span is the time from the step's first mark to its last.
 	Span time.Duration
 }
@@ -62,6 +65,8 @@ const (
 	markWaited                    // the wait ended
 	markSideStart                 // the side stream started a gather or reduction
 	markSideEnd                   // it finished
+	markDownStart                 // the Down stream started copying a unit's grads to the host
+	markDownEnd                   // it finished
 )
 
 type mark struct {
@@ -76,7 +81,8 @@ type timeline struct {
 }
 
 // mark records a timed event of kind on s (the compute stream for markOp,
-// markWait and markWaited, the side stream for the others).
+// markWait and markWaited, the side stream for markSideStart and
+// markSideEnd, the Down stream for markDownStart and markDownEnd).
 func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
 	ts, ok := s.(timedStream)
 	if !ok {
@@ -121,8 +127,7 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 	}
 	st := &StepTimeline{Wait: map[string]time.Duration{}}
 	lastOp, opAt, waitAt := "", time.Duration(0), time.Duration(-1)
-	var sideName string
-	var sideAt time.Duration
+	var side, down openSpan
 	for i, m := range t.marks {
 		st.Span = max(st.Span, at[i])
 		switch m.kind {
@@ -140,16 +145,35 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 			}
 			waitAt = -1
 		case markSideStart:
-			sideName, sideAt = m.name, at[i]
+			side = openSpan{m.name, at[i]}
 		case markSideEnd:
-			if sideName != "" {
-				st.Spans = append(st.Spans, Span{Name: sideName, Stream: "side", Start: sideAt, Dur: at[i] - sideAt})
-				st.Side += at[i] - sideAt
-			}
-			sideName = ""
+			st.Side += st.closeSpan(&side, "side", at[i])
+		case markDownStart:
+			down = openSpan{m.name, at[i]}
+		case markDownEnd:
+			st.Down += st.closeSpan(&down, "down", at[i])
 		}
 	}
 	return st, nil
+}
+
+// openSpan is a side or Down stream span whose end is not reached yet
+// (name "": none).
+type openSpan struct {
+	name string
+	at   time.Duration
+}
+
+// closeSpan appends the span o opened on stream, ending at end, and
+// returns its length (0 when none is open).
+func (t *StepTimeline) closeSpan(o *openSpan, stream string, end time.Duration) time.Duration {
+	if o.name == "" {
+		return 0
+	}
+	d := end - o.at
+	t.Spans = append(t.Spans, Span{Name: o.name, Stream: stream, Start: o.at, Dur: d})
+	o.name = ""
+	return d
 }
 
 // traceEvent is an event of the Chrome trace format: a complete event

@@ -38,5 +38,9 @@ func timelineWaits(tl *stages.StepTimeline) *zerolog.Event {
 		d = d.Float64(k, tl.Wait[k].Seconds())
 		total += tl.Wait[k].Seconds()
 	}
-	return d.Float64("total", total).Float64("side_busy", tl.Side.Seconds()).Float64("span", tl.Span.Seconds())
+	d = d.Float64("total", total).Float64("side_busy", tl.Side.Seconds())
+	if tl.Down > 0 {
+		d = d.Float64("down_busy", tl.Down.Seconds())
+	}
+	return d.Float64("span", tl.Span.Seconds())
 }
