@@ -55,11 +55,6 @@ type decoder struct {
 	// pend is the grad reduction still running on the side stream
 	// (apply_fsdp2 overlap_reduce); nil when none.
 	pend *pendingReduce
-	// norms sums the squares of offloaded grad shards on the host as the
-	// update's last micro-batch (lastMicro) writes them, when the
-	// optimizer runs on the host (running only; nil otherwise).
-	norms     *hostNorms
-	lastMicro bool
 
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
@@ -117,15 +112,8 @@ func (d *decoder) microBatches(b *Batch) []*rollout.Packed {
 }
 
 // beginUpdate starts the micro-batches of one optimizer update: the first
-// reduction into each grad shard stores it, and with the optimizer on the
-// host the last micro-batch's reductions queue the shards' sums of squares.
-func (d *decoder) beginUpdate() {
-	d.stored = map[int64]bool{}
-	d.norms = nil
-	if m := d.st.Model; m.Offload && m.OffloadOptimizer && backgroundNorms {
-		d.norms = newHostNorms(d.p.r.hostNorms, len(d.st.Units))
-	}
-}
+// reduction into each grad shard stores it.
+func (d *decoder) beginUpdate() { d.stored = map[int64]bool{} }
 
 // setBatch selects micro-batch mb (running; nil while planning) and sizes
 // the buffers to it.
@@ -777,9 +765,6 @@ func (d *decoder) reduce(i int, grad *ref) {
 			if dst.Numel() == 0 {
 				continue
 			}
-			if d.norms != nil {
-				d.norms.wrote(d.st.owner(u, s).ord)
-			}
 			if !d.stored[dst.Off] {
 				if err := b.Copy(dst, src); err != nil {
 					return fmt.Errorf("storing %s: %w", s.Name, err)
@@ -795,12 +780,6 @@ func (d *decoder) reduce(i int, grad *ref) {
 			}
 			if err := b.AddScaled(dst, src, 1); err != nil {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)
-			}
-		}
-		if d.norms != nil && d.lastMicro && u.ShardElems > 0 {
-			// The unit's own reduction is its shard's last write.
-			if err := d.queueNorm(b, rs, u); err != nil {
-				return err
 			}
 		}
 		if rs != nil {
@@ -819,29 +798,6 @@ func (d *decoder) reduce(i int, grad *ref) {
 		}
 		return nil
 	})
-}
-
-// queueNorm queues the sum of squares of unit u's offloaded grad shard
-// after the copies issued so far on s (nil: b's default stream) and the
-// host adds queued so far.
-func (d *decoder) queueNorm(b gpu.Backend, s gpu.Stream, u *Unit) error {
-	if s == nil {
-		s = b.DefaultStream()
-	}
-	g, err := section(d.st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
-	if err != nil {
-		return err
-	}
-	ev, err := s.Record()
-	if err != nil {
-		return err
-	}
-	var after <-chan struct{}
-	if d.adder != nil && d.adder.last != nil {
-		after = d.adder.last
-	}
-	d.norms.queue(u.ord, g, ev, after)
-	return nil
 }
 
 // waitCompute makes work issued on s from now on wait for the work issued

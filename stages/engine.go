@@ -405,7 +405,6 @@ func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, con
 	// The host AdamW that goes on in the background leaves a core to the
 	// goroutine that issues the device's work.
 	r.hostBackground = cpu.NewWithThreads(max(1, opts.Threads-1))
-	r.hostNorms = cpu.NewWithThreads(normThreads(opts.Threads))
 	r.syncHostOptimizer = opts.SyncHostOptimizer
 	if r.Side, err = b.NewStream(); err != nil {
 		return fmt.Errorf("rank %d: side stream: %w", id, err)

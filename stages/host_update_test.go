@@ -15,10 +15,7 @@ import (
 // same. The job makes two updates a step (two mini-batches), syncs the ref
 // from the actor every other step, and runs on 2 ranks (TestPolicyVariants
 // runs the offloaded job on 1); a reader that does not wait for a unit's
-// pending update is a data race that go test -race reports. The serial run
-// also sums every grad's squares within the optimizer op, where the other
-// takes most of them from the sums made during the backward (hostNorms),
-// which it must have used.
+// pending update is a data race that go test -race reports.
 func TestHostUpdateOverlap(t *testing.T) {
 	edits := []string{
 		"  global_batch_size: 64\n", "  global_batch_size: 64\n  rollout_batch_size: 16\n",
@@ -31,7 +28,6 @@ func TestHostUpdateOverlap(t *testing.T) {
 		updates [][]UpdateStats
 		export  ShardRows
 		ckpt    string // the checkpoint taken after step 2
-		served  int    // units' sums of squares taken from hostNorms
 	}
 	run := func(t *testing.T, serial bool) result {
 		s := variant(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), edits...)
@@ -46,13 +42,6 @@ func TestHostUpdateOverlap(t *testing.T) {
 		}
 		out := result{ckpt: t.TempDir()}
 		var mu sync.Mutex
-		defer func(v bool) { backgroundNorms, normsServed = v, nil }(backgroundNorms)
-		backgroundNorms = !serial
-		normsServed = func(n int) {
-			mu.Lock()
-			out.served += n
-			mu.Unlock()
-		}
 		opts := RunOptions{FirstStep: 1, Steps: 3, Export: "actor", SyncHostOptimizer: serial,
 			AfterStep: func(r *Rank, sr StepResult) error {
 				if sr.Step == 2 {
@@ -94,11 +83,6 @@ func TestHostUpdateOverlap(t *testing.T) {
 				}
 			}
 		}
-	}
-	// Every unit's sum (tiny-qwen2: the embedding, 2 layers and the head)
-	// of every update on every rank comes from the backward; none is stale.
-	if n := 3 * 2 * dp * 4; want.served != 0 || got.served != n {
-		t.Errorf("sums of squares from the backward: %d serial, %d overlapped; want 0 and %d", want.served, got.served, n)
 	}
 	compareTensors(t, "export tensor", got.export, want.export, 0)
 	for r := range dp {

@@ -12,7 +12,20 @@ import (
 // first error at wait.
 func TestHostAdder(t *testing.T) {
 	b := cpu.New()
-	ten := hostF32(t, b, 64)
+	mem, err := b.Alloc(4 * 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ten := func(off int, vals ...float32) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, int64(4*off), gpu.F32, len(vals))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Upload(x, vals); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
 	dst := ten(0, 1, 2)
 	a := newHostAdder(b)
 	for i := range 3 * hostAddSlots { // more adds than slots: slots are reused
@@ -47,24 +60,5 @@ func TestHostAdder(t *testing.T) {
 	}
 	if err := a.wait(); err != nil {
 		t.Errorf("the error was reported twice: %v", err)
-	}
-}
-
-// hostF32 allocates n float32s on b and returns a function that makes the
-// tensor of vals at element off of them.
-func hostF32(t *testing.T, b gpu.Backend, n int) func(off int, vals ...float32) gpu.Tensor {
-	mem, err := b.Alloc(4 * int64(n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(off int, vals ...float32) gpu.Tensor {
-		x, err := gpu.NewTensor(mem, int64(4*off), gpu.F32, len(vals))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Upload(x, vals); err != nil {
-			t.Fatal(err)
-		}
-		return x
 	}
 }

@@ -25,10 +25,9 @@ const (
 // metrics are all-reduced in one small buffer, grads are clipped, and AdamW
 // updates every unit's shard. When the master params and the optimizer
 // state are all offloaded, the grad norm, clipping and AdamW run on the
-// host (Rank.Host), where that memory is: most units' sums of squares are
-// taken as their grads arrive during the backward (hostnorm.go), and
-// AdamW goes on in the background, unit by unit, while the device runs
-// what comes next (host_update.go); when only the optimizer
+// host (Rank.Host), where that memory is, after the device has finished the
+// step's grads, and AdamW goes on in the background, unit by unit, while the
+// device runs what comes next (host_update.go); when only the optimizer
 // state is offloaded, the device updates each unit through staging buffers.
 func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 	st := d.st
@@ -68,23 +67,8 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 			}
 			ob = r.Host
 		}
-		if onHost && d.norms != nil {
-			// Most units' sums of squares were taken on the host while the
-			// backward went on (hostNorms); the others are taken here.
-			if err := d.norms.wait(); err != nil {
-				return err
-			}
-		}
 		var sumsq float64
-		served := 0
 		for _, u := range st.Units {
-			if onHost && d.norms != nil {
-				if ss, ok := d.norms.sum(u.ord); ok {
-					sumsq += ss
-					served++
-					continue
-				}
-			}
 			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
 			if err != nil {
 				return err
@@ -94,9 +78,6 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 				return err
 			}
 			sumsq += ss
-		}
-		if onHost && normsServed != nil {
-			normsServed(served)
 		}
 		vals := make([]float32, redLen)
 		vals[redSumSq], vals[redTokens], vals[redAdvLogP] = float32(sumsq), float32(acc.tokens), float32(acc.advLogP)

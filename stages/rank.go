@@ -60,9 +60,6 @@ type Rank struct {
 	// hostBackground is Host for the optimizer step that goes on in the
 	// background, with a core fewer.
 	hostBackground gpu.Backend
-	// hostNorms is Host for the sums of squares of offloaded grads taken
-	// during the backward (hostnorm.go), with fewer threads.
-	hostNorms gpu.Backend
 	// syncHostOptimizer makes a host optimizer step finish within its op
 	// (RunOptions.SyncHostOptimizer).
 	syncHostOptimizer bool

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rt "github.com/rlpipe/rlpipe/runtime"
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -92,5 +93,44 @@ func TestTimeline(t *testing.T) {
 			waited += int64(w)
 		}
 		t.Logf("step %d: %d spans over %v, side busy %v, compute waited %v: %v", sr.Step, len(tl.Spans), tl.Span, tl.Side, waited, tl.Wait)
+	}
+}
+
+// TestTimelineDown runs the tiny recipe with the actor offloaded (params
+// and optimizer state on the host) and the timeline on: every unit's
+// grads cross to the host on the Down stream, whose spans and busy time
+// the timeline reports, and every wait the compute stream records names a
+// side or Down op before it.
+func TestTimelineDown(t *testing.T) {
+	offloaded := variant(t, filepath.Join("..", "examples", "tiny-grpo.yaml"),
+		"  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n")
+	out := runParsed(t, offloaded, func(s *spec.Spec) { s.Train.Steps = 1 }, nil, RunOptions{TimelineEvery: 1})
+	if len(out.steps) != 1 || out.steps[0].Timeline == nil {
+		t.Fatalf("%d steps, or no timeline", len(out.steps))
+	}
+	tl := out.steps[0].Timeline
+	var down, ops []string
+	var busy time.Duration
+	for _, s := range tl.Spans {
+		switch s.Stream {
+		case "down":
+			down = append(down, s.Name)
+			busy += s.Dur
+			ops = append(ops, s.Name)
+		case "side":
+			ops = append(ops, s.Name)
+		case "compute wait":
+			if _, what, _ := strings.Cut(s.Name, ": "); !slices.Contains(ops, what) {
+				t.Errorf("a wait for %q, not for a side or Down op before it", s.Name)
+			}
+		}
+	}
+	for _, want := range []string{"grads to host head", "grads to host layer1", "grads to host layer0", "grads to host embed"} {
+		if !slices.Contains(down, want) {
+			t.Errorf("no %q on the Down stream: %q", want, down)
+		}
+	}
+	if tl.Down != busy || tl.Down < 0 {
+		t.Errorf("Down busy %v, its spans sum to %v", tl.Down, busy)
 	}
 }

@@ -232,7 +232,6 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 			p.rewind(start)
 		}
 		d.setBatch(pk)
-		d.lastMicro = mb == len(up.micro)-1
 		io := d.inputs(true, true)
 		d.forward(true)
 		if s.headInOnePass(d, in) {
@@ -261,10 +260,6 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		// run, and adds still queued must finish before the ring and the
 		// grads are freed.
 		_ = d.adder.wait()
-	}
-	if d.norms != nil {
-		// Likewise the sums of squares still reading the grads.
-		_ = d.norms.wait()
 	}
 }
 
