@@ -8,7 +8,9 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cuda"
@@ -51,8 +53,16 @@ func TestRunTinyCUDA(t *testing.T) {
 		// so the staging buffers must outlive the asynchronous gather. The
 		// GPU and the CPU round bf16 sums in other orders: 2e-2.
 		{"offloaded bf16", map[string]string{"precision": `"bf16"`, "offload": "true", "offload_optimizer": "model.trainable"}, 2e-2},
+		// As "offloaded fp32", with the stream that stages each unit's
+		// grads held back for 5 ms first: copies to the host that do not
+		// wait for that stream take stale grads.
+		{"offloaded fp32, staging delayed", map[string]string{"precision": `"fp32"`, "offload": "true", "offload_optimizer": "model.trainable"}, 1e-4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasSuffix(tc.name, "staging delayed") {
+				defer func() { stagingHook = nil }()
+				stagingHook = delayStream
+			}
 			short := func(s *spec.Spec) {
 				s.Train.Steps = steps
 				for key, src := range tc.policies {
@@ -73,6 +83,16 @@ func TestRunTinyCUDA(t *testing.T) {
 			checkCUDARun(t, path, short, tc.relTol, 1, 1)
 		})
 	}
+}
+
+// delayStream holds a CUDA backend's stream back for 5 ms (cuda.Backend's
+// Delay); on the CPU, where every op completes before it returns, it does
+// nothing.
+func delayStream(b gpu.Backend, _ gpu.Tensor) error {
+	if d, ok := b.(interface{ Delay(time.Duration) error }); ok {
+		return d.Delay(5 * time.Millisecond)
+	}
+	return nil
 }
 
 // TestRunTinyCUDADP2 runs the embedded default with dp 2 on GPUs 0 and 1,

@@ -651,11 +651,13 @@ func (d *decoder) headForward(train bool) int {
 // until.
 //
 // With the optimizer state offloaded, the copies into host memory run on
-// the rank's Down stream instead, after the compute stream has staged the
-// grads (and reduce-scattered them), so that they cross PCIe while the
-// compute stream goes on with the next unit's backward and the side
-// stream brings the next units' params the other way. The compute stream
-// waits for them at the next reduction, which the staged grads live until.
+// the rank's Down stream instead, so that they cross PCIe while the compute
+// stream goes on with the next unit's backward and the side stream brings
+// the next units' params the other way. The Down stream waits for the
+// stream that staged the grads: the compute stream (dp × cp = 1), or the
+// side stream that reduce-scattered them. The compute stream waits for the
+// copies at the next reduction, which the staged grads (and what the side
+// stream read) live until.
 func (d *decoder) reduce(i int, grad *ref) {
 	p, u := d.p, d.st.Units[i]
 	op := p.op("reduce-scatter grads " + u.Name)
@@ -676,7 +678,11 @@ func (d *decoder) reduce(i int, grad *ref) {
 		pr = &pendingReduce{bufs: []*ref{grad, rsIn, rsOut}, what: "reduce-scatter grads " + u.Name}
 		d.pend = pr
 	case toHost:
+		// The side stream reads grad and rs.in when it reduce-scatters.
 		pr = &pendingReduce{what: "grads to host " + u.Name}
+		if rsIn != nil {
+			pr.bufs = append(pr.bufs, grad, rsIn)
+		}
 		for _, r := range []*ref{rsOut, d2h} {
 			if r != nil {
 				pr.bufs = append(pr.bufs, r)
@@ -687,7 +693,11 @@ func (d *decoder) reduce(i int, grad *ref) {
 	p.do(func() error {
 		b, comm := d.b(), d.p.r.Comm
 		var rs gpu.Stream
-		if pr != nil && d.p.r.Side != nil {
+		// Grads bound for the host over the Down stream are staged on the
+		// compute stream (a device copy, not worth queueing behind the side
+		// stream's gathers), unless they are reduce-scattered first.
+		down := toHost && d.p.r.Down != nil
+		if pr != nil && d.p.r.Side != nil && (!down || rsIn != nil) {
 			rs = d.p.r.Side
 			if err := waitCompute(b, rs); err != nil {
 				return err
@@ -700,6 +710,11 @@ func (d *decoder) reduce(i int, grad *ref) {
 		// Three passes: each slot's grads cast into the reduction's input
 		// (or staged for the host); the slots' reduce-scatters, issued
 		// together; each shard stored or added to.
+		if stagingHook != nil {
+			if err := stagingHook(b, grad.t); err != nil {
+				return err
+			}
+		}
 		dsts, srcs := make([]gpu.Tensor, len(u.Slots)), make([]gpu.Tensor, len(u.Slots))
 		var rsDst, rsSrc []gpu.Tensor
 		for k, s := range u.Slots {
@@ -745,9 +760,17 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
-		if toHost && d.p.r.Down != nil {
+		if down {
+			// The Down stream waits for the stream that staged the grads.
+			staged := b.DefaultStream()
+			if rs != nil {
+				staged = rs
+				if err := d.p.r.timelineMark(rs, markSideEnd, ""); err != nil {
+					return err
+				}
+			}
 			rs = d.p.r.Down
-			if err := waitCompute(b, rs); err != nil {
+			if err := waitStream(staged, rs); err != nil {
 				return err
 			}
 			b = b.On(rs)
@@ -800,10 +823,22 @@ func (d *decoder) reduce(i int, grad *ref) {
 	})
 }
 
+// stagingHook, set only by tests, runs on the backend that is about to
+// stage or reduce a unit's grads (grad, unsharded), before it does: a test
+// delays that stream with it to show that the Down and compute streams
+// wait for the staged grads.
+var stagingHook func(b gpu.Backend, grad gpu.Tensor) error
+
 // waitCompute makes work issued on s from now on wait for the work issued
 // so far on b's default (compute) stream.
 func waitCompute(b gpu.Backend, s gpu.Stream) error {
-	ev, err := b.DefaultStream().Record()
+	return waitStream(b.DefaultStream(), s)
+}
+
+// waitStream makes work issued on s from now on wait for the work issued
+// so far on from.
+func waitStream(from, s gpu.Stream) error {
+	ev, err := from.Record()
 	if err != nil {
 		return err
 	}

@@ -1110,3 +1110,28 @@ func TestQKVFused(t *testing.T) {
 		}
 	}
 }
+
+// TestDelay holds a stream for 20 ms and checks that the wait on it lasts
+// at least that long, and that a negative delay is refused.
+func TestDelay(t *testing.T) {
+	b := backend(t)
+	s, err := b.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	on := b.On(s).(*Backend)
+	start := time.Now()
+	if err := on.Delay(20 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 20*time.Millisecond {
+		t.Errorf("the stream was held for %v, want at least 20ms", el)
+	}
+	if err := on.Delay(-time.Millisecond); err == nil {
+		t.Error("a negative delay was accepted")
+	}
+}

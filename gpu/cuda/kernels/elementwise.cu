@@ -268,3 +268,14 @@ extern "C" __global__ void k_sum_partials(const double* partial, int n, double* 
   s = block_sum_d(s, sh);
   if (threadIdx.x == 0) out[0] = s;
 }
+
+// k_spin holds its stream for ns nanoseconds of the GPU's global timer (one
+// thread; Backend.Delay).
+extern "C" __global__ void k_spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
