@@ -229,6 +229,10 @@ type Backend interface {
 	// SumSquares returns Σ x² (accumulated in float64), for the global
 	// gradient norm; the caller all-reduces it across ranks.
 	SumSquares(x Tensor) (float64, error)
+	// SumSquaresTo writes Σ x², the same float64 SumSquares returns, into
+	// dst, a tensor of 8 bytes, little-endian, in stream order and without
+	// waiting for the device (read it with DownloadBytes).
+	SumSquaresTo(dst, x Tensor) error
 }
 
 // AdamWStep holds the scalars of one AdamW step.

@@ -55,6 +55,11 @@ type decoder struct {
 	// pend is the grad reduction still running on the side stream
 	// (apply_fsdp2 overlap_reduce); nil when none.
 	pend *pendingReduce
+	// devNorms has the device sum the squares of staged grads bound for
+	// an offloaded optimizer (deviceNorms; nil when none), valid only for
+	// an update of one micro-batch on the rank (onlyMicro, running).
+	devNorms  *deviceNorms
+	onlyMicro bool
 
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
@@ -760,6 +765,20 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
+		if d.devNorms != nil {
+			sv, stores := d2h, true
+			if rsOut != nil {
+				sv = rsOut
+			}
+			for k := range u.Slots {
+				if dsts[k].Numel() > 0 && d.stored[dsts[k].Off] {
+					stores = false
+				}
+			}
+			if err := d.devNorms.sumStaged(b, u, sv.t, d.onlyMicro, stores); err != nil {
+				return err
+			}
+		}
 		if down {
 			// The Down stream waits for the stream that staged the grads.
 			staged := b.DefaultStream()
@@ -787,6 +806,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 			// with the next slot's: it must not mark it.
 			if dst.Numel() == 0 {
 				continue
+			}
+			if o := d.st.owner(u, s); d.devNorms != nil && o != u {
+				d.devNorms.wrote(o.ord)
 			}
 			if !d.stored[dst.Off] {
 				if err := b.Copy(dst, src); err != nil {

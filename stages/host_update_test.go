@@ -15,19 +15,42 @@ import (
 // same. The job makes two updates a step (two mini-batches), syncs the ref
 // from the actor every other step, and runs on 2 ranks (TestPolicyVariants
 // runs the offloaded job on 1); a reader that does not wait for a unit's
-// pending update is a data race that go test -race reports.
+// pending update is a data race that go test -race reports. The serial run
+// also sums every grad's squares on the host in the optimizer op; the
+// other takes the device's sums of the staged grads (deviceNorms) where an
+// update has one micro-batch and a unit no tied slot, and must have used
+// them as the case says.
 func TestHostUpdateOverlap(t *testing.T) {
+	// tiny-qwen2 has 4 units: the embedding (tied: the head's grads add
+	// into its shard), 2 layers and the head (with the tied slot); 3 steps
+	// of 2 updates on 2 ranks.
+	const updates = 3 * 2 * 2
+	for _, c := range []struct {
+		name  string
+		edits []string
+		dev   int // sums of squares taken from deviceNorms
+	}{
+		{"one micro-batch", nil, updates * 2},
+		{"micro-batches", []string{"  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 256\n"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) { testHostUpdateOverlap(t, c.edits, c.dev) })
+	}
+}
+
+func testHostUpdateOverlap(t *testing.T, more []string, wantDev int) {
 	edits := []string{
 		"  global_batch_size: 64\n", "  global_batch_size: 64\n  rollout_batch_size: 16\n",
 		"  steps: 12\n", "  steps: 3\n",
 		"when: step % 6 == 0", "when: step % 2 == 0",
 		"  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n",
 	}
+	edits = append(edits, more...)
 	const dp = 2
 	type result struct {
 		updates [][]UpdateStats
 		export  ShardRows
 		ckpt    string // the checkpoint taken after step 2
+		dev     int    // units' sums of squares taken from deviceNorms
 	}
 	run := func(t *testing.T, serial bool) result {
 		s := variant(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), edits...)
@@ -42,6 +65,13 @@ func TestHostUpdateOverlap(t *testing.T) {
 		}
 		out := result{ckpt: t.TempDir()}
 		var mu sync.Mutex
+		defer func(v bool) { deviceNormsOn, normsServed = v, nil }(deviceNormsOn)
+		deviceNormsOn = !serial
+		normsServed = func(n int) {
+			mu.Lock()
+			out.dev += n
+			mu.Unlock()
+		}
 		opts := RunOptions{FirstStep: 1, Steps: 3, Export: "actor", SyncHostOptimizer: serial,
 			AfterStep: func(r *Rank, sr StepResult) error {
 				if sr.Step == 2 {
@@ -83,6 +113,9 @@ func TestHostUpdateOverlap(t *testing.T) {
 				}
 			}
 		}
+	}
+	if want.dev != 0 || got.dev != wantDev {
+		t.Errorf("sums of squares from the device: %d serial, %d overlapped; want 0 and %d", want.dev, got.dev, wantDev)
 	}
 	compareTensors(t, "export tensor", got.export, want.export, 0)
 	for r := range dp {

@@ -67,8 +67,23 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 			}
 			ob = r.Host
 		}
+		var dev []float64
+		if onHost && d.devNorms != nil {
+			// The device summed the squares of the units it staged whole
+			// (deviceNorms).
+			var err error
+			if dev, err = d.devNorms.sums(b); err != nil {
+				return err
+			}
+		}
 		var sumsq float64
+		served := 0
 		for _, u := range st.Units {
+			if dev != nil && d.devNorms.valid[u.ord] {
+				sumsq += dev[u.ord]
+				served++
+				continue
+			}
 			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
 			if err != nil {
 				return err
@@ -78,6 +93,9 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 				return err
 			}
 			sumsq += ss
+		}
+		if onHost && normsServed != nil {
+			normsServed(served)
 		}
 		vals := make([]float32, redLen)
 		vals[redSumSq], vals[redTokens], vals[redAdvLogP] = float32(sumsq), float32(acc.tokens), float32(acc.advLogP)

@@ -226,6 +226,8 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	if d.st.Model.OffloadOptimizer {
 		ring = d.planHostAdds()
 	}
+	sq := d.planDeviceNorms()
+	d.onlyMicro = len(up.micro) == 1
 	start := p.now() + 1
 	for mb, pk := range up.micro {
 		if mb > 0 {
@@ -254,7 +256,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		}
 	}
 	s.optimize(p, d, up, &acc)
-	until(p.now(), ring)
+	until(p.now(), ring, sq)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not
 		// run, and adds still queued must finish before the ring and the

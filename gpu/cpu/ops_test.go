@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"math"
 	"reflect"
 	"testing"
@@ -632,6 +633,21 @@ func TestSumSquares(t *testing.T) {
 	}
 	if _, err := e.b.SumSquares(e.tensor(gpu.I32, 2)); err == nil {
 		t.Error("int tensor accepted")
+	}
+	// SumSquaresTo writes the same float64's bytes into an 8-byte tensor.
+	dst := e.tensor(gpu.I32, 2)
+	if err := e.b.SumSquaresTo(dst, e.up(bf16, xv, 100, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 8)
+	if err := e.b.DownloadBytes(raw, dst); err != nil {
+		t.Fatal(err)
+	}
+	if to := math.Float64frombits(binary.LittleEndian.Uint64(raw)); to != got {
+		t.Errorf("SumSquaresTo = %v, want %v", to, got)
+	}
+	if err := e.b.SumSquaresTo(e.tensor(gpu.I32, 3), e.up(bf16, xv, 100, 1000)); err == nil {
+		t.Error("a 12-byte dst accepted")
 	}
 }
 

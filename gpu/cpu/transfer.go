@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/rlpipe/rlpipe/gpu"
 )
@@ -196,6 +198,23 @@ func (b *Backend) Zero(dst gpu.Tensor) error {
 		return fmt.Errorf("zero: %w", err)
 	}
 	clear(d)
+	return nil
+}
+
+// SumSquaresTo writes SumSquares(x) into dst's 8 bytes, little-endian.
+func (b *Backend) SumSquaresTo(dst, x gpu.Tensor) error {
+	d, err := bytesOf(dst)
+	if err != nil {
+		return fmt.Errorf("sumsquares: dst: %w", err)
+	}
+	if len(d) != 8 {
+		return fmt.Errorf("sumsquares: dst has %d bytes, want 8", len(d))
+	}
+	ss, err := b.SumSquares(x)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(d, math.Float64bits(ss))
 	return nil
 }
 

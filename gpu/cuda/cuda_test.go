@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -482,6 +483,28 @@ func TestAdamWAndSumSquares(t *testing.T) {
 		record("sumsquares "+dt.String(), rel)
 		if !(rel <= 1e-12) {
 			t.Errorf("sumsquares %v: %v, want %v (rel %.3g)", dt, got, want, rel)
+		}
+		// SumSquaresTo leaves the same float64 in device memory, without
+		// waiting; an empty tensor's sum is 0.
+		for _, x := range []gpu.Tensor{gx, {}} {
+			if x.Mem == nil {
+				x, _ = e.in(dt, 3, 0)
+			}
+			ref, err := e.g.SumSquares(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, _ := e.alloc(gpu.I32, 2)
+			if err := e.g.SumSquaresTo(dst, x); err != nil {
+				t.Fatal(err)
+			}
+			raw := make([]byte, 8)
+			if err := e.g.DownloadBytes(raw, dst); err != nil {
+				t.Fatal(err)
+			}
+			if got := math.Float64frombits(binary.LittleEndian.Uint64(raw)); got != ref {
+				t.Errorf("sumsquares to device %v (%d elements): %v, want %v", dt, x.Numel(), got, ref)
+			}
 		}
 	}
 }

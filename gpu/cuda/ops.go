@@ -469,29 +469,8 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 // sums into the stream's scratch, one block adding them in a fixed order,
 // then an 8-byte download (so it waits for the stream).
 func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
-	as, err := b.elem("sumsquares", arg("x", x))
-	if err != nil {
-		return 0, err
-	}
-	s, err := b.stream()
-	if err != nil {
-		return 0, err
-	}
-	n := int64(x.Numel())
-	if n == 0 {
-		return 0, nil
-	}
-	grid := min(b.d.gridFor(n), sumPartials)
-	part := uint64(s.scratch)
-	res := part + 8*sumPartials
 	var out [8]byte
-	err = b.d.do(func() error {
-		if err := b.d.run(s,
-			launch{name: "k_sumsq", gx: grid, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(as[0]).dt(x.DType).i64(n).u64(part)},
-			launch{name: "k_sum_partials", gx: 1, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(part).i32(int(grid)).u64(res)},
-		); err != nil {
-			return err
-		}
+	err := b.sumSquares(x, 0, func(s *Stream, res uint64) error {
 		if err := cuErr("cuMemcpyDtoHAsync", C.cuMemcpyDtoHAsync_(unsafe.Pointer(&out[0]), C.CUdeviceptr(res), 8, C.uint64_t(s.h))); err != nil {
 			return err
 		}
@@ -505,6 +484,55 @@ func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
 		u |= uint64(out[i]) << (8 * i)
 	}
 	return math.Float64frombits(u), nil
+}
+
+// SumSquaresTo has the kernels of SumSquares write Σ x² into dst's 8 bytes
+// (8-byte aligned), without waiting.
+func (b *Backend) SumSquaresTo(dst, x gpu.Tensor) error {
+	a, err := b.addr("sumsquares", "dst", dst)
+	if err != nil {
+		return err
+	}
+	if dst.Bytes() != 8 || a%8 != 0 {
+		return fmt.Errorf("sumsquares: dst has %d bytes at offset %d mod 8, want 8 aligned", dst.Bytes(), a%8)
+	}
+	return b.sumSquares(x, a, nil)
+}
+
+// sumSquares launches SumSquares' kernels for x, the result going to
+// device address res (0: the stream's scratch), and then calls then (when
+// not nil) with the stream and the result's address, within one device
+// turn. An empty x writes 0.
+func (b *Backend) sumSquares(x gpu.Tensor, res uint64, then func(s *Stream, res uint64) error) error {
+	as, err := b.elem("sumsquares", arg("x", x))
+	if err != nil {
+		return err
+	}
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
+	n := int64(x.Numel())
+	grid := max(min(b.d.gridFor(n), sumPartials), 1)
+	part := uint64(s.scratch)
+	if res == 0 {
+		res = part + 8*sumPartials
+	}
+	return b.d.do(func() error {
+		ls := []launch{{name: "k_sum_partials", gx: 1, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(part).i32(int(grid)).u64(res)}}
+		if n > 0 {
+			ls = append([]launch{{name: "k_sumsq", gx: grid, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(as[0]).dt(x.DType).i64(n).u64(part)}}, ls...)
+		} else {
+			ls[0].args = new(kargs).u64(part).i32(0).u64(res)
+		}
+		if err := b.d.run(s, ls...); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(s, res)
+		}
+		return nil
+	})
 }
 
 // warpGroups is the most 8-column groups a row may have for the
