@@ -4,8 +4,9 @@
     python3 bench/compare.py RESULT.json... [--peak-tflops 989]
 
 Results are matched by model (the config's directory name) and offload
-setting. Prints two markdown tables for docs/performance.md: throughput
-(tokens/s per stage, rlpipe/fsdp2 ratio, model FLOP utilisation) and memory.
+setting. Prints markdown tables for docs/performance.md: throughput
+(tokens/s per stage, rlpipe/fsdp2 ratio, model FLOP utilisation), memory,
+and the last train step's grad_norm of both sides, which should agree.
 
 Throughput counts every token of a step (prompt + response) over the median
 step time. Runs with dp > 1 (workload.dp) are their own rows; their MFU is
@@ -84,6 +85,22 @@ def fmt_gib(v):
     return "—" if not v else f"{v / GIB:.2f}"
 
 
+# GRAD_NORM_TOL is the relative difference of the two sides' last grad_norm
+# beyond which the table marks them DIFFERS.
+GRAD_NORM_TOL = 0.05
+
+
+def fmt_norm(v):
+    return "—" if v is None else f"{v:.5g}"
+
+
+def agree(a, b):
+    """'yes', 'DIFFERS', or '—' when a side has no grad_norm."""
+    if a is None or b is None:
+        return "—"
+    return "yes" if abs(a - b) <= GRAD_NORM_TOL * max(abs(a), abs(b)) else "DIFFERS"
+
+
 def status(r):
     if r is None:
         return "missing"
@@ -138,6 +155,20 @@ def main(argv=None):
         print(f"| {k[0]} | {'yes' if k[1] else 'no'} | {fmt_gib(pm.get('peak_allocated_bytes'))} | {fmt_gib(pm.get('peak_reserved_bytes'))} | "
               f"{fmt_gib(pm.get('device_used_max_bytes'))} | {fmt_gib(rm.get('plan_peak_bytes'))} | {fmt_gib(rm.get('plan_device_arena_bytes'))} | "
               f"{fmt_gib(rm.get('arena_high_water_bytes'))} | {fmt_gib(rm.get('plan_device_total_bytes'))} | {fmt_gib(used)} | {ratio} |")
+    print()
+    print("Last train step's grad_norm. Both sides start from the same weights and data with a tiny learning rate, "
+          f"so the two should agree; a difference over {100 * GRAD_NORM_TOL:g}% is marked DIFFERS: a speed-up over "
+          "wrong grads is not one.\n")
+    print("| model | offload | FSDP2 grad_norm | rlpipe grad_norm | agree |")
+    print("|---|---|---:|---:|---|")
+    for k in keys:
+        a = get(by.get((k, "fsdp2")), "last_metrics", "grad_norm")
+        b = get(by.get((k, "rlpipe")), "last_metrics", "grad_norm")
+        ok = agree(a, b)
+        print(f"| {k[0]} | {'yes' if k[1] else 'no'} | {fmt_norm(a)} | {fmt_norm(b)} | {ok} |")
+        if ok == "DIFFERS":
+            print(f"compare: {k[0]} offload={'yes' if k[1] else 'no'}: grad_norm {b:.5g} (rlpipe) against {a:.5g} (FSDP2)",
+                  file=sys.stderr)
     print()
     print("Runs:")
     for r in sorted(rs, key=lambda r: (r["_model"], r["_offload"], r.get("impl", ""))):
