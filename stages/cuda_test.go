@@ -98,8 +98,9 @@ func delayStream(b gpu.Backend, _ gpu.Tensor) error {
 // TestRunTinyCUDADP2 runs the embedded default with dp 2 on GPUs 0 and 1,
 // connected by NCCL, and holds it to the CPU run with dp 2 (loopback), as
 // TestRunTinyCUDA does for one GPU: on the device, and with params and
-// optimizer offloaded in bf16 (gathers on the side stream). It skips, saying
-// why, without two GPUs or NCCL.
+// optimizer offloaded in bf16 (gathers on the side stream) and in fp32 with
+// the side stream delayed before each reduction. It skips, saying why,
+// without two GPUs or NCCL.
 func TestRunTinyCUDADP2(t *testing.T) {
 	needGPUs(t, 2, "dp 2")
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
@@ -115,11 +116,20 @@ func TestRunTinyCUDADP2(t *testing.T) {
 		offload bool
 		prec    string
 		relTol  float64
+		delay   bool // stagingHook holds the side stream back before each unit's reduce-scatter
 	}{
-		{"on device fp32", false, `"fp32"`, 1e-4},
-		{"offloaded bf16", true, `"bf16"`, 2e-2},
+		{"on device fp32", false, `"fp32"`, 1e-4, false},
+		{"offloaded bf16", true, `"bf16"`, 2e-2, false},
+		// The side stream reduce-scatters each unit's grads and the Down
+		// stream copies the shards to the host: it must wait for the side
+		// stream, held back here by 5 ms first.
+		{"offloaded fp32, staging delayed", true, `"fp32"`, 1e-4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.delay {
+				defer func() { stagingHook = nil }()
+				stagingHook = delayStream
+			}
 			short := func(s *spec.Spec) {
 				s.Train.Steps = 4
 				s.Mesh.GPUsPerNode, s.Mesh.DP = 2, 2
