@@ -65,20 +65,7 @@ func TestRunTinyCUDA(t *testing.T) {
 			}
 			short := func(s *spec.Spec) {
 				s.Train.Steps = steps
-				for key, src := range tc.policies {
-					dst, kind := &s.Policies.Offload, reflect.Bool
-					switch key {
-					case "precision":
-						dst, kind = &s.Policies.Precision, reflect.String
-					case "offload_optimizer":
-						dst = &s.Policies.OffloadOptimizer
-					}
-					e, err := spec.Compile(src, spec.Pos{File: "test"}, kind)
-					if err != nil {
-						t.Fatal(err)
-					}
-					*dst = e
-				}
+				setPolicies(t, s, tc.policies)
 			}
 			checkCUDARun(t, path, short, tc.relTol, 1, 1)
 		})
