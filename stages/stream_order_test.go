@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"context"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cpu"
 	"github.com/rlpipe/rlpipe/gpu/lazy"
+	"github.com/rlpipe/rlpipe/nccl"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -17,8 +19,11 @@ import (
 // waits for it, and holds every step to the plain CPU run's, bit for bit.
 // On the plain CPU backend every op completes when issued, so a wait
 // missing between two streams cannot show; here a stream that reads what
-// another writes without waiting for it reads stale data. One rank: the
-// loopback collectives do not go through the backend.
+// another writes without waiting for it reads stale data. With dp or cp
+// above 1 the loopback collectives run when issued, once their stream has
+// run the work queued before them (streamComm): a read of a collective's
+// output that does not wait for it is not caught, a collective reading
+// what its stream did not wait for is.
 func TestStreamOrder(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	offload := map[string]string{"offload": "true", "offload_optimizer": "model.trainable"}
@@ -27,16 +32,24 @@ func TestStreamOrder(t *testing.T) {
 		policies map[string]string // policy key -> expression
 		micro    int               // max_tokens_per_gpu; 0: the recipe's
 		edits    []string          // of the recipe's text (variant)
+		dp, cp   int               // 0: 1
 	}{
 		// Params stream in on the side stream; grads go out on Down.
-		{"offloaded", offload, 0, nil},
-		{"offloaded, micro-batches", offload, 256, nil},
-		{"offloaded bf16", map[string]string{"offload": "true", "offload_optimizer": "model.trainable", "precision": `"bf16"`}, 0, nil},
+		{"offloaded", offload, 0, nil, 0, 0},
+		{"offloaded, micro-batches", offload, 256, nil, 0, 0},
+		{"offloaded bf16", map[string]string{"offload": "true", "offload_optimizer": "model.trainable", "precision": `"bf16"`}, 0, nil, 0, 0},
 		// The ref copies the offloaded actor's params every other step.
-		{"offloaded, ref synced", offload, 0, []string{"when: step % 6 == 0", "when: step % 2 == 0"}},
+		{"offloaded, ref synced", offload, 0, []string{"when: step % 6 == 0", "when: step % 2 == 0"}, 0, 0},
 		// The optimizer state alone in pinned memory.
-		{"optimizer offloaded", map[string]string{"offload_optimizer": "model.trainable"}, 0, nil},
-		{"on device", nil, 0, nil},
+		{"optimizer offloaded", map[string]string{"offload_optimizer": "model.trainable"}, 0, nil, 0, 0},
+		{"on device", nil, 0, nil, 0, 0},
+		// The side stream reduce-scatters each unit's grads; the Down
+		// stream copies the shards to the host.
+		{"offloaded, dp 2", offload, 0, nil, 2, 0},
+		// The side stream reduce-scatters while the next unit's backward
+		// runs.
+		{"overlap_reduce, dp 2", nil, 0, []string{"with: {model: actor}\n    - id: shard_ref", "with: {model: actor, overlap_reduce: true}\n    - id: shard_ref"}, 2, 0},
+		{"cp 2", nil, 0, nil, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mutate := func(s *spec.Spec) {
@@ -45,10 +58,15 @@ func TestStreamOrder(t *testing.T) {
 					s.Data.MaxTokensPerGPU = tc.micro
 				}
 				setPolicies(t, s, tc.policies)
+				if n := max(tc.dp, 1) * max(tc.cp, 1); n > 1 {
+					s.Mesh.GPUsPerNode, s.Mesh.DP, s.Mesh.CP = n, max(tc.dp, 1), max(tc.cp, 1)
+				}
 			}
 			want := runParsed(t, variant(t, path, tc.edits...), mutate, nil, RunOptions{})
 			got := runParsed(t, variant(t, path, tc.edits...), mutate, nil, RunOptions{
 				Backend: func(int) (gpu.Backend, error) { return lazy.New(cpu.New()), nil },
+				Comms:   streamComms,
+				CPComms: streamComms,
 			})
 			if len(got.steps) != len(want.steps) {
 				t.Fatalf("%d steps with lazy streams, %d without", len(got.steps), len(want.steps))
@@ -89,4 +107,66 @@ func setPolicies(t *testing.T, s *spec.Spec, policies map[string]string) {
 		}
 		*dst = e
 	}
+}
+
+// streamComms returns loopback communicators for the backends, each running
+// its collectives on a stream once the stream has run its queued work.
+func streamComms(bs []gpu.Backend) ([]nccl.Comm, error) {
+	cs := nccl.NewLoopback(len(bs))
+	for i, c := range cs {
+		cs[i] = streamComm{Comm: c}
+	}
+	return cs, nil
+}
+
+// streamComm is a communicator whose collectives, issued on stream s (nil:
+// the default stream), first run the work queued on s.
+type streamComm struct {
+	nccl.Comm
+	s gpu.Stream
+}
+
+// Abort passes an error on to the loopback, which ends the other ranks'
+// collectives with it.
+func (c streamComm) Abort(err error) {
+	if a, ok := c.Comm.(interface{ Abort(error) }); ok {
+		a.Abort(err)
+	}
+}
+
+func (c streamComm) ready() error {
+	if c.s == nil {
+		return nil
+	}
+	return c.s.Sync()
+}
+
+func (c streamComm) On(s gpu.Stream) nccl.Comm { return streamComm{Comm: c.Comm.On(s), s: s} }
+
+func (c streamComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	return c.Comm.AllGather(ctx, dst, src)
+}
+
+func (c streamComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op nccl.Op) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	return c.Comm.ReduceScatter(ctx, dst, src, op)
+}
+
+func (c streamComm) AllReduce(ctx context.Context, buf gpu.Tensor, op nccl.Op) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	return c.Comm.AllReduce(ctx, buf, op)
+}
+
+func (c streamComm) Broadcast(ctx context.Context, buf gpu.Tensor, root int) error {
+	if err := c.ready(); err != nil {
+		return err
+	}
+	return c.Comm.Broadcast(ctx, buf, root)
 }
