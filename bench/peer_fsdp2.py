@@ -452,6 +452,9 @@ def summary(res):
          f"train {res.get('train', {}).get('tokens_per_s', 0):.0f} tok/s")
     if "peak_allocated_bytes" in m:
         s += f"; peak {m['peak_allocated_bytes'] / GIB:.2f} GiB allocated / {m['peak_reserved_bytes'] / GIB:.2f} GiB reserved"
+    gn = (res.get("last_metrics") or {}).get("grad_norm")
+    if gn is not None:
+        s += f"; last grad_norm {gn:.6g}"
     if res.get("error"):
         s += " — " + res["error"].splitlines()[-1]
     return s

@@ -131,6 +131,11 @@ func summary(r *bench.Result) string {
 	if r.Memory.NVMLProcessBytes > 0 {
 		s += fmt.Sprintf(", NVML process %.2f GiB", float64(r.Memory.NVMLProcessBytes)/gib)
 	}
+	// The last step's grad_norm, so that two builds timed against each
+	// other are seen to compute the same grads.
+	if g, ok := r.LastMetrics["grad_norm"]; ok {
+		s += fmt.Sprintf("; last grad_norm %.6g", g)
+	}
 	if r.Error != "" {
 		s += " — " + r.Error
 	}
