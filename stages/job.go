@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/runtime"
@@ -29,10 +30,21 @@ type Model struct {
 	Trainable        bool              // a train stage updates it
 	Offload          bool              // sharded params in pinned host memory
 	OffloadOptimizer bool              // grads and AdamW state in pinned host memory
+
+	paramsOnce sync.Once
+	params     int64 // Config.NumParams, counted once (NumParams)
 }
 
 // Name is the model's key under models:.
 func (m *Model) Name() string { return m.Spec.Name }
+
+// NumParams returns the model's parameter count. Config.NumParams builds
+// the whole inventory; the policies' environment (Env), built for every
+// unit of every stage program, asks for it, so it is counted once.
+func (m *Model) NumParams() int64 {
+	m.paramsOnce.Do(func() { m.params = m.Config.NumParams() })
+	return m.params
+}
 
 // Job is a spec whose stages are decoded and validated, whose stage graph
 // and data edges are built, whose models are resolved and whose rollouts
@@ -242,7 +254,7 @@ func (j *Job) Env(m *Model, u *model.Unit, st *spec.Stage) *spec.Env {
 	env := j.StepEnv(st, 0)
 	env.Model = spec.ModelEnv{
 		Name: m.Name(), Role: m.Spec.Role, Family: string(cfg.Family),
-		Params: cfg.NumParams(), ParamBytes: 4 * cfg.NumParams(),
+		Params: m.NumParams(), ParamBytes: 4 * m.NumParams(),
 		NumLayers: cfg.NumLayers, HiddenSize: cfg.HiddenSize, VocabSize: cfg.VocabSize,
 		Trainable: m.Trainable,
 	}
