@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/stages"
@@ -21,16 +22,30 @@ type TimelineSummary struct {
 	DownS    float64            `json:"down_s,omitempty"`
 	WaitS    float64            `json:"wait_s"`
 	WaitByOp map[string]float64 `json:"wait_by_op_s"` // by stage and side op waited for
+	// OpS is the compute stream's time by stage and op kind
+	// ("ref_logp: gate_up"); IdleS, by stage, the time it had no op
+	// before the stage's first (StepTimeline.Ops, Idle).
+	OpS   map[string]float64 `json:"op_s"`
+	IdleS map[string]float64 `json:"idle_s"`
 }
 
 // summarizeTimeline sums step's timeline.
 func summarizeTimeline(step int, tl *stages.StepTimeline) *TimelineSummary {
-	s := &TimelineSummary{Step: step, SpanS: tl.Span.Seconds(), SideS: tl.Side.Seconds(), DownS: tl.Down.Seconds(), WaitByOp: map[string]float64{}}
-	for k, w := range tl.Wait {
-		s.WaitByOp[k] = w.Seconds()
+	s := &TimelineSummary{Step: step, SpanS: tl.Span.Seconds(), SideS: tl.Side.Seconds(), DownS: tl.Down.Seconds(),
+		WaitByOp: seconds(tl.Wait), OpS: seconds(tl.Ops), IdleS: seconds(tl.Idle)}
+	for _, w := range tl.Wait {
 		s.WaitS += w.Seconds()
 	}
 	return s
+}
+
+// seconds returns m in seconds.
+func seconds(m map[string]time.Duration) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, d := range m {
+		out[k] = d.Seconds()
+	}
+	return out
 }
 
 // writeTrace writes step's timeline (rank 0's) to path as a Chrome

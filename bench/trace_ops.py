@@ -6,10 +6,10 @@
 TRACE.json is what `rlbench --timeline TRACE.json` writes: rank 0's last
 step, a span per op on each stream. Each compute span runs from its op's
 mark to the next op's, so waits for other streams inside it count. Op
-kinds drop the layer index ("layer7 gate_up" is "gate_up"). Spans carry
-their stage where the trace has it (args.stage); --split-after NAME puts
-the spans up to the first span named NAME in one group ("before") and the
-rest in another ("after"), for traces without stages. For each group it
+kinds drop the layer index ("layer7 gate_up" is "gate_up"). Spans are
+grouped by their stage (args.stage); --split-after NAME puts the spans up
+to the first span named NAME in one group ("before") and the rest in
+another ("after"), for traces written before spans carried their stage. For each group it
 prints the span from its first op's start to its last op's end, the time
 the ops were busy, the gaps between them, and a markdown table of the op
 kinds, largest first.

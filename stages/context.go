@@ -56,7 +56,7 @@ func (rc *RunContext) run(ctx context.Context, program func(*prog)) error {
 	p := rc.prog(ctx)
 	program(p)
 	p.fail(rc.Rank.profileOp(""))
-	p.fail(rc.Rank.timelineMark(nil, markOp, ""))
+	p.fail(rc.Rank.timelineOp(rc.Stage.ID, ""))
 	return p.done()
 }
 

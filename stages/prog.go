@@ -59,7 +59,7 @@ func (p *prog) op(name string) int {
 			p.fail(err)
 		} else {
 			p.fail(p.r.profileOp(name))
-			p.fail(p.r.timelineMark(nil, markOp, name))
+			p.fail(p.r.timelineOp(p.stage.ID, name))
 			p.fail(p.r.Arena.EnterNamed(name))
 		}
 	}

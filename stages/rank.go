@@ -147,6 +147,15 @@ func (r *Rank) profileOp(next string) error {
 	return nil
 }
 
+// timelineOp records, on the compute stream, that it reached op name of
+// stage ("" ends the stage's last op), when the timeline is on.
+func (r *Rank) timelineOp(stage, name string) error {
+	if r.tl == nil {
+		return nil
+	}
+	return r.tl.markStage(r.B.DefaultStream(), markOp, name, stage)
+}
+
 // timelineMark records a mark of the step's timeline on s (nil: the
 // compute stream) when the timeline is on.
 func (r *Rank) timelineMark(s gpu.Stream, kind markKind, name string) error {

@@ -34,7 +34,8 @@ type timedEvent interface {
 // Span is one interval of a step's timeline, from the step's first mark.
 type Span struct {
 	Name   string        `json:"name"`
-	Stream string        `json:"stream"` // "compute", "compute wait" (for the side or Down stream), "side" or "down"
+	Stream string        `json:"stream"`          // "compute", "compute wait" (for the side or Down stream), "side" or "down"
+	Stage  string        `json:"stage,omitempty"` // the stage of a compute span's op
 	Start  time.Duration `json:"start_ns"`
 	Dur    time.Duration `json:"dur_ns"`
 }
@@ -54,6 +55,14 @@ type StepTimeline struct {
 	Down time.Duration
 	// Span is the time from the step's first mark to its last.
 	Span time.Duration
+	// Ops is the compute stream's time per stage and kind of op, without
+	// units' layers ("ref_logp: gate_up"): from each op's start to the
+	// next's, so a wait inside an op counts in it.
+	Ops map[string]time.Duration
+	// Idle is, per stage, the time the compute stream had no op between
+	// the end of the stage before it in the step and the stage's first op:
+	// the host's work between the two, which the device did not overlap.
+	Idle map[string]time.Duration
 }
 
 // markKind says what a mark records.
@@ -70,9 +79,10 @@ const (
 )
 
 type mark struct {
-	kind markKind
-	name string
-	ev   gpu.Event
+	kind  markKind
+	name  string
+	stage string // markOp: the op's stage
+	ev    gpu.Event
 }
 
 // timeline collects a rank's marks during a step.
@@ -84,6 +94,11 @@ type timeline struct {
 // markWait and markWaited, the side stream for markSideStart and
 // markSideEnd, the Down stream for markDownStart and markDownEnd).
 func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
+	return t.markStage(s, kind, name, "")
+}
+
+// markStage is mark with the stage of a markOp.
+func (t *timeline) markStage(s gpu.Stream, kind markKind, name, stage string) error {
 	ts, ok := s.(timedStream)
 	if !ok {
 		return fmt.Errorf("timeline: stream %T records no times", s)
@@ -92,7 +107,7 @@ func (t *timeline) mark(s gpu.Stream, kind markKind, name string) error {
 	if err != nil {
 		return fmt.Errorf("timeline: %w", err)
 	}
-	t.marks = append(t.marks, mark{kind: kind, name: name, ev: ev})
+	t.marks = append(t.marks, mark{kind: kind, name: name, stage: stage, ev: ev})
 	return nil
 }
 
@@ -106,7 +121,7 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 		t.marks = t.marks[:0]
 	}()
 	if len(t.marks) == 0 {
-		return &StepTimeline{Wait: map[string]time.Duration{}}, nil
+		return newStepTimeline(), nil
 	}
 	if err := b.Sync(); err != nil {
 		return nil, err
@@ -125,17 +140,26 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("timeline: %w", err)
 	}
-	st := &StepTimeline{Wait: map[string]time.Duration{}}
-	lastOp, opAt, waitAt := "", time.Duration(0), time.Duration(-1)
+	st := newStepTimeline()
+	lastOp, lastStage, opAt, waitAt := "", "", time.Duration(0), time.Duration(-1)
+	endAt := time.Duration(-1) // the end of the step's last stage so far
 	var side, down openSpan
 	for i, m := range t.marks {
 		st.Span = max(st.Span, at[i])
 		switch m.kind {
 		case markOp:
 			if lastOp != "" {
-				st.Spans = append(st.Spans, Span{Name: lastOp, Stream: "compute", Start: opAt, Dur: at[i] - opAt})
+				d := at[i] - opAt
+				st.Spans = append(st.Spans, Span{Name: lastOp, Stream: "compute", Stage: lastStage, Start: opAt, Dur: d})
+				st.Ops[lastStage+": "+opKind(lastOp)] += d
 			}
-			lastOp, opAt = m.name, at[i]
+			switch {
+			case m.name == "":
+				endAt = at[i]
+			case lastOp == "" && endAt >= 0:
+				st.Idle[m.stage] += at[i] - endAt
+			}
+			lastOp, lastStage, opAt = m.name, m.stage, at[i]
 		case markWait:
 			waitAt = at[i]
 		case markWaited:
@@ -155,6 +179,10 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 		}
 	}
 	return st, nil
+}
+
+func newStepTimeline() *StepTimeline {
+	return &StepTimeline{Wait: map[string]time.Duration{}, Ops: map[string]time.Duration{}, Idle: map[string]time.Duration{}}
 }
 
 // openSpan is a side or Down stream span whose end is not reached yet
@@ -180,12 +208,13 @@ func (t *StepTimeline) closeSpan(o *openSpan, stream string, end time.Duration) 
 // ("X") of a process (the rank) and thread (the stream), times in
 // microseconds.
 type traceEvent struct {
-	Name string  `json:"name"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Dur  float64 `json:"dur"`
-	Pid  int     `json:"pid"`
-	Tid  string  `json:"tid"`
+	Name string            `json:"name"`
+	Ph   string            `json:"ph"`
+	Ts   float64           `json:"ts"`
+	Dur  float64           `json:"dur"`
+	Pid  int               `json:"pid"`
+	Tid  string            `json:"tid"`
+	Args map[string]string `json:"args,omitempty"` // "stage" of a compute span
 }
 
 // WriteTrace writes the timeline, rank's of step, as a Chrome trace (for
@@ -193,7 +222,11 @@ type traceEvent struct {
 func (t *StepTimeline) WriteTrace(w io.Writer, rank, step int) error {
 	evs := make([]traceEvent, 0, len(t.Spans))
 	for _, sp := range t.Spans {
-		evs = append(evs, traceEvent{Name: sp.Name, Ph: "X", Ts: float64(sp.Start.Nanoseconds()) / 1e3, Dur: float64(sp.Dur.Nanoseconds()) / 1e3, Pid: rank, Tid: sp.Stream})
+		ev := traceEvent{Name: sp.Name, Ph: "X", Ts: float64(sp.Start.Nanoseconds()) / 1e3, Dur: float64(sp.Dur.Nanoseconds()) / 1e3, Pid: rank, Tid: sp.Stream}
+		if sp.Stage != "" {
+			ev.Args = map[string]string{"stage": sp.Stage}
+		}
+		evs = append(evs, ev)
 	}
 	doc := struct {
 		TraceEvents []traceEvent      `json:"traceEvents"`

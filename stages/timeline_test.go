@@ -32,11 +32,13 @@ func TestTimeline(t *testing.T) {
 	for _, sr := range out.steps {
 		// The ops of the step's stages that ran (update_ref runs every
 		// other step).
-		var stepOps []string
+		var stepOps, opStages, ran []string
 		for _, st := range out.p.Stages {
 			if res := sr.Report.Result(st.ID); st.Phase == string(spec.Step) && res != nil && res.Status == rt.StatusRan {
+				ran = append(ran, st.ID)
 				for _, o := range out.p.Ops[st.First : st.Last+1] {
 					stepOps = append(stepOps, o.Name)
+					opStages = append(opStages, st.ID)
 				}
 			}
 		}
@@ -51,8 +53,8 @@ func TestTimeline(t *testing.T) {
 		if tl == nil {
 			t.Fatalf("step %d: no timeline", sr.Step)
 		}
-		var compute []string
-		var side []string
+		var compute, computeStages, side []string
+		ops := map[string]time.Duration{}
 		last := tl.Spans[0].Start
 		for _, s := range tl.Spans {
 			if s.Start < 0 || s.Dur < 0 || s.Start+s.Dur > tl.Span {
@@ -65,6 +67,8 @@ func TestTimeline(t *testing.T) {
 				}
 				last = s.Start
 				compute = append(compute, s.Name)
+				computeStages = append(computeStages, s.Stage)
+				ops[s.Stage+": "+opKind(s.Name)] += s.Dur
 			case "side":
 				side = append(side, s.Name)
 			case "compute wait":
@@ -79,6 +83,27 @@ func TestTimeline(t *testing.T) {
 		}
 		if !slices.Equal(compute, stepOps) {
 			t.Errorf("step %d: the compute stream's spans\n%q\nare not the step's ops\n%q", sr.Step, compute, stepOps)
+		}
+		if !slices.Equal(computeStages, opStages) {
+			t.Errorf("step %d: the compute spans' stages\n%q\nare not their ops'\n%q", sr.Step, computeStages, opStages)
+		}
+		// Ops sums the compute spans by stage and op kind; Idle is the
+		// time before each stage's first op but the step's first.
+		if len(ops) != len(tl.Ops) {
+			t.Errorf("step %d: %d op sums, want %d", sr.Step, len(tl.Ops), len(ops))
+		}
+		for k, d := range ops {
+			if tl.Ops[k] != d || strings.Contains(k, "layer") {
+				t.Errorf("step %d: ops %q = %v, its spans sum to %v", sr.Step, k, tl.Ops[k], d)
+			}
+		}
+		for k, d := range tl.Idle {
+			if !slices.Contains(ran[1:], k) || d < 0 {
+				t.Errorf("step %d: idle %v before %q, not a stage after the step's first", sr.Step, d, k)
+			}
+		}
+		if len(tl.Idle) != len(ran)-1 {
+			t.Errorf("step %d: idle times %v for the %d stages after the first of %q", sr.Step, tl.Idle, len(ran)-1, ran)
 		}
 		for _, want := range []string{"gather layer0", "gather layer1 for backward", "reduce-scatter grads layer0", "reduce-scatter grads embed"} {
 			if !slices.ContainsFunc(side, func(n string) bool { return strings.HasPrefix(n, want) }) {

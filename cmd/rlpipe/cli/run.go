@@ -260,6 +260,9 @@ Perfetto), and the step's waits into the run log's step event.
 					return err
 				}
 				ev = ev.Str("timeline", path).Dict("timeline_wait_s", timelineWaits(sr.Timeline))
+				if len(sr.Timeline.Idle) > 0 {
+					ev = ev.Dict("timeline_idle_s", timelineIdle(sr.Timeline))
+				}
 			}
 			ev.Msg("step")
 		}

@@ -44,3 +44,14 @@ func timelineWaits(tl *stages.StepTimeline) *zerolog.Event {
 	}
 	return d.Float64("span", tl.Span.Seconds())
 }
+
+// timelineIdle is a step's time, in seconds by stage, that the compute
+// stream had no op before the stage's first: host work between stages
+// that the device did not overlap.
+func timelineIdle(tl *stages.StepTimeline) *zerolog.Event {
+	d := zerolog.Dict()
+	for _, k := range slices.Sorted(maps.Keys(tl.Idle)) {
+		d = d.Float64(k, tl.Idle[k].Seconds())
+	}
+	return d
+}

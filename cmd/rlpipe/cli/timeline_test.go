@@ -53,14 +53,19 @@ func TestRunTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var waits int
+	var waits, idle int
 	for _, line := range strings.Split(string(log), "\n") {
 		if strings.Contains(line, `"event":"step"`) && strings.Contains(line, `"timeline_wait_s":{`) {
 			waits++
 		}
+		// The step's stages after the first (ref_logp, old_logp, train)
+		// have their idle time.
+		if strings.Contains(line, `"event":"step"`) && strings.Contains(line, `"timeline_idle_s":{`) && strings.Contains(line, `"train":`) {
+			idle++
+		}
 	}
-	if waits != 2 {
-		t.Errorf("%d step events with the timeline's waits, want 2", waits)
+	if waits != 2 || idle != 2 {
+		t.Errorf("%d step events with the timeline's waits and %d with its idle times, want 2 each", waits, idle)
 	}
 	if code, _, errs := runCLI(t, "run", "--backend", "cpu", "--runs", t.TempDir(), "--timeline", "-1", spec); code != exitUsage || !strings.Contains(errs, "--timeline") {
 		t.Errorf("--timeline -1: exit %d: %s", code, errs)
