@@ -258,6 +258,9 @@ func (b *Backend) do(f func(gpu.Backend) error) error {
 	if b.s.closed {
 		return errors.New("lazy: op on a closed stream")
 	}
+	if b.s.err != nil {
+		return b.s.err // a queued op failed, or the stream is not this backend's (On)
+	}
 	b.s.queue = append(b.s.queue, func() error { return f(b.d.inner) })
 	b.s.issued++
 	return nil

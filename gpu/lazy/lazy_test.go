@@ -124,7 +124,8 @@ func TestOrder(t *testing.T) {
 }
 
 // TestDeferredError checks that a queued op's error comes back from the
-// sync that runs it, and from later ones.
+// sync that runs it, from later syncs and from ops issued on the stream
+// after it, and that a view of another backend's stream fails its ops.
 func TestDeferredError(t *testing.T) {
 	f := newFixture(t)
 	y, err := gpu.NewTensor(f.x.Mem, 0, gpu.F32, 2, 1)
@@ -137,6 +138,12 @@ func TestDeferredError(t *testing.T) {
 	}
 	if err := f.b.Sync(); err == nil {
 		t.Error("a later device sync returned nil")
+	}
+	if err := f.b.On(f.s1).Scale(f.x, 2); err == nil {
+		t.Error("an op queued on the failed stream returned nil")
+	}
+	if err := f.b.On(cpu.New().DefaultStream()).Scale(f.x, 2); err == nil {
+		t.Error("an op on another backend's stream returned nil")
 	}
 }
 
