@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/gpu/lazy"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 	"github.com/rlpipe/rlpipe/stages/engines/enginetest"
@@ -46,19 +47,27 @@ type colocatedRun struct {
 
 func runColocated(t *testing.T, s *spec.Spec, dp int) *colocatedRun {
 	t.Helper()
+	return runColocatedWith(t, s, dp, RunOptions{})
+}
+
+// runColocatedWith is runColocated with opts' backends and communicators.
+func runColocatedWith(t *testing.T, s *spec.Spec, dp int, opts RunOptions) *colocatedRun {
+	t.Helper()
 	s.Mesh.GPUsPerNode, s.Mesh.DP = dp, dp
 	out := &colocatedRun{j: resolveSpec(t, s)}
 	var err error
 	if out.p, err = Plan(out.j); err != nil {
 		t.Fatal(err)
 	}
-	out.res, err = Run(context.Background(), out.j, out.p, RunOptions{Export: "actor", AfterStep: func(r *Rank, sr StepResult) error {
+	opts.Export = "actor"
+	opts.AfterStep = func(r *Rank, sr StepResult) error {
 		if r.ID == 0 {
 			out.steps = append(out.steps, sr)
 			out.losses = append(out.losses, sr.Stats.Values["loss"])
 		}
 		return nil
-	}})
+	}
+	out.res, err = Run(context.Background(), out.j, out.p, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +111,19 @@ func TestSleepWake(t *testing.T) {
 			}
 			if got, want := srv2.ModelPath(), filepath.Join(dir, "policy.step-3"); got != want {
 				t.Errorf("the engine last loaded %q, want %q", got, want)
+			}
+			// With side and Down streams that run only when waited for
+			// (gpu/lazy), their work still queued when the trainer sleeps
+			// would fail on the released arena, and work that did not wait
+			// for them would change the run.
+			srv3 := enginetest.NewSGLang(fakePolicy)
+			defer srv3.Close()
+			lz := runColocatedWith(t, colocated(t, srv3.URL, t.TempDir(), 3, true), dp, RunOptions{
+				Backend: func(int) (gpu.Backend, error) { return lazy.New(cpu.New()), nil },
+				Comms:   streamComms,
+			})
+			if !reflect.DeepEqual(lz.losses, awake.losses) || !reflect.DeepEqual(lz.res.Export, awake.res.Export) {
+				t.Errorf("losses %v with sleep and wake and lazy streams, %v awake; or the weights differ", lz.losses, awake.losses)
 			}
 			for _, sr := range r.steps {
 				v := sr.Stats.Values

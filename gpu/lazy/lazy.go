@@ -290,3 +290,67 @@ func (b *Backend) ownTensor(t gpu.Tensor) bool {
 	_, ok := b.d.own[t.Mem]
 	return ok
 }
+
+// memoryReleaser is what a backend that lets the trainer sleep offers
+// (stages' releaser): the wrapper has it when its inner backend does.
+type memoryReleaser interface {
+	Release(m gpu.Memory) error
+	Reacquire(m gpu.Memory) error
+	ReleaseWorkspace() error
+	ReacquireWorkspace() error
+}
+
+// releaser returns the inner backend's memoryReleaser, or an error.
+func (b *Backend) releaser() (memoryReleaser, error) {
+	r, ok := b.d.inner.(memoryReleaser)
+	if !ok {
+		return nil, fmt.Errorf("lazy: the %s backend cannot release its memory", b.d.inner.Name())
+	}
+	return r, nil
+}
+
+// Release releases m's storage through the inner backend at once, without
+// running queued work first: queued work on m then fails, as it would
+// read or write freed memory on a GPU.
+func (b *Backend) Release(m gpu.Memory) error {
+	r, err := b.releaser()
+	if err != nil {
+		return err
+	}
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return r.Release(m)
+}
+
+// Reacquire gives m storage again through the inner backend.
+func (b *Backend) Reacquire(m gpu.Memory) error {
+	r, err := b.releaser()
+	if err != nil {
+		return err
+	}
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return r.Reacquire(m)
+}
+
+// ReleaseWorkspace releases the inner backend's workspace.
+func (b *Backend) ReleaseWorkspace() error {
+	r, err := b.releaser()
+	if err != nil {
+		return err
+	}
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return r.ReleaseWorkspace()
+}
+
+// ReacquireWorkspace reacquires the inner backend's workspace.
+func (b *Backend) ReacquireWorkspace() error {
+	r, err := b.releaser()
+	if err != nil {
+		return err
+	}
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return r.ReacquireWorkspace()
+}
