@@ -171,3 +171,20 @@ func TestForeignCopy(t *testing.T) {
 		t.Errorf("after an upload x = %v, want 7 (the source when issued)", got)
 	}
 }
+
+// TestReleaseWithQueuedWork checks that work still queued on memory the
+// wrapper released fails when it runs, and that the memory takes work
+// again once reacquired.
+func TestReleaseWithQueuedWork(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.b.On(f.s1).Scale(f.x, 2))
+	must(t, f.b.Release(f.x.Mem))
+	if err := f.s1.Sync(); err == nil {
+		t.Error("work queued on released memory ran without an error")
+	}
+	must(t, f.b.Reacquire(f.x.Mem))
+	must(t, f.b.Fill(f.x, 3))
+	if got := f.value(t); got != 3 {
+		t.Errorf("after reacquiring, x = %v, want 3", got)
+	}
+}
