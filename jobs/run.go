@@ -35,8 +35,14 @@ const (
 	DroppedUpdatesFile = "updates-dropped.jsonl"
 	LogFileName        = "log"
 	CheckpointsDir     = "checkpoints"
-	lockFileName       = ".lock"
+	// TimelineDir holds the traced steps' timelines (run --timeline), one
+	// Chrome trace each: TimelineFile(step).
+	TimelineDir  = "timeline"
+	lockFileName = ".lock"
 )
+
+// TimelineFile is the name, in TimelineDir, of step's timeline.
+func TimelineFile(step int) string { return fmt.Sprintf("step-%06d.json", step) }
 
 // Status is the state of a run as recorded in run.json.
 type Status string

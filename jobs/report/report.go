@@ -186,6 +186,7 @@ type view struct {
 	Missing  []string // curves the record has no values for
 	Memory   memoryView
 	Timeline template.HTML
+	Device   *deviceView // nil without a step's timeline
 	Data     pageData
 	NoSteps  bool
 }
@@ -218,6 +219,11 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 		}
 		v.Timeline = sec
 	}
+	dv, err := rep.device()
+	if err != nil {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("device time: %v", err))
+	}
+	v.Device = dv
 	if err := page.Execute(w, v); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/rlpipe/rlpipe/jobs"
 	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/stages"
 	"github.com/rs/zerolog"
@@ -16,11 +17,11 @@ import (
 // writeTimeline writes step sr's timeline (rank 0's) under the run
 // directory, as timeline/step-NNNNNN.json, and returns its path.
 func writeTimeline(runDir string, sr stages.StepResult) (string, error) {
-	dir := filepath.Join(runDir, "timeline")
+	dir := filepath.Join(runDir, jobs.TimelineDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("timeline: %w", err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("step-%06d.json", sr.Step))
+	path := filepath.Join(dir, jobs.TimelineFile(sr.Step))
 	err := model.WriteFileAtomic(path, 0o644, func(w io.Writer) error { return sr.Timeline.WriteTrace(w, 0, sr.Step) })
 	if err != nil {
 		return "", fmt.Errorf("timeline: %w", err)
