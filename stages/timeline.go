@@ -181,6 +181,7 @@ func (t *timeline) collect(b gpu.Backend) (*StepTimeline, error) {
 	return st, nil
 }
 
+// newStepTimeline returns a timeline with no span, wait or op yet.
 func newStepTimeline() *StepTimeline {
 	return &StepTimeline{Wait: map[string]time.Duration{}, Ops: map[string]time.Duration{}, Idle: map[string]time.Duration{}}
 }
