@@ -2,6 +2,7 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -20,10 +21,8 @@ import (
 // On the plain CPU backend every op completes when issued, so a wait
 // missing between two streams cannot show; here a stream that reads what
 // another writes without waiting for it reads stale data. With dp or cp
-// above 1 the loopback collectives run when issued, once their stream has
-// run the work queued before them (streamComm): a read of a collective's
-// output that does not wait for it is not caught, a collective reading
-// what its stream did not wait for is.
+// above 1 a collective issued on a side stream waits in its queue as well
+// (streamComms).
 func TestStreamOrder(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	offload := map[string]string{"offload": "true", "offload_optimizer": "model.trainable"}
@@ -109,64 +108,68 @@ func setPolicies(t *testing.T, s *spec.Spec, policies map[string]string) {
 	}
 }
 
-// streamComms returns loopback communicators for the backends, each running
-// its collectives on a stream once the stream has run its queued work.
+// streamComms returns loopback communicators for the backends (lazy
+// ones): a collective issued on a lazy stream waits in its queue as one
+// op, which runs, in its turn, over a loopback group of its own (NCCL has a
+// communicator per stream); one issued on the default stream runs at once.
 func streamComms(bs []gpu.Backend) ([]nccl.Comm, error) {
-	cs := nccl.NewLoopback(len(bs))
-	for i, c := range cs {
-		cs[i] = streamComm{Comm: c}
+	def, side := nccl.NewLoopback(len(bs)), nccl.NewLoopback(len(bs))
+	cs := make([]nccl.Comm, len(bs))
+	for i := range cs {
+		cs[i] = streamComm{def: def[i], side: side[i]}
 	}
 	return cs, nil
 }
 
-// streamComm is a communicator whose collectives, issued on stream s (nil:
-// the default stream), first run the work queued on s.
+// streamComm is a rank's communicator of streamComms, issuing on s (nil:
+// the default stream).
 type streamComm struct {
-	nccl.Comm
-	s gpu.Stream
+	def, side nccl.Comm
+	s         gpu.Stream
 }
 
-// Abort passes an error on to the loopback, which ends the other ranks'
-// collectives with it.
+func (c streamComm) Rank() int { return c.def.Rank() }
+func (c streamComm) Size() int { return c.def.Size() }
+
+func (c streamComm) On(s gpu.Stream) nccl.Comm { return streamComm{def: c.def, side: c.side, s: s} }
+
+func (c streamComm) Close() error { return errors.Join(c.def.Close(), c.side.Close()) }
+
+// Abort passes an error on to both loopback groups, which end the other
+// ranks' collectives with it.
 func (c streamComm) Abort(err error) {
-	if a, ok := c.Comm.(interface{ Abort(error) }); ok {
-		a.Abort(err)
+	for _, g := range []nccl.Comm{c.def, c.side} {
+		if a, ok := g.(interface{ Abort(error) }); ok {
+			a.Abort(err)
+		}
 	}
 }
 
-func (c streamComm) ready() error {
-	if c.s == nil {
-		return nil
+// issue runs f on the default group now, or queues it on c's lazy stream
+// to run on the stream's group.
+func (c streamComm) issue(f func(g nccl.Comm) error) error {
+	if s, ok := c.s.(*lazy.Stream); ok {
+		return s.Later(func() error { return f(c.side) })
 	}
-	return c.s.Sync()
+	return f(c.def)
 }
-
-func (c streamComm) On(s gpu.Stream) nccl.Comm { return streamComm{Comm: c.Comm.On(s), s: s} }
 
 func (c streamComm) AllGather(ctx context.Context, dst, src gpu.Tensor) error {
-	if err := c.ready(); err != nil {
-		return err
-	}
-	return c.Comm.AllGather(ctx, dst, src)
+	return c.issue(func(g nccl.Comm) error { return g.AllGather(ctx, dst, src) })
 }
 
 func (c streamComm) ReduceScatter(ctx context.Context, dst, src gpu.Tensor, op nccl.Op) error {
-	if err := c.ready(); err != nil {
-		return err
-	}
-	return c.Comm.ReduceScatter(ctx, dst, src, op)
+	return c.issue(func(g nccl.Comm) error { return g.ReduceScatter(ctx, dst, src, op) })
 }
 
 func (c streamComm) AllReduce(ctx context.Context, buf gpu.Tensor, op nccl.Op) error {
-	if err := c.ready(); err != nil {
-		return err
-	}
-	return c.Comm.AllReduce(ctx, buf, op)
+	return c.issue(func(g nccl.Comm) error { return g.AllReduce(ctx, buf, op) })
 }
 
 func (c streamComm) Broadcast(ctx context.Context, buf gpu.Tensor, root int) error {
-	if err := c.ready(); err != nil {
-		return err
-	}
-	return c.Comm.Broadcast(ctx, buf, root)
+	return c.issue(func(g nccl.Comm) error { return g.Broadcast(ctx, buf, root) })
+}
+
+func (c streamComm) Barrier(ctx context.Context) error {
+	return c.issue(func(g nccl.Comm) error { return g.Barrier(ctx) })
 }

@@ -10,8 +10,9 @@
 // is waited for: work that reads what another stream writes, without
 // waiting for that stream, reads what was there before, and a test that
 // compares the run with an unwrapped one sees the difference. Collectives
-// do not go through the backend, so only runs without them (one rank) are
-// checked this way.
+// do not go through the backend: a communicator queues them on a stream
+// with Stream.Later, and they run in their turn, blocking until the other
+// ranks' run theirs, while the rank's other work goes on.
 package lazy
 
 import (
@@ -27,6 +28,7 @@ import (
 // a time, in an order the streams allow.
 type device struct {
 	mu    sync.Mutex
+	idle  *sync.Cond // on mu: a stream finished an op (Stream.busy)
 	inner gpu.Backend
 	own   map[gpu.Memory]struct{} // memory allocated through the wrapper
 	live  []*Stream               // streams not yet closed
@@ -44,18 +46,29 @@ var _ gpu.Backend = (*Backend)(nil)
 
 // New wraps inner.
 func New(inner gpu.Backend) *Backend {
-	return &Backend{d: &device{inner: inner, own: map[gpu.Memory]struct{}{}}}
+	d := &device{inner: inner, own: map[gpu.Memory]struct{}{}}
+	d.idle = sync.NewCond(&d.mu)
+	return &Backend{d: d}
 }
 
 // Stream is a queue of deferred work. done counts the ops that ran, issued
-// the ops ever queued; the queue holds the rest, in order.
+// the ops ever queued; the queue holds the rest, in order. busy is set
+// while one of its ops runs: no other goroutine runs its queue meanwhile.
 type Stream struct {
 	d      *device
-	queue  []func() error
+	queue  []queued
 	done   int
 	issued int
 	err    error // the first error of a deferred op
 	closed bool
+	busy   bool
+}
+
+// queued is an op waiting in a stream's queue. A blocking op (Later) runs
+// without the device's lock.
+type queued struct {
+	f        func() error
+	blocking bool
 }
 
 // event marks the first at ops of stream s (s nil: the default stream,
@@ -69,16 +82,62 @@ type event struct {
 // run runs s's queued ops until done reaches at (mu held). A deferred
 // op's error stays with the stream and is returned by this and every later
 // run of it.
+//
+// While one goroutine runs an op of s, another that needs more of s waits
+// for it; an op that waits for an event of s it has already passed returns
+// at once. A blocking op runs with mu released, so that the rank's other
+// goroutines go on issuing and running work meanwhile, as a GPU's other
+// streams do while one waits in a collective.
 func (s *Stream) run(at int) error {
-	for s.done < at && len(s.queue) > 0 {
-		f := s.queue[0]
+	for s.done < at {
+		if s.busy {
+			s.d.idle.Wait()
+			continue
+		}
+		if len(s.queue) == 0 {
+			break
+		}
+		q := s.queue[0]
 		s.queue = s.queue[1:]
+		s.busy = true
+		var err error
+		if q.blocking {
+			s.d.mu.Unlock()
+			err = q.f()
+			s.d.mu.Lock()
+		} else {
+			err = q.f()
+		}
+		s.busy = false
 		s.done++
-		if err := f(); err != nil && s.err == nil {
+		s.d.idle.Broadcast()
+		if err != nil && s.err == nil {
 			s.err = err
 		}
 	}
 	return s.err
+}
+
+// Later queues f on s as one op that may block until other goroutines act
+// (a collective waiting for the other ranks): s runs it, in its turn,
+// without holding the backend's lock.
+func (s *Stream) Later(f func() error) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.push(queued{f: f, blocking: true})
+}
+
+// push queues q (mu held).
+func (s *Stream) push(q queued) error {
+	if s.closed {
+		return errors.New("lazy: op on a closed stream")
+	}
+	if s.err != nil {
+		return s.err // a queued op failed, or the stream is not this backend's (On)
+	}
+	s.queue = append(s.queue, q)
+	s.issued++
+	return nil
 }
 
 // Sync runs every op queued on the stream.
@@ -106,9 +165,7 @@ func (s *Stream) Wait(e gpu.Event) error {
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	s.queue = append(s.queue, ev.run)
-	s.issued++
-	return nil
+	return s.push(queued{f: ev.run})
 }
 
 // Close runs the stream's queued ops and closes it.
@@ -255,15 +312,7 @@ func (b *Backend) do(f func(gpu.Backend) error) error {
 	if b.s == nil {
 		return f(b.d.inner)
 	}
-	if b.s.closed {
-		return errors.New("lazy: op on a closed stream")
-	}
-	if b.s.err != nil {
-		return b.s.err // a queued op failed, or the stream is not this backend's (On)
-	}
-	b.s.queue = append(b.s.queue, func() error { return f(b.d.inner) })
-	b.s.issued++
-	return nil
+	return b.s.push(queued{f: func() error { return f(b.d.inner) }})
 }
 
 // now runs f on the inner backend once the view's stream has run all its

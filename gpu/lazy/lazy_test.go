@@ -188,3 +188,31 @@ func TestReleaseWithQueuedWork(t *testing.T) {
 		t.Errorf("after reacquiring, x = %v, want 3", got)
 	}
 }
+
+// TestLater checks a blocking op: it runs in its stream's turn without the
+// backend's lock, so the default stream takes work while it blocks; the
+// stream's later work and its sync wait for it.
+func TestLater(t *testing.T) {
+	f := newFixture(t)
+	release, started := make(chan struct{}), make(chan struct{})
+	must(t, f.s1.(*Stream).Later(func() error {
+		close(started)
+		<-release
+		return nil
+	}))
+	must(t, f.b.On(f.s1).Scale(f.x, 2))
+	synced := make(chan error, 1)
+	go func() { synced <- f.s1.Sync() }()
+	<-started
+	must(t, f.b.Fill(f.x, 5))
+	select {
+	case err := <-synced:
+		t.Fatalf("the stream's sync returned (%v) while its blocking op ran", err)
+	default:
+	}
+	close(release)
+	must(t, <-synced)
+	if got := f.value(t); got != 10 {
+		t.Errorf("x = %v, want 10 (filled while the op blocked, then scaled)", got)
+	}
+}
