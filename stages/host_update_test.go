@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/gpu/cpu"
+	"github.com/rlpipe/rlpipe/gpu/lazy"
 )
 
 // TestHostUpdateOverlap runs the offloaded tiny job (params and optimizer
@@ -19,7 +23,8 @@ import (
 // also sums every grad's squares on the host in the optimizer op; the
 // other takes the device's sums of the staged grads (deviceNorms) where an
 // update has one micro-batch and a unit no tied slot, and must have used
-// them as the case says.
+// them as the case says; its side and Down streams run their work only
+// when waited for (gpu/lazy).
 func TestHostUpdateOverlap(t *testing.T) {
 	// tiny-qwen2 has 4 units: the embedding (tied: the head's grads add
 	// into its shard), 2 layers and the head (with the tied slot); 3 steps
@@ -86,6 +91,12 @@ func testHostUpdateOverlap(t *testing.T, more []string, wantDev int) {
 				}
 				return nil
 			}}
+		if !serial {
+			// The overlapped run's streams run their work only when waited
+			// for (gpu/lazy), the host's background updates beside them.
+			opts.Backend = func(int) (gpu.Backend, error) { return lazy.New(cpu.New()), nil }
+			opts.Comms = streamComms
+		}
 		res, err := Run(context.Background(), j, p, opts)
 		if err != nil {
 			t.Fatal(err)
