@@ -25,7 +25,8 @@ import (
 
 // device is the state the views of one wrapped backend share. Every op,
 // deferred or not, runs with mu held, so the inner backend sees one op at
-// a time, in an order the streams allow.
+// a time, in an order the streams allow; only a blocking op (Stream.Later)
+// runs without it.
 type device struct {
 	mu    sync.Mutex
 	idle  *sync.Cond // on mu: a stream finished an op (Stream.busy)
