@@ -350,57 +350,36 @@ type memoryReleaser interface {
 	ReacquireWorkspace() error
 }
 
-// releaser returns the inner backend's memoryReleaser, or an error.
-func (b *Backend) releaser() (memoryReleaser, error) {
+// withReleaser runs f on the inner backend's memoryReleaser at once, with
+// the lock held and without running queued work first.
+func (b *Backend) withReleaser(f func(memoryReleaser) error) error {
 	r, ok := b.d.inner.(memoryReleaser)
 	if !ok {
-		return nil, fmt.Errorf("lazy: the %s backend cannot release its memory", b.d.inner.Name())
+		return fmt.Errorf("lazy: the %s backend cannot release its memory", b.d.inner.Name())
 	}
-	return r, nil
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return f(r)
 }
 
 // Release releases m's storage through the inner backend at once, without
 // running queued work first: queued work on m then fails, as it would
 // read or write freed memory on a GPU.
 func (b *Backend) Release(m gpu.Memory) error {
-	r, err := b.releaser()
-	if err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	return r.Release(m)
+	return b.withReleaser(func(r memoryReleaser) error { return r.Release(m) })
 }
 
 // Reacquire gives m storage again through the inner backend.
 func (b *Backend) Reacquire(m gpu.Memory) error {
-	r, err := b.releaser()
-	if err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	return r.Reacquire(m)
+	return b.withReleaser(func(r memoryReleaser) error { return r.Reacquire(m) })
 }
 
 // ReleaseWorkspace releases the inner backend's workspace.
 func (b *Backend) ReleaseWorkspace() error {
-	r, err := b.releaser()
-	if err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	return r.ReleaseWorkspace()
+	return b.withReleaser(memoryReleaser.ReleaseWorkspace)
 }
 
 // ReacquireWorkspace reacquires the inner backend's workspace.
 func (b *Backend) ReacquireWorkspace() error {
-	r, err := b.releaser()
-	if err != nil {
-		return err
-	}
-	b.d.mu.Lock()
-	defer b.d.mu.Unlock()
-	return r.ReacquireWorkspace()
+	return b.withReleaser(memoryReleaser.ReacquireWorkspace)
 }

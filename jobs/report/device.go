@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -123,14 +124,8 @@ func (rep *Report) device() (*deviceView, error) {
 		for k := range st.ops {
 			kinds = append(kinds, k)
 		}
-		slices.SortFunc(kinds, func(a, b string) int {
-			if st.ops[a] != st.ops[b] {
-				if st.ops[a] > st.ops[b] {
-					return -1
-				}
-				return 1
-			}
-			return strings.Compare(a, b)
+		slices.SortFunc(kinds, func(a, b string) int { // largest first, then by name
+			return cmp.Or(cmp.Compare(st.ops[b], st.ops[a]), strings.Compare(a, b))
 		})
 		var parts []string
 		for _, k := range kinds[:min(topOps, len(kinds))] {
