@@ -1830,6 +1830,19 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
                                            int nqt, int t, int tk, int hq, int hkv, float scale, const TMap* tq,
                                            const TMap* tg);
 
+// wg_rows_cp copies, with cp.async, this thread's query row of the dk/dv
+// producer's buffer b (row i0 + threadIdx.x of head h): its lse into La
+// and its delta and sequence start (the first 8 bytes of its dq row,
+// fa_bwd_pre) into DSa; zeros past t.
+template <int D, int BN>
+__device__ __forceinline__ void wg_rows_cp(u32 La, u32 DSa, int b, int i0, int t, int h, int hq, const float* lse,
+                                           const u16* dq) {
+  int i = i0 + threadIdx.x;
+  bool ok = i < t;
+  fa_cp4(La + 4u * (u32)(b * BN + threadIdx.x), ok ? lse + (i64)h * t + i : lse, ok);
+  fa_cp8(DSa + 8u * (u32)(b * BN + threadIdx.x), ok ? dq + ((i64)i * hq + h) * D : dq, ok);
+}
+
 // wg_dkv: as fa_bwd_dkv for a CTA of three warpgroups: a producer and two
 // consumers. Consumer g (warpgroups 1 and 2) owns keys 64g..64g+63 of the
 // CTA's 128 keys [k0, k0+128) of kv head blockIdx.y; both read the same
@@ -1927,10 +1940,7 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
           tma_tile<D, BN>(Qs + b * QT, tq, i0, h, full);
           tma_tile<D, BN>(Gs + b * QT, tg, i0, h, full);
         }
-        int i = i0 + threadIdx.x;
-        bool ok = i < t;
-        fa_cp4(La + 4u * (u32)(b * BN + threadIdx.x), ok ? lse + (i64)h * t + i : lse, ok);
-        fa_cp8(DSa + 8u * (u32)(b * BN + threadIdx.x), ok ? dq + ((i64)i * hq + h) * D : dq, ok);
+        wg_rows_cp<D, BN>(La, DSa, b, i0, t, h, hq, lse, dq);
         cp_arrive(full);
       }
     }
@@ -1942,12 +1952,7 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
       int h = hk * group + n / nqt, i0 = q0 + (n % nqt) * BN;
       wg_load<D, BN, 128>(Qs + b * QT, q, i0, t, hq, h);
       wg_load<D, BN, 128>(Gs + b * QT, dout, i0, t, hq, h);
-      if (threadIdx.x < BN) {
-        int i = i0 + threadIdx.x;
-        bool ok = i < t;
-        fa_cp4(La + 4u * (u32)(b * BN + threadIdx.x), ok ? lse + (i64)h * t + i : lse, ok);
-        fa_cp8(DSa + 8u * (u32)(b * BN + threadIdx.x), ok ? dq + ((i64)i * hq + h) * D : dq, ok);
-      }
+      if (threadIdx.x < BN) wg_rows_cp<D, BN>(La, DSa, b, i0, t, h, hq, lse, dq);
       fa_commit();
       if (n >= 1) {
         fa_wait<1>();
