@@ -87,7 +87,7 @@ func TestKernelNames(t *testing.T) {
 			seen[f] = m.name
 		}
 	}
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}

@@ -431,20 +431,30 @@ extern "C" __global__ void k_rope8(void* x, int dt, const int* pos, i64 rows, in
 // With PACK false (QKVSplit) it reads pk, adds bias (when hasb) rounded
 // to dt as AddBias does, rotates q and k by RoPE and writes a, b, c; with
 // PACK true (QKVPack) it reads a and b rotated back, and c, into pk. The
-// cos and sin of the tb tokens from r0 are in cs and sn (rope_cs).
-template <int W, bool PACK>
-__device__ __forceinline__ void qkv_cols(void* pk, void* a, void* b, void* c, const void* bias, int dtb, int hasb,
-                                         int dt, i64 r0, i64 rows, int hq, int hkv, int d, int tb, const float* cs,
-                                         const float* sn) {
+// cos and sin of the tb tokens from r0 are in cs and sn (rope_cs). DTC,
+// when not 0, is dt (and the bias's dtype) known at compile time: the
+// 16-bit kernels then carry no dtype branches, which had left them
+// instruction-bound at a third of the memory's speed.
+template <int W, bool PACK, int DTC>
+__device__ __forceinline__ void qkv_cols(void* __restrict__ pk, void* __restrict__ a, void* __restrict__ b,
+                                         void* __restrict__ c, const void* __restrict__ bias, int dtb, int hasb,
+                                         int dt, i64 r0, i64 rows, int hq, int hkv, int d, int tb,
+                                         const float* cs, const float* sn) {
+  if (DTC) dt = DTC, dtb = DTC;
   int half = d / 2, ng = half / W, nrot = (hq + hkv) * ng, per = nrot + hkv * d / W;
+  int lg = __ffs(ng) - 1;
+  bool pow2 = (ng & (ng - 1)) == 0;
   i64 wd = (i64)(hq + 2 * hkv) * d;
-  for (int e = threadIdx.x; e < tb * per; e += blockDim.x) {
-    int kk = e / per, rem = e - kk * per;
+  // e walks the block's tb·per items; kk and rem (e's token and item in
+  // it) follow by subtraction, without a division per item.
+  int kk = threadIdx.x / per, rem = threadIdx.x - kk * per;
+  for (int e = threadIdx.x; e < tb * per; e += blockDim.x, rem += blockDim.x) {
+    while (rem >= per) rem -= per, kk++;
     i64 r = r0 + kk;
     if (r >= rows) continue;
     float x1[W], x2[W], y1[W], y2[W];
     if (rem < nrot) {
-      int hd = rem / ng, g = rem - hd * ng, col = hd * d + g * W;
+      int hd = pow2 ? rem >> lg : rem / ng, g = rem - hd * ng, col = hd * d + g * W;
       void* u = hd < hq ? a : b;
       i64 uo = hd < hq ? (r * hq + hd) * (i64)d + g * W : (r * hkv + hd - hq) * (i64)d + g * W;
       i64 po = r * wd + col;
@@ -462,8 +472,19 @@ __device__ __forceinline__ void qkv_cols(void* pk, void* a, void* b, void* c, co
           for (int j = 0; j < W; j++) x1[j] = rnd(dt, x1[j] + b1[j]), x2[j] = rnd(dt, x2[j] + b2[j]);
         }
       }
-      const float* cc = cs + kk * half + g * W;
-      const float* ss = sn + kk * half + g * W;
+      float cc[W], ss[W];
+      const float* cp = cs + kk * half + g * W;
+      const float* sp = sn + kk * half + g * W;
+      if constexpr (W == 8) {
+        // 16-byte shared loads: half is a multiple of 8 here, so cp and sp
+        // are 32-byte aligned.
+        float4 c0 = ((const float4*)cp)[0], c1 = ((const float4*)cp)[1];
+        float4 s0 = ((const float4*)sp)[0], s1 = ((const float4*)sp)[1];
+        cc[0] = c0.x, cc[1] = c0.y, cc[2] = c0.z, cc[3] = c0.w, cc[4] = c1.x, cc[5] = c1.y, cc[6] = c1.z, cc[7] = c1.w;
+        ss[0] = s0.x, ss[1] = s0.y, ss[2] = s0.z, ss[3] = s0.w, ss[4] = s1.x, ss[5] = s1.y, ss[6] = s1.z, ss[7] = s1.w;
+      } else {
+        cc[0] = cp[0], ss[0] = sp[0];
+      }
 #pragma unroll
       for (int j = 0; j < W; j++) rope_pair(dt, x1[j], x2[j], cc[j], ss[j], &y1[j], &y2[j]);
       void* dst = PACK ? pk : u;
@@ -494,27 +515,41 @@ __device__ __forceinline__ void qkv_cols(void* pk, void* a, void* b, void* c, co
 
 // qkv_run walks the token groups of tb rows of a block (grid-striding),
 // computing their cos and sin (backward for PACK) before qkv_cols.
-template <int W, bool PACK>
+template <int W, bool PACK, int DTC = 0>
 __device__ __forceinline__ void qkv_run(void* pk, void* a, void* b, void* c, const void* bias, int dtb, int hasb,
                                         int dt, const int* pos, i64 rows, int hq, int hkv, int d, const InvFreq& inv,
                                         int tb) {
-  extern __shared__ float qkv_sm[];  // cos then sin of tb tokens: 2·tb·d/2 floats
+  extern __shared__ float4 qkv_sm4[];  // cos then sin of tb tokens: 2·tb·d/2 floats
+  float* qkv_sm = (float*)qkv_sm4;
+  if (DTC) dt = DTC;
   int half = d / 2;
   float *cs = qkv_sm, *sn = qkv_sm + tb * half;
   for (i64 r0 = (i64)blockIdx.x * tb; r0 < rows; r0 += (i64)gridDim.x * tb) {
     rope_table(cs, sn, pos, r0, rows, tb, half, inv, dt, PACK);
     __syncthreads();
-    qkv_cols<W, PACK>(pk, a, b, c, bias, dtb, hasb, dt, r0, rows, hq, hkv, d, tb, cs, sn);
+    qkv_cols<W, PACK, DTC>(pk, a, b, c, bias, dtb, hasb, dt, r0, rows, hq, hkv, d, tb, cs, sn);
     __syncthreads();
   }
 }
 
 // k_qkv_split8 and k_qkv_split are QKVSplit (8 elements a thread with
-// 16-byte accesses, or one): q, k, v from the fused projection qkv.
+// 16-byte accesses, or one): q, k, v from the fused projection qkv;
+// k_qkv_split8_bf16 and k_qkv_split8_f16 are k_qkv_split8 for 16-bit q,
+// k, v, qkv and bias (or none) of that dtype.
 extern "C" __global__ void k_qkv_split8(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
                                         int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
                                         InvFreq inv, int tb) {
   qkv_run<8, false>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_split8_bf16(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
+                                             int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
+                                             InvFreq inv, int tb) {
+  qkv_run<8, false, DT_BF16>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_split8_f16(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
+                                            int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
+                                            InvFreq inv, int tb) {
+  qkv_run<8, false, DT_F16>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
 }
 extern "C" __global__ void k_qkv_split(void* q, void* k, void* v, const void* qkv, const void* bias, int dtb,
                                        int hasb, int dt, const int* pos, i64 rows, int hq, int hkv, int d,
@@ -522,10 +557,19 @@ extern "C" __global__ void k_qkv_split(void* q, void* k, void* v, const void* qk
   qkv_run<1, false>((void*)qkv, q, k, v, bias, dtb, hasb, dt, pos, rows, hq, hkv, d, inv, tb);
 }
 // k_qkv_pack8 and k_qkv_pack are QKVPack: dqkv from dq and dk rotated back
-// and dv (which they leave as they are).
+// and dv (which they leave as they are); k_qkv_pack8_bf16 and
+// k_qkv_pack8_f16 are k_qkv_pack8 for that dtype.
 extern "C" __global__ void k_qkv_pack8(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt, i64 rows,
                                        int hq, int hkv, int d, InvFreq inv, int tb) {
   qkv_run<8, true>(dqkv, dq, dk, dv, 0, dt, 0, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_pack8_bf16(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt,
+                                            i64 rows, int hq, int hkv, int d, InvFreq inv, int tb) {
+  qkv_run<8, true, DT_BF16>(dqkv, dq, dk, dv, 0, dt, 0, dt, pos, rows, hq, hkv, d, inv, tb);
+}
+extern "C" __global__ void k_qkv_pack8_f16(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt,
+                                           i64 rows, int hq, int hkv, int d, InvFreq inv, int tb) {
+  qkv_run<8, true, DT_F16>(dqkv, dq, dk, dv, 0, dt, 0, dt, pos, rows, hq, hkv, d, inv, tb);
 }
 extern "C" __global__ void k_qkv_pack(void* dqkv, void* dq, void* dk, void* dv, const int* pos, int dt, i64 rows,
                                       int hq, int hkv, int d, InvFreq inv, int tb) {
