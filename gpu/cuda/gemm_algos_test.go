@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -18,10 +19,19 @@ import (
 //
 //	go test -run '^$' -bench GemmAlgos -benchtime 10x ./gpu/cuda
 //
-// A pick the heuristic does not offer skips. Without a driver it skips.
+// RLPIPE_BENCH_GEMM_DIMS="H,I,KV" times another model's products (hidden
+// size, MLP size, k/v width): "2048,11008,256" for Qwen2.5-3B. A pick the
+// heuristic does not offer skips. Without a driver it skips.
 func BenchmarkGemmAlgos(bb *testing.B) {
 	b := backend(bb)
-	const T, H, I, KV, V, C = 16384, 1536, 8960, 256, 151936, 2048
+	const T, V, C = 16384, 151936, 2048
+	H, I, KV := 1536, 8960, 256
+	if d := os.Getenv("RLPIPE_BENCH_GEMM_DIMS"); d != "" {
+		if _, err := fmt.Sscanf(d, "%d,%d,%d", &H, &I, &KV); err != nil {
+			bb.Fatalf("RLPIPE_BENCH_GEMM_DIMS=%q: want H,I,KV: %v", d, err)
+		}
+	}
+	QKV := H + 2*KV
 	type shape struct {
 		name               string
 		cdt                gpu.DType
@@ -32,6 +42,7 @@ func BenchmarkGemmAlgos(bb *testing.B) {
 	}
 	bf := gpu.BF16
 	shapes := []shape{
+		{"qkv fwd", bf, T, QKV, T, H, QKV, H, false, true, 0},
 		{"q,o fwd", bf, T, H, T, H, H, H, false, true, 0},
 		{"k,v fwd", bf, T, KV, T, H, KV, H, false, true, 0},
 		{"gate,up fwd", bf, T, I, T, H, I, H, false, true, 0},
