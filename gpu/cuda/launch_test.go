@@ -5,6 +5,8 @@ package cuda
 import (
 	"strings"
 	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
 )
 
 // The choice between the scalar and the 8-wide kernels needs no GPU.
@@ -90,6 +92,46 @@ func TestKernelNames(t *testing.T) {
 	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
+		}
+	}
+}
+
+// qkvKernel takes a 16-bit form only for an 8-wide launch whose operands
+// all share that dtype, and every name it gives is a kernel.
+func TestQKVKernel(t *testing.T) {
+	mods, err := modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, m := range mods {
+		for _, f := range m.funcs {
+			have[f] = true
+		}
+	}
+	for _, c := range []struct {
+		base string
+		vec  bool
+		dt   gpu.DType
+		same bool
+		want string
+	}{
+		{"k_qkv_split", true, gpu.BF16, true, "k_qkv_split8_bf16"},
+		{"k_qkv_split", true, gpu.F16, true, "k_qkv_split8_f16"},
+		{"k_qkv_split", true, gpu.BF16, false, "k_qkv_split8"},
+		{"k_qkv_split", true, gpu.F32, true, "k_qkv_split8"},
+		{"k_qkv_split", false, gpu.BF16, true, "k_qkv_split"},
+		{"k_qkv_pack", true, gpu.BF16, true, "k_qkv_pack8_bf16"},
+		{"k_qkv_pack", true, gpu.F16, true, "k_qkv_pack8_f16"},
+		{"k_qkv_pack", true, gpu.F32, true, "k_qkv_pack8"},
+		{"k_qkv_pack", false, gpu.F16, true, "k_qkv_pack"},
+	} {
+		got := qkvKernel(c.base, c.vec, c.dt, c.same)
+		if got != c.want {
+			t.Errorf("qkvKernel(%s, vec %v, %v, same %v) = %s, want %s", c.base, c.vec, c.dt, c.same, got, c.want)
+		}
+		if !have[got] {
+			t.Errorf("qkvKernel gives %s, which no module defines", got)
 		}
 	}
 }

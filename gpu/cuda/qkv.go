@@ -35,7 +35,7 @@ func (b *Backend) QKVSplit(q, k, v, qkv, bias, pos gpu.Tensor, theta float64, sc
 	vec := d%16 == 0 && vec8(8, as[:4]...) && (!hasb || vec8(8, ba))
 	args := new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).u64(ba).dt(bias.DType).i32(b2i(hasb)).
 		dt(q.DType).u64(as[4]).i64(int64(t)).i32(hq).i32(hkv).i32(d).put(tbl)
-	return b.qkvLaunch(qkvKernel("k_qkv_split", vec, q.DType, !hasb || bias.DType == q.DType), t, hq, hkv, d, args)
+	return b.qkvLaunch(qkvKernel("k_qkv_split", vec, q.DType, !hasb || bias.DType == q.DType), vec, t, hq, hkv, d, args)
 }
 
 // QKVPack writes dqkv from dq and dk rotated back and dv in one pass
@@ -58,7 +58,7 @@ func (b *Backend) QKVPack(dqkv, dq, dk, dv, pos gpu.Tensor, theta float64, scali
 	vec := d%16 == 0 && vec8(8, as[:4]...)
 	args := new(kargs).u64(as[3]).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[4]).dt(dq.DType).
 		i64(int64(t)).i32(hq).i32(hkv).i32(d).put(tbl)
-	return b.qkvLaunch(qkvKernel("k_qkv_pack", vec, dq.DType, true), t, hq, hkv, d, args)
+	return b.qkvLaunch(qkvKernel("k_qkv_pack", vec, dq.DType, true), vec, t, hq, hkv, d, args)
 }
 
 // qkvAddrs returns the addresses of the four float operands and of pos.
@@ -92,16 +92,17 @@ func qkvKernel(base string, vec bool, dt gpu.DType, same bool) string {
 	return base + "8"
 }
 
-// qkvLaunch issues kernel name over t tokens, each block taking tb of
-// them: enough for about 1024 accesses (four a thread), at most 16, and
-// few enough that their cos and sin stay within 4096 entries each; the
-// block's dynamic shared memory holds exactly its tb tokens' tables.
-func (b *Backend) qkvLaunch(name string, t, hq, hkv, d int, args *kargs) error {
+// qkvLaunch issues kernel name (an 8-wide one when vec) over t tokens,
+// each block taking tb of them: enough for about 1024 accesses (four a
+// thread), at most 16, and few enough that their cos and sin stay within
+// 4096 entries each; the block's dynamic shared memory holds exactly its tb
+// tokens' tables.
+func (b *Backend) qkvLaunch(name string, vec bool, t, hq, hkv, d int, args *kargs) error {
 	if t == 0 {
 		return nil
 	}
 	w := 1
-	if name != "k_qkv_split" && name != "k_qkv_pack" {
+	if vec {
 		w = 8
 	}
 	per := ((hq+hkv)*d/2 + hkv*d) / w
