@@ -4,7 +4,10 @@
 # HF's own if the wrapper fails), and rlpipe with recompute auto (the plan's
 # fastest configuration that fits) and with every layer recomputed; then
 # each side's fastest train run that finished, their ratio, and
-# bench/compare.py's table (tokens/s, MFU, memory) of the two. Build first:
+# bench/compare.py's table (tokens/s, MFU, memory) of the two. rlpipe's auto
+# run goes first; the peers then start from its random checkpoint and take
+# its rollouts (peer_fsdp2.py --weights, --rollouts), so that the two
+# sides' grad norms are those of the same weights and data. Build first:
 #
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
@@ -31,10 +34,20 @@ W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --s
 . bench/device_lib.sh # budgeted
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	want peer-noac && budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac none --out "$OUT/peer-$m-noac.json"
-	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --out "$OUT/peer-$m-ac.json" ||
-		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
-	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-auto.json"
+	# rlpipe's auto run first: the peers then start from its random
+	# checkpoint and its rollouts (kept in work-$m), so that the two sides'
+	# grad norms are those of the same weights and data.
+	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-auto.json"
+	P=()
+	ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("checkpoint_path") or "")' "$OUT/rlpipe-$m-auto.json" 2>/dev/null)
+	if [[ -n $ck && -f $OUT/work-$m/rollouts.jsonl ]]; then
+		P=(--weights "$ck" --rollouts "$OUT/work-$m/rollouts.jsonl")
+	else
+		echo "fair: $m: no rlpipe auto run to share its weights and rollouts; the peers draw their own" >&2
+	fi
+	want peer-noac && budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --out "$OUT/peer-$m-noac.json"
+	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --out "$OUT/peer-$m-ac.json" ||
+		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
 	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then

@@ -193,18 +193,52 @@ class LogProbModel(nn.Module):
         return chunked_logprobs(h, self.lm.lm_head.weight, targets, self.chunk, self.want_entropy)
 
 
-def build_lm(config_path, device):
+def build_lm(config_path, device, weights=None):
+    """The actor: HF's random initialisation of the config (seed 0), or,
+    with weights (a checkpoint directory, e.g. rlbench's random checkpoint),
+    that checkpoint's values; fp32 master weights either way."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg_dir = config_path if os.path.isdir(config_path) else os.path.dirname(os.path.abspath(config_path))
     cfg = AutoConfig.from_pretrained(cfg_dir)
     cfg.use_cache = False
-    torch.manual_seed(0)
-    with torch.device(device):
-        lm = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    if weights:
+        import transformers
+
+        # transformers 5 calls the argument dtype; 4 says torch_dtype.
+        kw = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+        lm = AutoModelForCausalLM.from_pretrained(weights, config=cfg, attn_implementation="sdpa", **kw)
+    else:
+        torch.manual_seed(0)
+        with torch.device(device):
+            lm = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     lm = lm.to(device).float()  # fp32 master weights; compute in bf16 through the FSDP policy
     lm.config.use_cache = False
     return lm, cfg
+
+
+def read_rollouts(path, seqs, n, p):
+    """Token ids [seqs, n] and rewards [seqs] of the first seqs samples of an
+    rlpipe rollout file (prompt_tokens, response_tokens, reward per line),
+    each of which must have p prompt tokens and n in all."""
+    ids, rewards = [], []
+    with open(path) as f:
+        for ln, line in enumerate(f, 1):
+            if len(ids) == seqs:
+                break
+            if not line.strip():
+                continue
+            s = json.loads(line)
+            pr, rs = s["prompt_tokens"], s["response_tokens"]
+            if len(pr) != p or len(pr) + len(rs) != n:
+                raise ValueError(f"{path}:{ln}: {len(pr)} prompt + {len(rs)} response tokens, want {p} + {n - p}")
+            if s.get("loss_mask") is not None:
+                raise ValueError(f"{path}:{ln}: a loss mask (the peer takes every response token)")
+            ids.append(pr + rs)
+            rewards.append(float(s["reward"]))
+    if len(ids) < seqs:
+        raise ValueError(f"{path}: {len(ids)} samples, want {seqs}")
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(rewards, dtype=torch.float64)
 
 
 def apply_ac(lm, mode):
@@ -306,7 +340,7 @@ def run(args, res):
         mesh = init_device_mesh(dev.type, (nranks,))
 
     t_setup = time.perf_counter()
-    lm, cfg = build_lm(args.config, dev)
+    lm, cfg = build_lm(args.config, dev, args.weights)
     nparams = sum(p.numel() for p in lm.parameters())
     res["model"] = {"config": args.config, "family": cfg.model_type, "params": nparams, "layers": cfg.num_hidden_layers,
                     "hidden": cfg.hidden_size, "intermediate": cfg.intermediate_size, "heads": cfg.num_attention_heads,
@@ -362,9 +396,12 @@ def run(args, res):
         raise ValueError(f"{nranks} ranks do not divide {S_all} sequences")
     S = S_all // nranks
     R = N - P
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, cfg.vocab_size, (S_all, N), generator=g)
-    rewards = torch.rand(S_all, generator=g, dtype=torch.float64)
+    if args.rollouts:
+        ids, rewards = read_rollouts(args.rollouts, S_all, N, P)
+    else:
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, cfg.vocab_size, (S_all, N), generator=g)
+        rewards = torch.rand(S_all, generator=g, dtype=torch.float64)
     adv = grpo_advantages(rewards, S_all).float()
     ids, adv = ids[rank * S:(rank + 1) * S], adv[rank * S:(rank + 1) * S]
     starts = torch.arange(S) * N
@@ -538,6 +575,9 @@ def main(argv=None):
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
     ap.add_argument("--kl-coef", type=float, default=0.01)
     ap.add_argument("--entropy-coef", type=float, default=0.0)
+    ap.add_argument("--weights", help="start from this checkpoint directory (e.g. rlbench's random checkpoint) instead of HF's initialisation")
+    ap.add_argument("--rollouts", help="take the token ids and rewards of the first --seqs samples of this rlpipe rollout file "
+                    "(e.g. rlbench's, kept with its --workdir) instead of random ones")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--no-fsdp", action="store_true", help="skip torch.distributed and FSDP (CPU smoke test)")
     ap.add_argument("--out", help="write the result JSON here")
@@ -555,7 +595,9 @@ def main(argv=None):
                         "chunk": args.chunk, "precision": "bf16 (MixedPrecisionPolicy param bf16, reduce fp32)",
                         "recompute": args.ac != "none", "ac": args.ac, "offload": args.offload, "offload_ref": args.offload_ref,
                         "layout": args.layout + (" [S, N], SDPA causal (no mask)" if args.layout == "batch" else " [1, S*N], block-causal mask from position ids"),
-                        "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef},
+                        "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
+                        "weights": args.weights or "HF initialisation, seed 0",
+                        "rollouts": args.rollouts or "random ids and rewards, seed 1"},
            "memory": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         import transformers
