@@ -50,6 +50,10 @@
 #                     cp 2, cut once recorded. SCALE_GPU=h100-80g on
 #                     nvidia-h100-x2: an estimated 2.5 min a step.
 #
+# In the dp and 7b phases rlbench runs first and the peer starts from its
+# random checkpoint and rollouts (peer_fsdp2.py --weights, --rollouts), so
+# that the two grad norms are of the same weights and data.
+#
 # W is 8 with 8 GPUs visible, 4 with 4 to 7 and 2 with 2 or 3 (issue 10's
 # two-GPU runs on nvidia-h200-x2: dp 1 and 2; the 7B at dp 2; cp at dp 1 ×
 # cp 2 only, where one cp pair takes both samples of a step, about twice
@@ -282,10 +286,20 @@ bench() {
 	shift 4
 	sampled "$n" "$limit" "$RLBENCH" --backend cuda --gpu "$GPU" --config "examples/models/$m/config.json" --dp "$dp" \
 		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --precision bf16 --recompute \
-		--cache "$C" --out "$OUT/json/$n.json" "$@"
+		--cache "$C" --workdir "$W/work-$n" --out "$OUT/json/$n.json" "$@"
 	local rc=$?
 	[[ -z $DRY ]] && ((rc != 0)) && reap "$OUT/json/$n.json"
 	return $rc
+}
+
+# shared NAME: the peer's flags that start it from the random checkpoint
+# and the rollouts of bench NAME's run (peer_fsdp2.py --weights,
+# --rollouts), so that the two sides' grad norms are of the same weights
+# and data; nothing when that run left neither (or with SCALE_DRY).
+shared() {
+	local ck
+	ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("checkpoint_path") or "")' "$OUT/json/$1.json" 2>/dev/null)
+	[[ -n $ck && -f $W/work-$1/rollouts.jsonl ]] && printf '%s\n' --weights "$ck" --rollouts "$W/work-$1/rollouts.jsonl"
 }
 
 # peer NAME LIMIT MODEL DP [FLAGS...]: the PyTorch FSDP2 peer on the same
@@ -398,24 +412,26 @@ YAML
 
 phase_dp() {
 	needs dp || return 0
-	local m dp
+	local m dp sh
 	for m in $MODELS; do
 		for dp in $DPS; do
 			if ((dp > NGPU)); then
 				say "dp $dp: $NGPU GPUs visible; skipped"
 				continue
 			fi
-			peer "peer-$m-dp$dp" 150 "$m" "$dp"
 			bench "rlpipe-$m-dp$dp" 240 "$m" "$dp"
+			mapfile -t sh < <(shared "rlpipe-$m-dp$dp")
+			peer "peer-$m-dp$dp" 150 "$m" "$dp" "${sh[@]}"
 		done
 	done
 }
 
 phase_7b() {
 	needs 7b || return 0
-	local m=qwen2.5-7b n=7b-h200-dp$WORLD
+	local m=qwen2.5-7b n=7b-h200-dp$WORLD sh
 	bench "rlpipe-$m-dp$WORLD" 300 "$m" "$WORLD" --offload-ref --kl-coef 0.001
-	peer "peer-$m-dp$WORLD" 180 "$m" "$WORLD" --offload-ref --kl-coef 0.001
+	mapfile -t sh < <(shared "rlpipe-$m-dp$WORLD")
+	peer "peer-$m-dp$WORLD" 180 "$m" "$WORLD" --offload-ref --kl-coef 0.001 "${sh[@]}"
 	ensure_ckpt "$m" || return 0
 	spec_7b "$WORLD" || return 0
 	rollouts rollouts 32 8 128 384

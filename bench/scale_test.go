@@ -224,7 +224,7 @@ func rlbenchOptions(t *testing.T, args []string) Options {
 	strs := map[string]*string{"config": &o.Config, "gpu": &o.GPU, "precision": &o.Precision}
 	ints := map[string]*int{"dp": &o.DP, "seqs": &o.Seqs, "tokens-per-seq": &o.TokensPerSeq, "prompt-tokens": &o.PromptTokens,
 		"chunk": &o.Chunk, "warmup": &o.Warmup, "steps": &o.Steps}
-	ignored := map[string]bool{"backend": true, "cache": true, "out": true} // the run's, not the plan's
+	ignored := map[string]bool{"backend": true, "cache": true, "out": true, "workdir": true} // the run's, not the plan's
 	for i := 0; i < len(args); i++ {
 		name := strings.TrimPrefix(args[i], "--")
 		if b := bools[name]; b != nil {
