@@ -107,3 +107,18 @@ bench_step() {
 		--seqs $((8 * dp)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps "$steps" --precision bf16 \
 		--recompute --cache "$C" -q --out "$json" "${ARGS[@]}")"
 }
+
+# peer_inputs JSON WORK: prints, one a line, the peer_fsdp2.py flags that
+# start the peer from the random checkpoint of the rlbench run that wrote
+# JSON and the rollouts it kept in WORK (rlbench --workdir WORK), so that
+# the two sides' grad norms are of the same weights and data; nothing,
+# and a line on standard error, when that run left neither.
+peer_inputs() {
+	local ck
+	ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("checkpoint_path") or "")' "$1" 2>/dev/null)
+	if [[ -n $ck && -f $2/rollouts.jsonl ]]; then
+		printf '%s\n' --weights "$ck" --rollouts "$2/rollouts.jsonl"
+	else
+		echo "peer_inputs: no checkpoint in $1 or no rollouts in $2: the peer draws its own" >&2
+	fi
+}

@@ -38,13 +38,7 @@ for m in $MODELS; do
 	# checkpoint and its rollouts (kept in work-$m), so that the two sides'
 	# grad norms are those of the same weights and data.
 	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-auto.json"
-	P=()
-	ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("checkpoint_path") or "")' "$OUT/rlpipe-$m-auto.json" 2>/dev/null)
-	if [[ -n $ck && -f $OUT/work-$m/rollouts.jsonl ]]; then
-		P=(--weights "$ck" --rollouts "$OUT/work-$m/rollouts.jsonl")
-	else
-		echo "fair: $m: no rlpipe auto run to share its weights and rollouts; the peers draw their own" >&2
-	fi
+	mapfile -t P < <(peer_inputs "$OUT/rlpipe-$m-auto.json" "$OUT/work-$m")
 	want peer-noac && budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --out "$OUT/peer-$m-noac.json"
 	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --out "$OUT/peer-$m-ac.json" ||
 		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }

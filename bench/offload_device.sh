@@ -35,16 +35,18 @@ nproc >"$OUT/logs/host.txt"
 free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	want overlap && budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	want overlap && budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	# The peers start from that run's random checkpoint and rollouts.
+	mapfile -t P < <(peer_inputs "$OUT/rlpipe-$m-offload-overlap.json" "$OUT/work-$m")
 	if [[ -n ${OFFLOAD_CANDIDATE:-} ]]; then
 		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
 	fi
 	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
-	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
-		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
+	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
+		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
 	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
-	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
-		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
+	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
+		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
 	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'

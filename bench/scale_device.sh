@@ -292,16 +292,6 @@ bench() {
 	return $rc
 }
 
-# shared NAME: the peer's flags that start it from the random checkpoint
-# and the rollouts of bench NAME's run (peer_fsdp2.py --weights,
-# --rollouts), so that the two sides' grad norms are of the same weights
-# and data; nothing when that run left neither (or with SCALE_DRY).
-shared() {
-	local ck
-	ck=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("checkpoint_path") or "")' "$OUT/json/$1.json" 2>/dev/null)
-	[[ -n $ck && -f $W/work-$1/rollouts.jsonl ]] && printf '%s\n' --weights "$ck" --rollouts "$W/work-$1/rollouts.jsonl"
-}
-
 # peer NAME LIMIT MODEL DP [FLAGS...]: the PyTorch FSDP2 peer on the same
 # workload, under torch.distributed.run at dp > 1; its checkpoint_wrapper
 # failing, once more with HF's own checkpointing.
@@ -420,7 +410,7 @@ phase_dp() {
 				continue
 			fi
 			bench "rlpipe-$m-dp$dp" 240 "$m" "$dp"
-			mapfile -t sh < <(shared "rlpipe-$m-dp$dp")
+			mapfile -t sh < <(peer_inputs "$OUT/json/rlpipe-$m-dp$dp.json" "$W/work-rlpipe-$m-dp$dp" 2>/dev/null)
 			peer "peer-$m-dp$dp" 150 "$m" "$dp" "${sh[@]}"
 		done
 	done
@@ -430,7 +420,7 @@ phase_7b() {
 	needs 7b || return 0
 	local m=qwen2.5-7b n=7b-h200-dp$WORLD sh
 	bench "rlpipe-$m-dp$WORLD" 300 "$m" "$WORLD" --offload-ref --kl-coef 0.001
-	mapfile -t sh < <(shared "rlpipe-$m-dp$WORLD")
+	mapfile -t sh < <(peer_inputs "$OUT/json/rlpipe-$m-dp$WORLD.json" "$W/work-rlpipe-$m-dp$WORLD" 2>/dev/null)
 	peer "peer-$m-dp$WORLD" 180 "$m" "$WORLD" --offload-ref --kl-coef 0.001 "${sh[@]}"
 	ensure_ckpt "$m" || return 0
 	spec_7b "$WORLD" || return 0
