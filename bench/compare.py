@@ -108,7 +108,7 @@ def shared_inputs(peer, rl):
     """Whether the peer started from rlpipe's checkpoint and rollouts
     (peer_fsdp2.py --weights and --rollouts, as fair_device.sh runs it)."""
     w = get(peer, "workload", "weights")
-    return bool(w) and w == get(rl, "checkpoint_path") and os.path.isabs(get(peer, "workload", "rollouts") or "")
+    return bool(w) and w == get(rl, "checkpoint_path") and bool(get(peer, "workload", "rollouts"))
 
 
 def agree(a, b, tol):

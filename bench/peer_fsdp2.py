@@ -5,7 +5,11 @@ One GRPO step of SEQS sequences of TOKENS tokens (PROMPT prompt + the rest
 response) on one GPU, the way a PyTorch RL trainer (slime's FSDP backend,
 verl) does it today:
 
-  * random-init Qwen2 model from an HF config.json, attn_implementation="sdpa";
+  * a Qwen2 model from an HF config.json, attn_implementation="sdpa",
+    random-init, or with --weights DIR a checkpoint's values (rlbench's
+    random checkpoint, so that both sides start from the same weights);
+    random token ids and rewards, or with --rollouts FILE the first SEQS
+    samples of an rlpipe rollout file (rlbench's, kept with --workdir);
   * torch.distributed with world size 1 (file:// store), or under torchrun
     (`python3 -m torch.distributed.run --nproc_per_node W`) one process per
     GPU with each rank taking SEQS/W of the sequences; FSDP2
@@ -596,8 +600,8 @@ def main(argv=None):
                         "recompute": args.ac != "none", "ac": args.ac, "offload": args.offload, "offload_ref": args.offload_ref,
                         "layout": args.layout + (" [S, N], SDPA causal (no mask)" if args.layout == "batch" else " [1, S*N], block-causal mask from position ids"),
                         "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
-                        "weights": args.weights or "HF initialisation, seed 0",
-                        "rollouts": args.rollouts or "random ids and rewards, seed 1"},
+                        # null: HF's initialisation (seed 0), random ids and rewards (seed 1)
+                        "weights": args.weights, "rollouts": args.rollouts},
            "memory": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         import transformers
