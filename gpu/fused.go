@@ -1,6 +1,14 @@
 package gpu
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFused is what a backend's optional fused op returns, wrapped, for
+// operands it does not take: the caller then runs the unfused ops, whose
+// values the fused op's equal up to the order of its sums.
+var ErrNotFused = errors.New("not fused for these operands")
 
 // This file holds the reference forms of the fused ops of Backend: each
 // backend's fused op must give the values of its steps, which a backend

@@ -53,7 +53,7 @@ type device struct {
 	closed   bool
 	mods     []C.uint64_t
 	fns      map[string]C.uint64_t
-	dynSmem  map[string]int // attention kernels' dynamic shared memory ceilings
+	dynSmem  map[string]int // each kernel's dynamic shared memory ceiling
 	lt       C.uint64_t
 	internal C.CUdeviceptr // workspace followed by the error flag
 	flag     uint64
@@ -193,19 +193,20 @@ func (d *device) setup(mods []kernelModule, imgs []kernelImage) error {
 			if err != nil {
 				return err
 			}
-			if m.name == "attention" {
-				// A kernel's static shared memory counts against the
-				// opt-in limit, so its dynamic ceiling is what is left.
-				var static C.int
-				if err := cuErr("cuFuncGetAttribute "+f, C.cuFuncGetAttribute_(&static, funcAttrStaticSmem, fn)); err != nil {
-					return err
-				}
-				dyn := d.smemMax - int(static)
-				if err := cuErr("cuFuncSetAttribute "+f, C.cuFuncSetAttribute_(fn, funcAttrMaxDynSmem, C.int(dyn))); err != nil {
-					return err
-				}
-				d.dynSmem[f] = dyn
+			// Every kernel may ask for the opt-in limit of dynamic shared
+			// memory (the Hopper kernels of attention.cu and gemm.cu
+			// need more than the default 48 KB). A kernel's static shared
+			// memory counts against that limit, so its dynamic ceiling is
+			// what is left.
+			var static C.int
+			if err := cuErr("cuFuncGetAttribute "+f, C.cuFuncGetAttribute_(&static, funcAttrStaticSmem, fn)); err != nil {
+				return err
 			}
+			dyn := d.smemMax - int(static)
+			if err := cuErr("cuFuncSetAttribute "+f, C.cuFuncSetAttribute_(fn, funcAttrMaxDynSmem, C.int(dyn))); err != nil {
+				return err
+			}
+			d.dynSmem[f] = dyn
 			d.fns[f] = fn
 		}
 	}

@@ -811,7 +811,6 @@ func (e *env) compareAttention(name string, dt gpu.DType, lens []int, hq, hkv, d
 	return r
 }
 
-// copyCPU uploads the CPU tensor's contents into the CUDA one.
 // sameBits fails the test unless GPU tensors a (a fused op's output) and
 // b (its steps') hold the same bytes.
 func (e *env) sameBits(name string, a, b gpu.Tensor) {
@@ -828,6 +827,7 @@ func (e *env) sameBits(name string, a, b gpu.Tensor) {
 	}
 }
 
+// copyCPU uploads the CPU tensor's contents into the CUDA one.
 func (e *env) copyCPU(g, c gpu.Tensor) {
 	e.t.Helper()
 	raw := make([]byte, c.Bytes())

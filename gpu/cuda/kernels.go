@@ -26,9 +26,18 @@ type kernelModule struct {
 // optionally `__launch_bounds__(...)`, then the name, across line breaks.
 var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(`)
 
-// modules lists the embedded kernel modules in name order.
+// usesHopper finds the line by which a module asks for kernels/hopper.cuh.
+var usesHopper = regexp.MustCompile(`(?m)^// uses hopper\.cuh$`)
+
+// modules lists the embedded kernel modules in name order: each is its
+// file with common.cuh before it, and hopper.cuh after that where the
+// file has the line "// uses hopper.cuh".
 func modules() ([]kernelModule, error) {
 	common, err := kernelFS.ReadFile("kernels/common.cuh")
+	if err != nil {
+		return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
+	}
+	hopper, err := kernelFS.ReadFile("kernels/hopper.cuh")
 	if err != nil {
 		return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
 	}
@@ -45,7 +54,11 @@ func modules() ([]kernelModule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cuda: embedded kernels: %w", err)
 		}
-		m := kernelModule{name: strings.TrimSuffix(e.Name(), ".cu"), src: string(common) + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)}
+		pre := string(common)
+		if usesHopper.Match(b) {
+			pre += "\n#line 1 \"hopper.cuh\"\n" + string(hopper)
+		}
+		m := kernelModule{name: strings.TrimSuffix(e.Name(), ".cu"), src: pre + "\n#line 1 \"" + e.Name() + "\"\n" + string(b)}
 		for _, x := range kernelRE.FindAllStringSubmatch(string(b), -1) {
 			m.funcs = append(m.funcs, x[1])
 		}

@@ -100,6 +100,17 @@ __device__ __forceinline__ float rnd(int dt, float v) {
   return v;
 }
 
+// sigmoid is computed in float32 with the hardware's approximate
+// exponential and reciprocal (__expf, __fdividef: a few float32 ulps, more
+// for |x| in the tens), where the CPU reference takes float64 and rounds
+// once: both far below a bf16 activation's rounding. expf and an IEEE
+// division took half the epilogue of the fused gate/up product
+// (gemm.cu), where the tensor cores wait for it; __fdividef gives 0 for a
+// denominator past 2^126, that is sigmoid(x) = 0 for x below about -87
+// (the true value is below 1e-38). A float64 exponential per element held
+// the SwiGLU kernels (elementwise.cu) below the memory's speed.
+__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
 // ld8 loads the 8 elements p[i..i+8) as floats: one 16-byte load for a
 // 16-bit dtype, two for float32. i must be a multiple of 8 and p 16-byte
 // aligned; dt is a float dtype (the Go side checks both).

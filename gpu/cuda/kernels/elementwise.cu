@@ -32,11 +32,6 @@ extern "C" __global__ void k_addscaled(void* dst, int dtd, const void* x, int dt
   }
 }
 
-// sigmoid is computed in float32 (expf is within 2 ulp), where the CPU
-// reference takes float64 and rounds once: the two differ by a few float32
-// ulps at most, below a bf16 activation's rounding. A float64 exponential
-// per element held the SwiGLU kernels below the memory's speed.
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 extern "C" __global__ void k_swiglu(void* out, int dto, const void* g, int dtg, const void* u, int dtu, i64 n) {
   GRID_STRIDE(i, n) {

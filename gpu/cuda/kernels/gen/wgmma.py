@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the wgmma wrappers of kernels/attention.cu (between the markers
+"""Writes the wgmma wrappers of kernels/hopper.cuh (between the markers
 "// BEGIN wgmma wrappers" and "// END wgmma wrappers"): one function per
-shape m64nNk16 (N = 64, 128), A from shared memory (wg_ssN) or from
-registers (wg_rsN), bf16 or f16 operands, fp32 accumulators d[N/2] in the
-register order of the PTX accumulator fragment. Every accumulator must be
-named in the asm statement, hence the generator.
+shape m64nNk16, A from shared memory (wg_ssN: N = 64, 128, 256) or from
+registers (wg_rsN: N = 64, 128), bf16 or f16 operands, fp32 accumulators
+d[N/2] in the register order of the PTX accumulator fragment. Every
+accumulator must be named in the asm statement, hence the generator.
 
     python3 gpu/cuda/kernels/gen/wgmma.py   # rewrites the section in place
 """
@@ -12,7 +12,7 @@ import os
 import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CU = os.path.join(HERE, "..", "attention.cu")
+CU = os.path.join(HERE, "..", "hopper.cuh")
 
 
 def regs(n):
@@ -54,7 +54,7 @@ def wrapper(n, rs):
 
 
 def main():
-    gen = "".join(wrapper(n, rs) for rs in (False, True) for n in (64, 128))
+    gen = "".join(wrapper(n, rs) for rs, ns in ((False, (64, 128, 256)), (True, (64, 128))) for n in ns)
     src = open(CU).read()
     pat = re.compile(r"(// BEGIN wgmma wrappers[^\n]*\n).*?(// END wgmma wrappers)", re.S)
     if not pat.search(src):

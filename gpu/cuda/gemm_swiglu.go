@@ -1,0 +1,98 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// The gate/up product with SwiGLU in its epilogue (k_gemm_swiglu_*,
+// kernels/gemm.cu): persistent CTAs of gsThreads threads take tiles of gsBM
+// rows and gsBN output columns, with gsStages buffers of a gsBK-wide step
+// of the reduction (x's rows and the gate's and up's, 16-bit).
+const (
+	gsBM, gsBN, gsBK = 128, 128, 64
+	gsStages         = 4
+	gsThreads        = 3 * 128
+)
+
+// gateUpSwiGLUOff turns the fused kernel off (RLPIPE_CUDA_GEMM_SWIGLU=0):
+// GateUpSwiGLU then refuses every call, and the model runs the two
+// products and SwiGLU.
+var gateUpSwiGLUOff = os.Getenv("RLPIPE_CUDA_GEMM_SWIGLU") == "0"
+
+// GateUpSwiGLU writes act = SwiGLU(x·gateᵀ, x·upᵀ) in one kernel: x [T,K],
+// gate and up [N,K], act [T,N], every operand bf16 (or every one f16),
+// K a multiple of 64, N of 128, on Hopper. Its values are those of the two
+// products rounded to the dtype and then SwiGLU, up to the products'
+// accumulation order. Operands it does not take give an error wrapping
+// gpu.ErrNotFused.
+func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
+	const op = "gate/up swiglu"
+	if gateUpSwiGLUOff {
+		return fmt.Errorf("%s: RLPIPE_CUDA_GEMM_SWIGLU=0: %w", op, gpu.ErrNotFused)
+	}
+	if !b.wgmma() {
+		return fmt.Errorf("%s: needs Hopper's wgmma: %w", op, gpu.ErrNotFused)
+	}
+	dt := x.DType
+	if dt != gpu.BF16 && dt != gpu.F16 {
+		return fmt.Errorf("%s: x is %v, want bf16 or f16: %w", op, dt, gpu.ErrNotFused)
+	}
+	if len(x.Shape) != 2 || len(gate.Shape) != 2 || len(up.Shape) != 2 || len(act.Shape) != 2 {
+		return fmt.Errorf("%s: want x [T,K], gate and up [N,K], act [T,N], got %v, %v, %v, %v", op, x.Shape, gate.Shape, up.Shape, act.Shape)
+	}
+	t, k, n := x.Shape[0], x.Shape[1], gate.Shape[0]
+	if !gpu.SameShape(gate.Shape, []int{n, k}) || !gpu.SameShape(up.Shape, []int{n, k}) || !gpu.SameShape(act.Shape, []int{t, n}) {
+		return fmt.Errorf("%s: want x [T,K], gate and up [N,K], act [T,N], got %v, %v, %v, %v", op, x.Shape, gate.Shape, up.Shape, act.Shape)
+	}
+	for _, o := range []gpu.Tensor{gate, up, act} {
+		if o.DType != dt {
+			return fmt.Errorf("%s: operands of dtypes %v, %v, %v, %v: %w", op, x.DType, gate.DType, up.DType, act.DType, gpu.ErrNotFused)
+		}
+	}
+	if k%gsBK != 0 || n%gsBN != 0 {
+		return fmt.Errorf("%s: K %d not a multiple of %d or N %d not of %d: %w", op, k, gsBK, n, gsBN, gpu.ErrNotFused)
+	}
+	// Every CTA reads x and the weights while others write act, so act
+	// must not share a byte with them.
+	for _, o := range []named{arg("x", x), arg("gate", gate), arg("up", up)} {
+		if gpu.Overlap(act, o.T) {
+			return fmt.Errorf("%s: act overlaps %s", op, o.Name)
+		}
+	}
+	var as [4]uint64
+	for i, o := range []named{arg("act", act), arg("x", x), arg("gate", gate), arg("up", up)} {
+		a, err := b.faddr(op, o.Name, o.T)
+		if err != nil {
+			return err
+		}
+		if a%16 != 0 {
+			return fmt.Errorf("%s: %s is not 16-byte aligned: %w", op, o.Name, gpu.ErrNotFused)
+		}
+		as[i] = a
+	}
+	if t == 0 {
+		return nil
+	}
+	ms, err := tensorMaps(b.d, tmapKey{as[1], t, 1, k, gsBM}, tmapKey{as[2], n, 1, k, gsBN}, tmapKey{as[3], n, 1, k, gsBN})
+	if err != nil {
+		return err
+	}
+	name := "k_gemm_swiglu_bf16"
+	if dt == gpu.F16 {
+		name = "k_gemm_swiglu_f16"
+	}
+	// One persistent CTA per SM (or per tile, if fewer).
+	nb := min((t+gsBM-1)/gsBM*(n/gsBN), max(b.d.info.SMs, 1))
+	return b.issue(launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: gsThreads, by: 1, bz: 1, smem: gsSmem(),
+		args: new(kargs).u64(as[0]).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).i32(t).i32(n).i32(k)})
+}
+
+// gsSmem is k_gemm_swiglu_*'s dynamic shared memory: gsStages buffers of
+// x's, the gate's and up's tiles, a "full" and an "empty" mbarrier per
+// buffer, and 1 KB to align the tiles to 1024 bytes.
+func gsSmem() int { return gsStages*(gsBM+2*gsBN)*gsBK*2 + 2*gsStages*8 + 1024 }
