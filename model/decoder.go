@@ -47,6 +47,14 @@ type LayerActs struct {
 	// kept; it costs one RMSNorm twice and one SwiGLU per layer and frees
 	// 2·[T,H] + [T,I] of saved activations.
 	Lean bool
+	// Transient says that no backward follows the forward (the
+	// reference's log-probs): on a backend with the gate/up product and
+	// SwiGLU as one op (cuda.Backend.GateUpSwiGLU) it then writes Act
+	// alone and leaves Gate and Up as they were. (A training forward does
+	// not fuse, not even for a layer whose backward reruns it: the fused
+	// product's sums run in another order than the rerun's, and the rerun
+	// must give the forward's bits.)
+	Transient bool
 	// QKV, when present, is forward scratch [T, Hq·D+2·Hkv·D] for the
 	// q, k and v projections as one matrix product, which
 	// gpu.Backend.QKVSplit then splits (adding the biases and applying
@@ -388,17 +396,25 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	if err := batch.enter("gate_up"); err != nil {
 		return err
 	}
-	if err := b.Gemm(lv.gate, lv.xn2, w.Gate, false, true, 1, 0); err != nil {
+	fused, err := gateUpFused(b, lv.act, lv.xn2, w.Gate, w.Up, a.Transient && withDown)
+	if err != nil {
 		return err
 	}
-	if err := b.Gemm(lv.up, lv.xn2, w.Up, false, true, 1, 0); err != nil {
-		return err
+	if !fused {
+		if err := b.Gemm(lv.gate, lv.xn2, w.Gate, false, true, 1, 0); err != nil {
+			return err
+		}
+		if err := b.Gemm(lv.up, lv.xn2, w.Up, false, true, 1, 0); err != nil {
+			return err
+		}
 	}
 	if err := batch.enter("swiglu"); err != nil {
 		return err
 	}
-	if err := b.SwiGLU(lv.act, lv.gate, lv.up); err != nil {
-		return err
+	if !fused {
+		if err := b.SwiGLU(lv.act, lv.gate, lv.up); err != nil {
+			return err
+		}
 	}
 	if !withDown {
 		return nil
@@ -410,6 +426,28 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 		return err
 	}
 	return b.Add(out, lv.mid, lv.downOut)
+}
+
+// gateUpSwiGLUer is a backend with the MLP's gate/up product and SwiGLU as
+// one op (cuda.Backend on Hopper), which refuses operands it does not take
+// with an error wrapping gpu.ErrNotFused.
+type gateUpSwiGLUer interface {
+	GateUpSwiGLU(act, x, gate, up gpu.Tensor) error
+}
+
+// gateUpFused computes act = SwiGLU(x·gateᵀ, x·upᵀ) as one op where may
+// allows it and b has one that takes the operands, and reports whether it
+// did; otherwise the caller runs the two products and SwiGLU.
+func gateUpFused(b gpu.Backend, act, x, gate, up gpu.Tensor, may bool) (bool, error) {
+	f, ok := b.(gateUpSwiGLUer)
+	if !may || !ok {
+		return false, nil
+	}
+	err := f.GateUpSwiGLU(act, x, gate, up)
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // qkvForward computes q, k and v from xn: projections, biases, the Qwen3

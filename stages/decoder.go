@@ -465,9 +465,16 @@ type actSpec struct {
 
 // layerActs lists a decoder layer's activations for T tokens in compute
 // dtype dt. A lean layer's element-wise ones (xn, xn2, act) are forward
-// scratch: its backward recomputes them.
-func (d *decoder) layerActs(dt gpu.DType, lean, fused bool) []actSpec {
+// scratch: its backward recomputes them. In a transient forward (no
+// backward follows; model.LayerActs.Transient) the backend may write act
+// in the gate/up op, from xn2 (a fused product and SwiGLU), so act's
+// lifetime starts there and its buffer cannot take xn2's bytes.
+func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec {
 	c := d.cfg
+	actFirst := "swiglu"
+	if transient {
+		actFirst = "gate_up"
+	}
 	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
 	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 	f := func(g func(a *model.LayerActs) *gpu.Tensor) func(a *model.LayerActs) *gpu.Tensor { return g }
@@ -497,7 +504,7 @@ func (d *decoder) layerActs(dt gpu.DType, lean, fused bool) []actSpec {
 		actSpec{"rstd2", gpu.F32, []int{T}, "norm2", "norm2", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd2 }), false},
 		actSpec{"gate", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Gate }), false},
 		actSpec{"up", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Up }), false},
-		actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean},
+		actSpec{"act", dt, []int{T, I}, actFirst, "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean},
 		actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true},
 	)
 	return acts
@@ -518,9 +525,9 @@ func (d *decoder) layerForward(i int, train bool) {
 	p, u, dt := d.p, d.st.Units[i], d.dts[i]
 	keep := train && !d.rc[i]
 	lean := keep && d.lean[i]
-	acts := d.layerActs(dt, lean, d.fused[i])
+	acts := d.layerActs(dt, lean, d.fused[i], !train)
 	var out *ref
-	la := &model.LayerActs{Lean: lean}
+	la := &model.LayerActs{Lean: lean, Transient: !train}
 	if !p.running() {
 		idx := map[string]int{}
 		for _, o := range layerForwardOps {
@@ -996,7 +1003,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	if d.rc[i] {
 		p.op(u.Name + " recompute forward")
 		la = &model.LayerActs{}
-		for _, a := range d.layerActs(dt, false, d.fused[i]) {
+		for _, a := range d.layerActs(dt, false, d.fused[i], false) {
 			if a.name == "down_out" {
 				continue // the recomputed forward stops before down_proj
 			}
