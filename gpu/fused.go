@@ -210,3 +210,60 @@ type ColumnCopier interface {
 	// columns [dstCol, dstCol+n) of dst [T,*], in dst's dtype.
 	CopyColumns(dst Tensor, dstCol int, src Tensor, srcCol, n int) error
 }
+
+// GateUpSwiGLUDims checks the operands of a fused gate/up product with
+// SwiGLU (act = SwiGLU(x·gateᵀ, x·upᵀ)): x [T,K], gate and up [N,K], act
+// [T,N], act overlapping none of the others (the product reads x and the
+// weights while it writes act). It returns T, K and N.
+func GateUpSwiGLUDims(op string, act, x, gate, up Tensor) (t, k, n int, err error) {
+	if err := CheckRank(op, "x", x, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := CheckRank(op, "gate", gate, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	t, k, n = x.Shape[0], x.Shape[1], gate.Shape[0]
+	for _, c := range []struct {
+		name string
+		t    Tensor
+		want []int
+	}{{"gate", gate, []int{n, k}}, {"up", up, []int{n, k}}, {"act", act, []int{t, n}}} {
+		if err := CheckShape(op, c.name, c.t, c.want...); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if err := CheckNoAliasAll(op, "act", act, Named{"x", x}, Named{"gate", gate}, Named{"up", up}); err != nil {
+		return 0, 0, 0, err
+	}
+	return t, k, n, nil
+}
+
+// GateUpSwiGLUSteps runs the fused gate/up product with SwiGLU as its
+// steps: the two products into scratch of bk's, in act's dtype, then
+// SwiGLU into act.
+func GateUpSwiGLUSteps(bk Backend, act, x, gate, up Tensor) error {
+	t, _, n, err := GateUpSwiGLUDims("gate/up swiglu", act, x, gate, up)
+	if err != nil {
+		return err
+	}
+	mem, err := bk.Alloc(int64(2 * t * n * act.DType.Size()))
+	if err != nil {
+		return err
+	}
+	defer bk.Free(mem)
+	g, err := NewTensor(mem, 0, act.DType, t, n)
+	if err != nil {
+		return err
+	}
+	u, err := NewTensor(mem, g.Bytes(), act.DType, t, n)
+	if err != nil {
+		return err
+	}
+	if err := bk.Gemm(g, x, gate, false, true, 1, 0); err != nil {
+		return err
+	}
+	if err := bk.Gemm(u, x, up, false, true, 1, 0); err != nil {
+		return err
+	}
+	return bk.SwiGLU(act, g, u)
+}

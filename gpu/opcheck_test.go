@@ -35,6 +35,14 @@ func TestOpChecks(t *testing.T) {
 			return dims(tt, h), err
 		}
 	}
+	// Fused gate/up with SwiGLU: x [6,8], gate and up [4,8], act [6,4].
+	gus := func(act, x, gate, up Tensor) call {
+		return func() ([]int, error) {
+			tt, kd, n, err := GateUpSwiGLUDims("gate/up swiglu", act, x, gate, up)
+			return dims(tt, kd, n), err
+		}
+	}
+	gx, gg, gu, ga := at(20*k, BF16, 6, 8), at(21*k, BF16, 4, 8), at(22*k, BF16, 4, 8), at(23*k, BF16, 6, 4)
 	// Attention: q [6,4,8], k, v [6,2,8], cu [3].
 	q, kk, v, cu := at(0, BF16, 6, 4, 8), at(k, BF16, 6, 2, 8), at(2*k, BF16, 6, 2, 8), at(3*k, I32, 3)
 	attn := func(q, kk, v, cu Tensor, scale float32) call {
@@ -90,6 +98,12 @@ func TestOpChecks(t *testing.T) {
 		{"qkv dtype", split("", qq, qk, at(16*k, F32, 6, 2, 8), qkv, Tensor{}), nil, "v is f32"},
 		{"qkv on q", split("", qq, qk, qv, at(14*k+64, BF16, 6, 64), Tensor{}), nil, "qkv must not overlap q"},
 		{"qkv k on v", split("", qq, at(16*k, BF16, 6, 2, 8), qv, qkv, Tensor{}), nil, "k must not overlap v"},
+		{"gate/up swiglu", gus(ga, gx, gg, gu), dims(6, 8, 4), ""},
+		{"gate/up swiglu up shape", gus(ga, gx, gg, at(22*k, BF16, 4, 7)), nil, "up has shape [4 7], want [4 8]"},
+		{"gate/up swiglu act shape", gus(at(23*k, BF16, 4, 6), gx, gg, gu), nil, "act has shape [4 6], want [6 4]"},
+		{"gate/up swiglu x rank", gus(ga, at(20*k, BF16, 48), gg, gu), nil, "x must have 2 dimensions"},
+		{"gate/up swiglu act on x", gus(at(20*k+32, BF16, 6, 4), gx, gg, gu), nil, "act must not overlap x"},
+		{"gate/up swiglu act on up", gus(at(22*k, BF16, 6, 4), gx, gg, gu), nil, "act must not overlap up"},
 		{"embedding", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding backward", emb(true, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding rows shape", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 5), at(2*k, I32, 3)), nil, "dst has shape [3 5], want [3 4]"},

@@ -11,9 +11,9 @@ import (
 	"github.com/rlpipe/rlpipe/gpu/cpu"
 )
 
-// gateUpBackend is the CPU backend with a GateUpSwiGLU that runs the two
-// products and SwiGLU into scratch of its own (so, the unfused path's
-// bits), or refuses (refuse) or fails (fail), counting its calls.
+// gateUpBackend is the CPU backend with a GateUpSwiGLU that runs its steps
+// (gpu.GateUpSwiGLUSteps: the unfused path's bits), or refuses (refuse) or
+// fails (fail), counting its calls.
 type gateUpBackend struct {
 	gpu.Backend
 	refuse, fail bool
@@ -28,27 +28,7 @@ func (b *gateUpBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	case b.fail:
 		return errors.New("test: the fused kernel failed")
 	}
-	t, n := act.Shape[0], act.Shape[1]
-	mem, err := b.Alloc(int64(2 * t * n * act.DType.Size()))
-	if err != nil {
-		return err
-	}
-	defer b.Free(mem)
-	g, err := gpu.NewTensor(mem, 0, act.DType, t, n)
-	if err != nil {
-		return err
-	}
-	u, err := gpu.NewTensor(mem, g.Bytes(), act.DType, t, n)
-	if err != nil {
-		return err
-	}
-	if err := b.Gemm(g, x, gate, false, true, 1, 0); err != nil {
-		return err
-	}
-	if err := b.Gemm(u, x, up, false, true, 1, 0); err != nil {
-		return err
-	}
-	return b.SwiGLU(act, g, u)
+	return gpu.GateUpSwiGLUSteps(b.Backend, act, x, gate, up)
 }
 
 // A forward marked Transient takes the backend's GateUpSwiGLU for every

@@ -1,8 +1,6 @@
 package stages
 
 import (
-	"fmt"
-	"math"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -13,10 +11,10 @@ import (
 )
 
 // fusingBackend is the CPU backend with the fused gate/up product and
-// SwiGLU of a GPU backend (model.LayerActs.Transient): it refuses an act
-// that shares bytes with x or the weights, as a kernel whose CTAs write
-// act while others still read x would compute garbage, and otherwise
-// gives the unfused path's bits.
+// SwiGLU of a GPU backend (model.LayerActs.Transient), run as its steps
+// (gpu.GateUpSwiGLUSteps): it refuses an act that shares bytes with x or
+// the weights, as a kernel whose CTAs write act while others still read x
+// would compute garbage, and otherwise gives the unfused path's bits.
 type fusingBackend struct {
 	gpu.Backend
 	calls *atomic.Int64
@@ -24,35 +22,7 @@ type fusingBackend struct {
 
 func (b fusingBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	b.calls.Add(1)
-	for _, o := range []struct {
-		name string
-		t    gpu.Tensor
-	}{{"x", x}, {"gate", gate}, {"up", up}} {
-		if gpu.Overlap(act, o.t) {
-			return fmt.Errorf("test gate/up swiglu: act [%d,+%d) overlaps %s [%d,+%d)", act.Off, act.Bytes(), o.name, o.t.Off, o.t.Bytes())
-		}
-	}
-	t, n := act.Shape[0], act.Shape[1]
-	mem, err := b.Alloc(int64(2 * t * n * act.DType.Size()))
-	if err != nil {
-		return err
-	}
-	defer b.Free(mem)
-	g, err := gpu.NewTensor(mem, 0, act.DType, t, n)
-	if err != nil {
-		return err
-	}
-	u, err := gpu.NewTensor(mem, g.Bytes(), act.DType, t, n)
-	if err != nil {
-		return err
-	}
-	if err := b.Gemm(g, x, gate, false, true, 1, 0); err != nil {
-		return err
-	}
-	if err := b.Gemm(u, x, up, false, true, 1, 0); err != nil {
-		return err
-	}
-	return b.SwiGLU(act, g, u)
+	return gpu.GateUpSwiGLUSteps(b.Backend, act, x, gate, up)
 }
 
 // TestGateUpFusedPlan runs the tiny job on a backend that fuses the gate/up
@@ -80,20 +50,7 @@ func TestGateUpFusedPlan(t *testing.T) {
 			if calls.Load() == 0 {
 				t.Fatal("no forward took the fused gate/up product")
 			}
-			if len(got.steps) != len(want.steps) {
-				t.Fatalf("%d steps fused, %d not", len(got.steps), len(want.steps))
-			}
-			for i, sr := range got.steps {
-				w := want.steps[i]
-				if math.Float64bits(sr.Stats.GradNorm) != math.Float64bits(w.Stats.GradNorm) {
-					t.Errorf("step %d: grad_norm %.9g fused, %.9g not", sr.Step, sr.Stats.GradNorm, w.Stats.GradNorm)
-				}
-				for k, v := range w.Stats.Values {
-					if g := sr.Stats.Values[k]; math.Float64bits(g) != math.Float64bits(v) {
-						t.Errorf("step %d: %s %.9g fused, %.9g not", sr.Step, k, g, v)
-					}
-				}
-			}
+			sameSteps(t, got, want, "fused", "not")
 		})
 	}
 }

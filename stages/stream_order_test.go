@@ -67,21 +67,28 @@ func TestStreamOrder(t *testing.T) {
 				Comms:   streamComms,
 				CPComms: streamComms,
 			})
-			if len(got.steps) != len(want.steps) {
-				t.Fatalf("%d steps with lazy streams, %d without", len(got.steps), len(want.steps))
-			}
-			for i, sr := range got.steps {
-				w := want.steps[i]
-				if math.Float64bits(sr.Stats.GradNorm) != math.Float64bits(w.Stats.GradNorm) {
-					t.Errorf("step %d: grad_norm %.9g with lazy streams, %.9g without", sr.Step, sr.Stats.GradNorm, w.Stats.GradNorm)
-				}
-				for k, v := range w.Stats.Values {
-					if g := sr.Stats.Values[k]; math.Float64bits(g) != math.Float64bits(v) {
-						t.Errorf("step %d: %s %.9g with lazy streams, %.9g without", sr.Step, k, g, v)
-					}
-				}
-			}
+			sameSteps(t, got, want, "with lazy streams", "without")
 		})
+	}
+}
+
+// sameSteps fails t unless got's steps have want's grad norms and stats,
+// bit for bit; gotWhat and wantWhat name the two runs in its messages.
+func sameSteps(t *testing.T, got, want runOut, gotWhat, wantWhat string) {
+	t.Helper()
+	if len(got.steps) != len(want.steps) {
+		t.Fatalf("%d steps %s, %d %s", len(got.steps), gotWhat, len(want.steps), wantWhat)
+	}
+	for i, sr := range got.steps {
+		w := want.steps[i]
+		if math.Float64bits(sr.Stats.GradNorm) != math.Float64bits(w.Stats.GradNorm) {
+			t.Errorf("step %d: grad_norm %.9g %s, %.9g %s", sr.Step, sr.Stats.GradNorm, gotWhat, w.Stats.GradNorm, wantWhat)
+		}
+		for k, v := range w.Stats.Values {
+			if g := sr.Stats.Values[k]; math.Float64bits(g) != math.Float64bits(v) {
+				t.Errorf("step %d: %s %.9g %s, %.9g %s", sr.Step, k, g, gotWhat, v, wantWhat)
+			}
+		}
 	}
 }
 

@@ -42,12 +42,9 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	if dt != gpu.BF16 && dt != gpu.F16 {
 		return fmt.Errorf("%s: x is %v, want bf16 or f16: %w", op, dt, gpu.ErrNotFused)
 	}
-	if len(x.Shape) != 2 || len(gate.Shape) != 2 || len(up.Shape) != 2 || len(act.Shape) != 2 {
-		return fmt.Errorf("%s: want x [T,K], gate and up [N,K], act [T,N], got %v, %v, %v, %v", op, x.Shape, gate.Shape, up.Shape, act.Shape)
-	}
-	t, k, n := x.Shape[0], x.Shape[1], gate.Shape[0]
-	if !gpu.SameShape(gate.Shape, []int{n, k}) || !gpu.SameShape(up.Shape, []int{n, k}) || !gpu.SameShape(act.Shape, []int{t, n}) {
-		return fmt.Errorf("%s: want x [T,K], gate and up [N,K], act [T,N], got %v, %v, %v, %v", op, x.Shape, gate.Shape, up.Shape, act.Shape)
+	t, k, n, err := gpu.GateUpSwiGLUDims(op, act, x, gate, up)
+	if err != nil {
+		return err
 	}
 	for _, o := range []gpu.Tensor{gate, up, act} {
 		if o.DType != dt {
@@ -56,13 +53,6 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	}
 	if k%gsBK != 0 || n%gsBN != 0 {
 		return fmt.Errorf("%s: K %d not a multiple of %d or N %d not of %d: %w", op, k, gsBK, n, gsBN, gpu.ErrNotFused)
-	}
-	// Every CTA reads x and the weights while others write act, so act
-	// must not share a byte with them.
-	for _, o := range []named{arg("x", x), arg("gate", gate), arg("up", up)} {
-		if gpu.Overlap(act, o.T) {
-			return fmt.Errorf("%s: act overlaps %s", op, o.Name)
-		}
 	}
 	var as [4]uint64
 	for i, o := range []named{arg("act", act), arg("x", x), arg("gate", gate), arg("up", up)} {
