@@ -50,10 +50,12 @@ type LayerActs struct {
 	// Transient says that no backward follows the forward (the
 	// reference's log-probs): on a backend with the gate/up product and
 	// SwiGLU as one op (cuda.Backend.GateUpSwiGLU) it then writes Act
-	// alone and leaves Gate and Up as they were. (A training forward does
-	// not fuse, not even for a layer whose backward reruns it: the fused
-	// product's sums run in another order than the rerun's, and the rerun
-	// must give the forward's bits.)
+	// alone, stores neither product, and leaves Gate and Up as they were
+	// unless Act is one of them. Act may be Gate's view (the stages plan
+	// it so): the unfused path's SwiGLU then runs in place. (A training
+	// forward does not fuse, not even for a layer whose backward reruns
+	// it: the fused product's sums run in another order than the rerun's,
+	// and the rerun must give the forward's bits.)
 	Transient bool
 	// QKV, when present, is forward scratch [T, Hq·D+2·Hkv·D] for the
 	// q, k and v projections as one matrix product, which

@@ -32,39 +32,47 @@ func (b *gateUpBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 }
 
 // A forward marked Transient takes the backend's GateUpSwiGLU for every
-// layer and gives the unfused forward's log-probs; one not marked, or a
-// backend that refuses the operands, runs the products and SwiGLU; a
+// layer and gives the unfused forward's log-probs, with Act a buffer of its
+// own or Gate's; one not marked, or a backend that refuses the operands,
+// runs the products and SwiGLU (in place over Gate where Act is Gate); a
 // failing fused op fails the forward.
 func TestGateUpFused(t *testing.T) {
 	dir := filepath.Join("testdata", "hf", "qwen2")
 	g := loadGolden(t, dir)
 	p := packSamples(g)
-	forward := func(b *gateUpBackend, transient bool) []float32 {
+	// actInGate gives Act Gate's view, as the stages plan a transient
+	// forward: the unfused path then runs SwiGLU in place.
+	forward := func(b *gateUpBackend, transient, actInGate bool) []float32 {
 		a := newTestArena(t, b, 24<<20)
 		m := loadTestModel(t, a, dir)
 		r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
 		for l := range r.acts {
 			r.acts[l].Transient = transient
+			if actInGate {
+				r.acts[l].Act = r.acts[l].Gate
+			}
 		}
 		logp, _ := r.forward(1)
 		return logp
 	}
-	want := forward(&gateUpBackend{Backend: cpu.New(), refuse: true}, false)
+	want := forward(&gateUpBackend{Backend: cpu.New(), refuse: true}, false, false)
 	cfg, err := LoadConfig(filepath.Join(dir, "model"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name              string
-		refuse, transient bool
-		calls             int
+		name                         string
+		refuse, transient, actInGate bool
+		calls                        int
 	}{
-		{"transient, fused", false, true, cfg.NumLayers},
-		{"not transient", false, false, 0},
-		{"transient, refused", true, true, cfg.NumLayers},
+		{"transient, fused", false, true, false, cfg.NumLayers},
+		{"not transient", false, false, false, 0},
+		{"transient, refused", true, true, false, cfg.NumLayers},
+		{"transient, act in gate, fused", false, true, true, cfg.NumLayers},
+		{"transient, act in gate, refused", true, true, true, cfg.NumLayers},
 	} {
 		b := &gateUpBackend{Backend: cpu.New(), refuse: c.refuse}
-		got := forward(b, c.transient)
+		got := forward(b, c.transient, c.actInGate)
 		if b.calls != c.calls {
 			t.Errorf("%s: %d GateUpSwiGLU calls, want %d", c.name, b.calls, c.calls)
 		}

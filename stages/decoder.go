@@ -465,15 +465,20 @@ type actSpec struct {
 
 // layerActs lists a decoder layer's activations for T tokens in compute
 // dtype dt. A lean layer's element-wise ones (xn, xn2, act) are forward
-// scratch: its backward recomputes them. In a transient forward (no
-// backward follows; model.LayerActs.Transient) the backend may write act
-// in the gate/up op, from xn2 (a fused product and SwiGLU), so act's
-// lifetime starts there and its buffer cannot take xn2's bytes.
+// scratch: its backward recomputes them.
+//
+// A transient forward (no backward follows; model.LayerActs.Transient) has
+// no act of its own: act is gate's buffer (layerForward sets it), which lives
+// until down. The backend either writes act there in the gate/up op, from
+// xn2 (a fused product and SwiGLU, which leaves gate unwritten), or runs
+// the products and SwiGLU in place over gate. Either way act's bytes are
+// apart from xn2's, and the layer's peak is xn2, gate and up at gate_up,
+// below the gate, up and act of the swiglu op otherwise.
 func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec {
 	c := d.cfg
-	actFirst := "swiglu"
+	gateLast := "swiglu"
 	if transient {
-		actFirst = "gate_up"
+		gateLast = "down"
 	}
 	T, H, I := d.T, c.HiddenSize, c.IntermediateSize
 	qd, kd := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
@@ -502,11 +507,13 @@ func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec
 		actSpec{"mid", gpu.F32, []int{T, H}, "norm2", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Mid }), false},
 		actSpec{"xn2", dt, []int{T, H}, "norm2", "gate_up", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Xn2 }), lean},
 		actSpec{"rstd2", gpu.F32, []int{T}, "norm2", "norm2", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Rstd2 }), false},
-		actSpec{"gate", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Gate }), false},
+		actSpec{"gate", dt, []int{T, I}, "gate_up", gateLast, f(func(a *model.LayerActs) *gpu.Tensor { return &a.Gate }), false},
 		actSpec{"up", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Up }), false},
-		actSpec{"act", dt, []int{T, I}, actFirst, "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean},
-		actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true},
 	)
+	if !transient {
+		acts = append(acts, actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean})
+	}
+	acts = append(acts, actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true})
 	return acts
 }
 
@@ -568,6 +575,9 @@ func (d *decoder) layerForward(i int, train bool) {
 			kind = "saved"
 		}
 		*a.field(la) = p.buf(d.name(kind, u.Name, a.name), plan.Activations, a.dt, a.shape...).t
+	}
+	if !train {
+		la.Act = la.Gate // see layerActs
 	}
 	sc := d.ringBufs(u, dt, "fwd", false, -1)
 	out = d.resid
