@@ -708,11 +708,7 @@ func (d *device) run(s *Stream, ls ...launch) error {
 		if !ok {
 			return fmt.Errorf("cuda: kernel %s is not loaded", l.name)
 		}
-		limit, ok := d.dynSmem[l.name]
-		if !ok {
-			limit = d.smemMax
-		}
-		if l.smem > limit {
+		if limit := d.dynSmem[l.name]; l.smem > limit {
 			return fmt.Errorf("cuda: kernel %s needs %d bytes of dynamic shared memory, the device allows it %d", l.name, l.smem, limit)
 		}
 		var buf *C.char

@@ -811,8 +811,8 @@ func (e *env) compareAttention(name string, dt gpu.DType, lens []int, hq, hkv, d
 	return r
 }
 
-// sameBits fails the test unless GPU tensors a (a fused op's output) and
-// b (its steps') hold the same bytes.
+// sameBits fails the test unless GPU tensors a and b hold the same bytes
+// (name says what the two are).
 func (e *env) sameBits(name string, a, b gpu.Tensor) {
 	e.t.Helper()
 	x, y := make([]byte, a.Bytes()), make([]byte, b.Bytes())
@@ -823,7 +823,7 @@ func (e *env) sameBits(name string, a, b gpu.Tensor) {
 		e.t.Fatal(err)
 	}
 	if !bytes.Equal(x, y) {
-		e.t.Errorf("%s: the fused op differs from its steps", name)
+		e.t.Errorf("%s: not the same bytes", name)
 	}
 }
 

@@ -48,7 +48,7 @@ func TestGateUpSwiGLU(t *testing.T) {
 			if err := e.g.GateUpSwiGLU(again, gx, gg, gu); err != nil {
 				t.Fatalf("%s, again: %v", name, err)
 			}
-			e.sameBits(name+", again", again, gact)
+			e.sameBits(name+", a second run against the first", again, gact)
 		}
 	}
 }

@@ -409,9 +409,10 @@ func BenchmarkOps(bb *testing.B) {
 	}
 	for _, c := range cases {
 		bb.Run(c.name, func(sb *testing.B) {
+			// A warm-up run; a fused kernel this GPU does not run skips.
 			if err := c.f(); errors.Is(err, gpu.ErrNotFused) {
-				sb.Skip(err) // a fused kernel this GPU does not run
-			} else if err != nil { // warm-up
+				sb.Skip(err)
+			} else if err != nil {
 				sb.Fatal(err)
 			}
 			if err := b.Sync(); err != nil {

@@ -104,10 +104,11 @@ __device__ __forceinline__ float rnd(int dt, float v) {
 // exponential and reciprocal (__expf, __fdividef: a few float32 ulps, more
 // for |x| in the tens), where the CPU reference takes float64 and rounds
 // once: both far below a bf16 activation's rounding. expf and an IEEE
-// division took half the epilogue of the fused gate/up product
-// (gemm.cu), where the tensor cores wait for it; __fdividef gives 0 for a
-// denominator past 2^126, that is sigmoid(x) = 0 for x below about -87
-// (the true value is below 1e-38). A float64 exponential per element held
+// division were about half the instructions of the fused gate/up
+// product's epilogue (gemm.cu), where the tensor cores wait for it;
+// without them the kernel took 644 instead of 715 us (docs/performance.md).
+// __fdividef gives 0 for a denominator past 2^126, that is sigmoid(x) = 0
+// for x below about -87 (the true value is below 1e-38). A float64 exponential per element held
 // the SwiGLU kernels (elementwise.cu) below the memory's speed.
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
