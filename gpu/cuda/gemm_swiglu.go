@@ -12,10 +12,12 @@ import (
 // The gate/up product with SwiGLU in its epilogue (k_gemm_swiglu_*,
 // kernels/gemm.cu): persistent CTAs of gsThreads threads take tiles of gsBM
 // rows and gsBN output columns, with gsStages buffers of a gsBK-wide step
-// of the reduction (x's rows and the gate's and up's, 16-bit).
+// of the reduction (x's rows and the gate's and up's, 16-bit) and a staging
+// tile of gsBM rows of gsRow bytes for the epilogue.
 const (
-	gsBM, gsBN, gsBK = 128, 128, 64
+	gsBM, gsBN, gsBK = 128, 96, 64
 	gsStages         = 4
+	gsRow            = 400
 	gsThreads        = 3 * 128
 )
 
@@ -26,7 +28,7 @@ var gateUpSwiGLUOff = os.Getenv("RLPIPE_CUDA_GEMM_SWIGLU") == "0"
 
 // GateUpSwiGLU writes act = SwiGLU(x·gateᵀ, x·upᵀ) in one kernel: x [T,K],
 // gate and up [N,K], act [T,N], every operand bf16 (or every one f16),
-// K a multiple of 64, N of 128, on Hopper. Its values are those of the two
+// K a multiple of 64, N of 8, on Hopper. Its values are those of the two
 // products rounded to the dtype and then SwiGLU, up to the products'
 // accumulation order. Operands it does not take give an error wrapping
 // gpu.ErrNotFused.
@@ -51,8 +53,9 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 			return fmt.Errorf("%s: operands of dtypes %v, %v, %v, %v: %w", op, x.DType, gate.DType, up.DType, act.DType, gpu.ErrNotFused)
 		}
 	}
-	if k%gsBK != 0 || n%gsBN != 0 {
-		return fmt.Errorf("%s: K %d not a multiple of %d or N %d not of %d: %w", op, k, gsBK, n, gsBN, gpu.ErrNotFused)
+	// The kernel writes 8 columns (16 bytes) at a time.
+	if k%gsBK != 0 || n%8 != 0 {
+		return fmt.Errorf("%s: K %d not a multiple of %d or N %d not of 8: %w", op, k, gsBK, n, gpu.ErrNotFused)
 	}
 	var as [4]uint64
 	for i, o := range []named{arg("act", act), arg("x", x), arg("gate", gate), arg("up", up)} {
@@ -77,12 +80,13 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 		name = "k_gemm_swiglu_f16"
 	}
 	// One persistent CTA per SM (or per tile, if fewer).
-	nb := min((t+gsBM-1)/gsBM*(n/gsBN), max(b.d.info.SMs, 1))
+	nb := min((t+gsBM-1)/gsBM*((n+gsBN-1)/gsBN), max(b.d.info.SMs, 1))
 	return b.issue(launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: gsThreads, by: 1, bz: 1, smem: gsSmem(),
 		args: new(kargs).u64(as[0]).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).i32(t).i32(n).i32(k)})
 }
 
 // gsSmem is k_gemm_swiglu_*'s dynamic shared memory: gsStages buffers of
-// x's, the gate's and up's tiles, a "full" and an "empty" mbarrier per
-// buffer, and 1 KB to align the tiles to 1024 bytes.
-func gsSmem() int { return gsStages*(gsBM+2*gsBN)*gsBK*2 + 2*gsStages*8 + 1024 }
+// x's, the gate's and up's tiles, the staging tile, a "full" and an
+// "empty" mbarrier per buffer, a "staged" and a "drained" one, and 1 KB to
+// align the tiles to 1024 bytes.
+func gsSmem() int { return gsStages*(gsBM+2*gsBN)*gsBK*2 + gsBM*gsRow + (2*gsStages+2)*8 + 1024 }

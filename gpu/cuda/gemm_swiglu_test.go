@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -17,8 +18,17 @@ import (
 // again. It skips where the kernel does not run (not Hopper).
 func TestGateUpSwiGLU(t *testing.T) {
 	e := newEnv(t)
+	// N not a multiple of the kernel's 96-column tiles, down to 8.
+	testGateUpSwiGLU(t, e, []gateUpShape{{128, 64, 128}, {300, 256, 384}, {1, 128, 256}, {200, 1024, 256},
+		{2176, 320, 1024}, {300, 192, 200}, {130, 64, 8}})
+}
+
+// gateUpShape is a fused gate/up product's x [t,k] and weights [n,k].
+type gateUpShape struct{ t, k, n int }
+
+func testGateUpSwiGLU(t *testing.T, e *env, cases []gateUpShape) {
 	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
-		for _, c := range []struct{ t, k, n int }{{128, 64, 128}, {300, 256, 384}, {1, 128, 256}, {200, 1024, 256}, {2176, 320, 1024}} {
+		for _, c := range cases {
 			name := fmt.Sprintf("%v t%d k%d n%d", dt, c.t, c.k, c.n)
 			e.off = 0
 			gx, cx := e.in(dt, 1, c.t, c.k)
@@ -68,5 +78,93 @@ func TestGateUpSwiGLURefuses(t *testing.T) {
 	af, _ := e.alloc(gpu.F32, 4, 128)
 	if err := e.g.GateUpSwiGLU(af, xf, wf, wf); !errors.Is(err, gpu.ErrNotFused) {
 		t.Errorf("f32: got %v, want gpu.ErrNotFused", err)
+	}
+}
+
+// BenchmarkGateUpSwiGLU times the MLP's gate/up product with SwiGLU at one
+// model's shapes, random operands: the unfused ops (two cuBLASLt products
+// and SwiGLU) and the fused kernel. RLPIPE_BENCH_GATE_UP="T,K,N" picks
+// the shapes (default Qwen2.5-3B's, 16384 tokens: "16384,2048,11008"):
+//
+//	go test -run '^$' -bench GateUpSwiGLU -benchtime 20x ./gpu/cuda
+//
+// A kernel this GPU does not run skips; without a driver it skips.
+func BenchmarkGateUpSwiGLU(bb *testing.B) {
+	b := backend(bb)
+	T, K, N := 16384, 2048, 11008
+	if d := os.Getenv("RLPIPE_BENCH_GATE_UP"); d != "" {
+		if _, err := fmt.Sscanf(d, "%d,%d,%d", &T, &K, &N); err != nil {
+			bb.Fatalf("RLPIPE_BENCH_GATE_UP=%q: want T,K,N: %v", d, err)
+		}
+	}
+	mem, err := b.Alloc(int64(T*K+2*N*K+3*T*N)*2 + 8<<10)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	defer b.Free(mem)
+	var off int64
+	ten := func(r, c int, scale float32) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, off, gpu.BF16, r, c)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		off += (x.Bytes() + 255) / 256 * 256
+		if scale != 0 {
+			v := make([]float32, r*c)
+			for i := range v {
+				v[i] = scale * (float32((i*2654435761)%1000)/1000 - 0.5)
+			}
+			if err := b.Upload(x, v); err != nil {
+				bb.Fatal(err)
+			}
+		}
+		return x
+	}
+	x, gate, up := ten(T, K, 1), ten(N, K, 0.05), ten(N, K, 0.05)
+	g, u, act := ten(T, N, 0), ten(T, N, 0), ten(T, N, 0)
+	flops := 2 * 2 * float64(T) * float64(K) * float64(N)
+	shape := fmt.Sprintf("%dx%dx%d", T, N, K)
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"unfused " + shape, func() error {
+			if err := b.Gemm(g, x, gate, false, true, 1, 0); err != nil {
+				return err
+			}
+			if err := b.Gemm(u, x, up, false, true, 1, 0); err != nil {
+				return err
+			}
+			return b.SwiGLU(act, g, u)
+		}},
+		{"products only " + shape, func() error {
+			if err := b.Gemm(g, x, gate, false, true, 1, 0); err != nil {
+				return err
+			}
+			return b.Gemm(u, x, up, false, true, 1, 0)
+		}},
+		{"fused " + shape, func() error { return b.GateUpSwiGLU(act, x, gate, up) }},
+	} {
+		bb.Run(c.name, func(sb *testing.B) {
+			if err := c.f(); errors.Is(err, gpu.ErrNotFused) {
+				sb.Skip(err)
+			} else if err != nil {
+				sb.Fatal(err)
+			}
+			if err := b.Sync(); err != nil {
+				sb.Fatal(err)
+			}
+			sb.ResetTimer()
+			for range sb.N {
+				if err := c.f(); err != nil {
+					sb.Fatal(err)
+				}
+			}
+			if err := b.Sync(); err != nil {
+				sb.Fatal(err)
+			}
+			sb.StopTimer()
+			sb.ReportMetric(flops/(sb.Elapsed().Seconds()/float64(sb.N))/1e12, "TFLOP/s")
+		})
 	}
 }

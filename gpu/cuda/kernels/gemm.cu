@@ -77,36 +77,42 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 // ---------------------------------------------------------------------------
 // The gate/up product with SwiGLU in its epilogue, on Hopper: out [m, n] =
 // swiglu(x·gᵀ, x·uᵀ) for x [m, k] and the gate and up weights g, u [n, k]
-// (16-bit, row-major, k a multiple of 64, n of 128), with the values of
-// two products rounded to the dtype and then k_swiglu8: each of gate and
-// up rounded, silu(gate) rounded, times up, rounded. The accumulation
-// order inside the products is this kernel's (the k-steps in order, as
+// (16-bit, row-major, k a multiple of 64, n of 8), with the values of two
+// products rounded to the dtype and then k_swiglu8: each of gate and up
+// rounded, silu(gate) rounded, times up, rounded. The accumulation order
+// inside the products is this kernel's (the k-steps in order, as
 // cuBLASLt's kernels without split-k take them), so their low bits may
 // differ from the unfused path's.
 //
 // The kernel is persistent: a CTA per SM takes tiles of 128 rows of x and
-// 128 output columns (tile blockIdx.x, then every gridDim.x-th after it),
-// with three warpgroups.
+// 96 output columns (tile blockIdx.x, then every gridDim.x-th after it),
+// with three warpgroups, so that four 40 KB buffers and a 50 KB staging
+// tile fit in shared memory:
 //
-// - Thread 0 copies, through the TMA (tensor maps {k, 1, rows}, 64 × 128
-//   boxes with the 128-byte swizzle), the tile's x rows and its gate and
-//   up rows (128 each, stacked into one 256-row operand) for each 64-wide
-//   step of k into a ring of GS_ST buffers, running on into the next tile
-//   while the others write this one.
-// - The second and third warpgroups own 64 rows each and issue m64n256k16
-//   products, so that each thread holds a column's gate and up sums side
-//   by side (fragment tiles j and j+16), then apply SwiGLU and write.
+// - thread 0 copies, through the TMA (tensor maps {k, 1, rows}, 64-wide
+//   boxes with the 128-byte swizzle), the tile's 128 x rows and its 96
+//   gate and 96 up rows (stacked into one 192-row operand) for each
+//   64-wide step of k into a ring of GS_ST buffers, running on into the
+//   next tile while the others work on this one;
+// - the second and third warpgroups own 64 rows each and issue m64n192k16
+//   products (gate in fragment tiles 0-11, up in 12-23), round the tile's
+//   sums to the dtype into the staging tile and go on to the next tile;
+// - warps 1-3 apply SwiGLU from the staging tile and write 16 bytes at a
+//   time while the tensor cores run the next tile.
 //
-// Tiles go in groups of GS_GROUP row tiles, so that the x and weight tiles
-// the CTAs read at one time stay in L2. (Measured on an H100 and not
-// kept: a staging tile in shared memory whose SwiGLU warps of their own
-// computed while the next tile's products ran, which left room for only
-// three buffers and lost more than it hid; and waiting for each step's
-// products before issuing the next.)
+// The TMA reads weight rows past n as zeros, and the columns past n are not
+// written. Tiles go in groups of GS_GROUP row tiles, so that the x and
+// weight tiles the CTAs read at one time stay in L2.
+//
+// Measured on an H100 and not kept (bench/results/2026-11-27-h100-gate-up-96/):
+// tiles of 128 output columns with the epilogue in the consumers'
+// registers (slower at every model's shapes with random operands), with a
+// staging tile that left room for three buffers only, and in clusters of
+// two CTAs sharing the weight tiles by multicast (about 1.4 times slower).
 // ---------------------------------------------------------------------------
 
 #define GS_BM 128
-#define GS_BN 128
+#define GS_BN 96
 #define GS_BK 64
 #define GS_ST 4
 #define GS_GROUP 16
@@ -131,27 +137,42 @@ __device__ __forceinline__ u32 gs_pack(float lo, float hi) {
   return F16 ? ((u32)f2h(lo) | ((u32)f2h(hi) << 16)) : f2bf2(lo, hi);
 }
 
+#define GS_ROW 400  // a staging row's bytes: 192 values and 16 bytes of padding (no bank conflicts)
+
+// gs_val is the low (hi 0) or high 16-bit value of w as a float.
+template <bool F16>
+__device__ __forceinline__ float gs_val(u32 w, int hi) {
+  u16 h = (u16)(hi ? w >> 16 : w);
+  return F16 ? h2f(h) : bf2f(h);
+}
+
 template <bool F16>
 __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap* tg, const TMap* tu, int m, int n,
                                             int k) {
   constexpr int AT = GS_BM * GS_BK * 2, BT = GS_BN * GS_BK * 2, ST = AT + 2 * BT;
   u32 base;
-  wg_smem(base);
-  u32 bars = base + GS_ST * ST;  // full[GS_ST], then empty[GS_ST]
-  int nm = (m + GS_BM - 1) / GS_BM, nn = n / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
+  u16* gbase = wg_smem(base);
+  u32 stage = base + GS_ST * ST;      // the staging tile, GS_BM rows of GS_ROW bytes
+  u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
+  u32 staged = bars + 16 * GS_ST, drained = staged + 8;
+  const char* gstage = (const char*)gbase + GS_ST * ST;
+  int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
+  const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x == 0) {
     for (int i = 0; i < GS_ST; i++) {
       mb_init(bars + 8 * i, 1);              // the producer's expect_tx
       mb_init(bars + 8 * (GS_ST + i), 256);  // the consumers' threads
     }
+    mb_init(staged, 256);  // the consumers' threads
+    mb_init(drained, 96);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // it counts k-steps across the CTA's tiles: buffer it % GS_ST, in its
-  // (it / GS_ST)-th use.
   if (threadIdx.x < 128) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
+      // it counts k-steps across the CTA's tiles: buffer it % GS_ST, in
+      // its (it / GS_ST)-th use.
       int it = 0;
       for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
         int mt, nt;
@@ -167,55 +188,75 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
           tma_load3(st + AT + BT, tu, kb * GS_BK, 0, n0, full);
         }
       }
+    } else if (threadIdx.x >= 32) {
+      // The epilogue: 12 vectors of 8 outputs per row.
+      int e = threadIdx.x - 32, i = 0;
+      for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
+        int mt, nt;
+        gs_tile(t, nm, nn, mt, nt);
+        int m0 = mt * GS_BM, n0 = nt * GS_BN;
+        mb_wait(staged, i & 1);
+        for (int q = e; q < GS_BM * 12; q += 96) {
+          int row = q / 12, v = q - row * 12;
+          uint4 g = *(const uint4*)(gstage + row * GS_ROW + v * 16);
+          uint4 u = *(const uint4*)(gstage + row * GS_ROW + 2 * GS_BN + v * 16);
+          u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, o[4];
+#pragma unroll
+          for (int p = 0; p < 4; p++) {
+            float y[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              float x = gs_val<F16>(gw[p], h);
+              y[h] = rnd(dt, x * sigmoid(x)) * gs_val<F16>(uw[p], h);
+            }
+            o[p] = gs_pack<F16>(y[0], y[1]);
+          }
+          int col = n0 + v * 8;
+          if (m0 + row < m && col < n) *(uint4*)(out + (i64)(m0 + row) * n + col) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+        mb_arrive(drained);
+      }
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int dt = F16 ? DT_F16 : DT_BF16;
-  float d[128];
+  float d[96];
 #pragma unroll
-  for (int i = 0; i < 128; i++) d[i] = 0.0f;
-  int it = 0;
-  for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
-    int mt, nt;
-    gs_tile(t, nm, nn, mt, nt);
-    int m0 = mt * GS_BM, n0 = nt * GS_BN;
+  for (int i = 0; i < 96; i++) d[i] = 0.0f;
+  int it = 0, i = 0;
+  for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
     for (int kb = 0; kb < nk; kb++, it++) {
       int b = it % GS_ST;
       mb_wait(bars + 8 * b, (it / GS_ST) & 1);
       u32 st = base + b * ST, a = st + grp * 64 * 128, w = st + AT;
-      wg_hold<32>((float(*)[4])d);
+      wg_hold<24>((float(*)[4])d);
       wg_fence();
       // The tile's first product starts the sums (scale-d 0).
 #pragma unroll
       for (int kk = 0; kk < GS_BK / 16; kk++)
-        wg_ss256<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<256>(w, kk), kb > 0 || kk > 0);
+        wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
       wg_commit();
       wg_wait<1>();
       if (kb > 0) mb_arrive(bars + 8 * (GS_ST + (it - 1) % GS_ST));
     }
     wg_wait<0>();
-    wg_hold<32>((float(*)[4])d);
-    // The tile's last buffer goes back before the epilogue, so that the
-    // producer fills it with the next tile's first step meanwhile.
+    wg_hold<24>((float(*)[4])d);
+    // The tile's last buffer goes back at once, so that the producer
+    // fills it with the next tile's first step meanwhile.
     mb_arrive(bars + 8 * (GS_ST + (it - 1) % GS_ST));
-    // Fragment tile j (columns 8j..8j+7 of the 256) holds, for this
-    // thread, rows r and r+8, columns 8j+2c and 8j+2c+1: gate for j < 16,
-    // up for the same output columns at j+16.
-    int r = m0 + grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
+    // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
+    // for the same output columns at j+12) holds, for this thread, rows r
+    // and r+8, columns 8j+2c and 8j+2c+1: staged at the same columns.
+    if (i > 0) mb_wait(drained, (i - 1) & 1);
+    u32 r = grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
+    u32 s0 = stage + r * GS_ROW + 4 * c, s1 = s0 + 8 * GS_ROW;
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-      float y[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = rnd(dt, d[4 * j + e]), u = rnd(dt, d[4 * (j + 16) + e]);
-        y[e] = rnd(dt, x * sigmoid(x)) * u;
-      }
-      i64 col = n0 + 8 * j + 2 * c;
-      if (r < m) *(u32*)(out + (i64)r * n + col) = gs_pack<F16>(y[0], y[1]);
-      if (r + 8 < m) *(u32*)(out + (i64)(r + 8) * n + col) = gs_pack<F16>(y[2], y[3]);
+    for (int j = 0; j < 24; j++) {
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(gs_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(gs_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
     }
+    mb_arrive(staged);
   }
 }
 
