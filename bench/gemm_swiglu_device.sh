@@ -3,7 +3,7 @@
 # device call on one H100: the kernels compile, the fused op agrees with
 # the CPU's two products and SwiGLU (and the CUDA stages with the CPU's),
 # its speed against two cuBLASLt products and a SwiGLU at three models'
-# shapes with random operands (BenchmarkGateUpSwiGLU), and the 3B
+# shapes with pseudo-random operands (BenchmarkGateUpSwiGLU), and the 3B
 # ref_logprob with the kernel on and off (RLPIPE_CUDA_GEMM_SWIGLU=0),
 # alternated (GS_STEP_VARIANTS). Build first:
 #

@@ -82,8 +82,9 @@ func TestGateUpSwiGLURefuses(t *testing.T) {
 }
 
 // BenchmarkGateUpSwiGLU times the MLP's gate/up product with SwiGLU at one
-// model's shapes, random operands: the unfused ops (two cuBLASLt products
-// and SwiGLU) and the fused kernel. RLPIPE_BENCH_GATE_UP="T,K,N" picks
+// model's shapes, with pseudo-random operands (a scrambled pattern, as
+// BenchmarkOps' x): the unfused ops (two cuBLASLt products and SwiGLU),
+// the products alone and the fused kernel. RLPIPE_BENCH_GATE_UP="T,K,N" picks
 // the shapes (default Qwen2.5-3B's, 16384 tokens: "16384,2048,11008"):
 //
 //	go test -run '^$' -bench GateUpSwiGLU -benchtime 20x ./gpu/cuda
