@@ -146,26 +146,6 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 		}},
 		{"fused " + shape, func() error { return b.GateUpSwiGLU(act, x, gate, up) }},
 	} {
-		bb.Run(c.name, func(sb *testing.B) {
-			if err := c.f(); errors.Is(err, gpu.ErrNotFused) {
-				sb.Skip(err)
-			} else if err != nil {
-				sb.Fatal(err)
-			}
-			if err := b.Sync(); err != nil {
-				sb.Fatal(err)
-			}
-			sb.ResetTimer()
-			for range sb.N {
-				if err := c.f(); err != nil {
-					sb.Fatal(err)
-				}
-			}
-			if err := b.Sync(); err != nil {
-				sb.Fatal(err)
-			}
-			sb.StopTimer()
-			sb.ReportMetric(flops/(sb.Elapsed().Seconds()/float64(sb.N))/1e12, "TFLOP/s")
-		})
+		timeOp(bb, b, c.name, flops, 0, c.f)
 	}
 }

@@ -408,33 +408,39 @@ func BenchmarkOps(bb *testing.B) {
 		{"sumsquares 50M f32", 0, 4 * float64(np), func() error { _, err := b.SumSquares(g); return err }},
 	}
 	for _, c := range cases {
-		bb.Run(c.name, func(sb *testing.B) {
-			// A warm-up run; a fused kernel this GPU does not run skips.
-			if err := c.f(); errors.Is(err, gpu.ErrNotFused) {
-				sb.Skip(err)
-			} else if err != nil {
-				sb.Fatal(err)
-			}
-			if err := b.Sync(); err != nil {
-				sb.Fatal(err)
-			}
-			sb.ResetTimer()
-			for range sb.N {
-				if err := c.f(); err != nil {
-					sb.Fatal(err)
-				}
-			}
-			if err := b.Sync(); err != nil {
-				sb.Fatal(err)
-			}
-			sb.StopTimer()
-			sec := sb.Elapsed().Seconds() / float64(sb.N)
-			if c.flops > 0 {
-				sb.ReportMetric(c.flops/sec/1e12, "TFLOP/s")
-			}
-			if c.bytes > 0 {
-				sb.ReportMetric(c.bytes/sec/1e9, "GB/s")
-			}
-		})
+		timeOp(bb, b, c.name, c.flops, c.bytes, c.f)
 	}
+}
+
+// timeOp times f on b as sub-benchmark name of bb: a warm-up run (an op
+// this GPU does not fuse skips), then sb.N runs between syncs, reporting
+// TFLOP/s for flops and GB/s for bytes a run where they are not 0.
+func timeOp(bb *testing.B, b *Backend, name string, flops, bytes float64, f func() error) {
+	bb.Run(name, func(sb *testing.B) {
+		if err := f(); errors.Is(err, gpu.ErrNotFused) {
+			sb.Skip(err)
+		} else if err != nil {
+			sb.Fatal(err)
+		}
+		if err := b.Sync(); err != nil {
+			sb.Fatal(err)
+		}
+		sb.ResetTimer()
+		for range sb.N {
+			if err := f(); err != nil {
+				sb.Fatal(err)
+			}
+		}
+		if err := b.Sync(); err != nil {
+			sb.Fatal(err)
+		}
+		sb.StopTimer()
+		sec := sb.Elapsed().Seconds() / float64(sb.N)
+		if flops > 0 {
+			sb.ReportMetric(flops/sec/1e12, "TFLOP/s")
+		}
+		if bytes > 0 {
+			sb.ReportMetric(bytes/sec/1e9, "GB/s")
+		}
+	})
 }
