@@ -104,11 +104,15 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 // written. Tiles go in groups of GS_GROUP row tiles, so that the x and
 // weight tiles the CTAs read at one time stay in L2.
 //
-// Measured on an H100 and not kept (bench/results/2026-11-27-h100-gate-up-96/):
-// tiles of 128 output columns with the epilogue in the consumers'
-// registers (slower at every model's shapes with random operands), with a
-// staging tile that left room for three buffers only, and in clusters of
-// two CTAs sharing the weight tiles by multicast (about 1.4 times slower).
+// Measured on an H100 and not kept (bench/results/2026-11-27-h100-gemm-swiglu/
+// and 2026-11-27-h100-gate-up-96/):
+// - tiles of 128 output columns with the epilogue in the consumers'
+//   registers: slower than the unfused ops at 3B and 1.5B shapes with
+//   scrambled operands;
+// - the same with a staging tile, which left room for three buffers only;
+// - clusters of two CTAs sharing the weight tiles by multicast: about 1.4
+//   times slower;
+// - tiles of 192 rows (three consumer warpgroups, three buffers): slower.
 // ---------------------------------------------------------------------------
 
 #define GS_BM 128
