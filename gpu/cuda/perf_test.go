@@ -19,9 +19,9 @@ import (
 // On Hopper the attention rows time the wgmma kernels, and the rows marked
 // mma.sync the kernels other GPUs run. The fused gate/up row runs on
 // Hopper only and skips elsewhere. Most operands are constant (0.01),
-// which draws less power than real data: compare the gate/up kernel with
-// the products through BenchmarkGateUpSwiGLU, whose operands are not (the
-// two benchmarks ranked its versions differently).
+// unlike a model's: compare the gate/up kernel with the products through
+// BenchmarkGateUpSwiGLU, whose operands are not (the two benchmarks
+// ranked its versions differently; why was not measured).
 //
 // RLPIPE_CUDA_SCALAR=1 times the scalar elementwise and row kernels instead
 // of the 8-wide ones. Without a driver it skips.
