@@ -82,8 +82,8 @@ func TestGateUpSwiGLURefuses(t *testing.T) {
 }
 
 // BenchmarkGateUpSwiGLU times the MLP's gate/up product with SwiGLU at one
-// model's shapes, with pseudo-random operands (a scrambled pattern, as
-// BenchmarkOps' x): the unfused ops (two cuBLASLt products and SwiGLU),
+// model's shapes, with pseudo-random operands (scrambled, as BenchmarkOps'
+// x): the unfused ops (two cuBLASLt products and SwiGLU),
 // the products alone and the fused kernel. RLPIPE_BENCH_GATE_UP="T,K,N" picks
 // the shapes (default Qwen2.5-3B's, 16384 tokens: "16384,2048,11008"):
 //
@@ -104,6 +104,7 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 	}
 	defer b.Free(mem)
 	var off int64
+	// ten is a [r,c] bf16 operand, of scrambled values when scale is not 0.
 	ten := func(r, c int, scale float32) gpu.Tensor {
 		x, err := gpu.NewTensor(mem, off, gpu.BF16, r, c)
 		if err != nil {
@@ -111,11 +112,7 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 		}
 		off += (x.Bytes() + 255) / 256 * 256
 		if scale != 0 {
-			v := make([]float32, r*c)
-			for i := range v {
-				v[i] = scale * (float32((i*2654435761)%1000)/1000 - 0.5)
-			}
-			if err := b.Upload(x, v); err != nil {
+			if err := b.Upload(x, scrambled(r*c, scale)); err != nil {
 				bb.Fatal(err)
 			}
 		}

@@ -63,10 +63,7 @@ func BenchmarkOps(bb *testing.B) {
 	dv := ten(gpu.BF16, T, Hkv, D)
 	cu := ten(gpu.I32, 5)
 	_ = b.UploadI32(cu, []int32{0, 2048, 4096, 6144, 8192})
-	rnd := make([]float32, T*Hq*D)
-	for i := range rnd {
-		rnd[i] = float32((i*2654435761)%1000)/1000 - 0.5
-	}
+	rnd := scrambled(T*Hq*D, 1)
 	_ = b.Upload(q, rnd)
 	_ = b.Upload(k, rnd[:T*Hkv*D])
 	_ = b.Upload(v, rnd[T*Hkv*D:2*T*Hkv*D])
@@ -127,10 +124,7 @@ func BenchmarkOps(bb *testing.B) {
 	// fillQKV writes a scrambled pattern into a's q, k, v and o, of n
 	// tokens.
 	fillQKV := func(a attn8, n, hq, hkv, d int) {
-		r := make([]float32, n*hq*d)
-		for i := range r {
-			r[i] = float32((i*2654435761)%1000)/1000 - 0.5
-		}
+		r := scrambled(n*hq*d, 1)
 		_ = b.Upload(a.q, r)
 		_ = b.Upload(a.k, r[:n*hkv*d])
 		_ = b.Upload(a.v, r[n*hkv*d:2*n*hkv*d])
@@ -242,10 +236,7 @@ func BenchmarkOps(bb *testing.B) {
 		pv[i] = int32(i % 2048)
 	}
 	_ = b.UploadI32(pos16, pv)
-	xr := make([]float32, T8*NQ)
-	for i := range xr {
-		xr[i] = float32((i*2654435761)%1000)/1000 - 0.5
-	}
+	xr := scrambled(T8*NQ, 1)
 	_ = b.Upload(x16, xr[:T8*H])
 	_ = b.Upload(wqkv, xr[:NQ*H])
 	_ = b.Upload(qkv16, xr[:T8*NQ])
@@ -446,4 +437,14 @@ func timeOp(bb *testing.B, b *Backend, name string, flops, bytes float64, f func
 			sb.ReportMetric(bytes/sec/1e9, "GB/s")
 		}
 	})
+}
+
+// scrambled is the benchmarks' stand-in for data: n values in
+// [-scale/2, scale/2) from a multiplicative hash of their index.
+func scrambled(n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = scale * (float32((i*2654435761)%1000)/1000 - 0.5)
+	}
+	return v
 }
