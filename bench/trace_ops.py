@@ -12,7 +12,9 @@ to the first span named NAME in one group ("before") and the rest in
 another ("after"), for traces written before spans carried their stage. For each group it
 prints the span from its first op's start to its last op's end, the time
 the ops were busy, the gaps between them, and a markdown table of the op
-kinds, largest first.
+kinds, largest first; then, for every other stream ("side", "compute
+wait"), the count and total of its spans that start within the group's
+span.
 """
 
 import argparse
@@ -63,7 +65,21 @@ def main(argv=None):
         for k, (d, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[: args.top]:
             print(f"| {k} | {n} | {d / 1e3:.2f} |")
         print()
+        for tid, (d, n) in sorted(others(events, start, end).items()):
+            print(f"{tid}: {n} spans, {d / 1e3:.2f} ms")
+        print()
     return 0
+
+
+def others(events, start, end):
+    """Per stream other than the compute stream, the total duration and
+    count of its spans that start in [start, end)."""
+    out = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("ph") == "X" and e.get("tid") != "compute" and start <= e["ts"] < end:
+            out[e["tid"]][0] += e["dur"]
+            out[e["tid"]][1] += 1
+    return out
 
 
 if __name__ == "__main__":
