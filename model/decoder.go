@@ -329,7 +329,9 @@ func flat2(name string, t gpu.Tensor, rows, cols int) (gpu.Tensor, error) {
 //
 // out may be the zero Tensor, as when the forward is rerun for the
 // backward (activation checkpointing): the down projection and the last
-// residual add are then skipped and a.DownOut is not used.
+// residual add are then skipped and a.DownOut is not used. A backend with
+// GemmAdd (gemmAdder) adds the residual in the down product's epilogue and
+// leaves a.DownOut unused too.
 func (c *Config) LayerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, out gpu.Tensor, batch Batch) error {
 	if err := c.layerForward(b, w, a, in, out, batch); err != nil {
 		return fmt.Errorf("layer forward: %w", err)
@@ -424,10 +426,36 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	if err := batch.enter("down"); err != nil {
 		return err
 	}
+	added, err := gemmAdded(b, out, lv.mid, lv.act, w.Down)
+	if err != nil || added {
+		return err
+	}
 	if err := b.Gemm(lv.downOut, lv.act, w.Down, false, true, 1, 0); err != nil {
 		return err
 	}
 	return b.Add(out, lv.mid, lv.downOut)
+}
+
+// gemmAdder is a backend with a product that adds a residual in its
+// epilogue (cuda.Backend through cuBLASLt), which refuses operands it does
+// not take with an error wrapping gpu.ErrNotFused.
+type gemmAdder interface {
+	GemmAdd(d, c, a, b gpu.Tensor, transA, transB bool) error
+}
+
+// gemmAdded computes out = res + x·wᵀ as one op where b has one that takes
+// the operands (the sum rounded once), and reports whether it did;
+// otherwise the caller runs the product and the add.
+func gemmAdded(b gpu.Backend, out, res, x, w gpu.Tensor) (bool, error) {
+	f, ok := b.(gemmAdder)
+	if !ok {
+		return false, nil
+	}
+	err := f.GemmAdd(out, res, x, w, false, true)
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // gateUpSwiGLUer is a backend with the MLP's gate/up product and SwiGLU as

@@ -29,6 +29,7 @@ type ltKey struct {
 	lda, ldb, ldc          int64
 	ta, tb, at, bt, ct     int32
 	alignA, alignB, alignC uint32
+	alignD                 uint32 // 0 where D is C
 	ws                     bool
 }
 
@@ -68,6 +69,13 @@ func ltSupported(c, a, bm gpu.DType) bool {
 // operands are handed to column-major cuBLASLt as their transposes: cᵀ =
 // op(b)ᵀ op(a)ᵀ.
 func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32) error {
+	return b.matmulTo(0, c, a, bm, transA, transB, alpha, beta)
+}
+
+// matmulTo is matmul writing d = alpha*op(a)@op(bm) + beta*c to the
+// address d (of c's dtype and layout) where d is not 0, through cuBLASLt
+// only: the SIMT kernel writes C in place.
+func (b *Backend) matmulTo(d uint64, c, a, bm mat, transA, transB bool, alpha, beta float32) error {
 	m, k := a.rows, a.cols
 	if transA {
 		m, k = k, m
@@ -84,6 +92,9 @@ func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32)
 		return err
 	}
 	if k == 0 || !ltSupported(c.dt, a.dt, bm.dt) {
+		if d != 0 {
+			return fmt.Errorf("gemm %dx%dx%d (%v@%v->%v) to a separate output: cuBLASLt does not take these operands", m, n, k, a.dt, bm.dt, c.dt)
+		}
 		gx, gy := uint32((n+63)/64), uint32((m+63)/64)
 		if gy > 65535 {
 			return fmt.Errorf("gemm: %d rows exceed the fallback kernel's grid", m)
@@ -96,7 +107,7 @@ func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32)
 	}
 	var call C.rlLtCall
 	call.stream = C.uint64_t(s.h)
-	call.a, call.b, call.c = C.uint64_t(bm.a), C.uint64_t(a.a), C.uint64_t(c.a)
+	call.a, call.b, call.c, call.d = C.uint64_t(bm.a), C.uint64_t(a.a), C.uint64_t(c.a), C.uint64_t(d)
 	call.arows, call.acols, call.lda = C.uint64_t(bm.cols), C.uint64_t(bm.rows), C.int64_t(bm.ld)
 	call.brows, call.bcols, call.ldb = C.uint64_t(a.cols), C.uint64_t(a.rows), C.int64_t(a.ld)
 	call.m, call.n, call.ldc = C.uint64_t(n), C.uint64_t(m), C.int64_t(c.ld)
@@ -104,8 +115,11 @@ func (b *Backend) matmul(c, a, bm mat, transA, transB bool, alpha, beta float32)
 	call.atype, call.btype, call.ctype = C.int32_t(cudaDataType(bm.dt)), C.int32_t(cudaDataType(a.dt)), C.int32_t(cudaDataType(c.dt))
 	call.computeType, call.scaleType = cublasCompute32F, cudaR32F
 	call.alignA, call.alignB, call.alignC = C.uint32_t(alignOf(bm.a)), C.uint32_t(alignOf(a.a)), C.uint32_t(alignOf(c.a))
+	if d != 0 {
+		call.alignD = C.uint32_t(alignOf(d))
+	}
 	call.alpha, call.beta = C.float(alpha), C.float(beta)
-	key := ltKey{m: uint64(call.m), n: uint64(call.n), k: uint64(k), lda: bm.ld, ldb: a.ld, ldc: c.ld,
+	key := ltKey{alignD: uint32(call.alignD), m: uint64(call.m), n: uint64(call.n), k: uint64(k), lda: bm.ld, ldb: a.ld, ldc: c.ld,
 		ta: int32(call.transa), tb: int32(call.transb), at: int32(call.atype), bt: int32(call.btype), ct: int32(call.ctype),
 		alignA: uint32(call.alignA), alignB: uint32(call.alignB), alignC: uint32(call.alignC), ws: s.workspace}
 	return b.d.do(func() error {

@@ -208,7 +208,8 @@ cublasStatus_t rl_lt_matmul(rlLtCall* c, int* stage) {
 		if (st) goto done;
 		st = LTF(LT_PrefSet, (cublasLtMatmulPreference_t, int, const void*, size_t))(pref, 7, &c->alignC, sizeof(uint32_t));
 		if (st) goto done;
-		st = LTF(LT_PrefSet, (cublasLtMatmulPreference_t, int, const void*, size_t))(pref, 8, &c->alignC, sizeof(uint32_t));
+		uint32_t alignD = c->d ? c->alignD : c->alignC;
+		st = LTF(LT_PrefSet, (cublasLtMatmulPreference_t, int, const void*, size_t))(pref, 8, &alignD, sizeof(uint32_t));
 		if (st) goto done;
 		*stage = 4;
 		rlLtHeuristic res[16];
@@ -228,7 +229,7 @@ cublasStatus_t rl_lt_matmul(rlLtCall* c, int* stage) {
 		const void*, cublasLtMatrixLayout_t, const void*, const void*, cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
 		const rlLtAlgo*, void*, size_t, CUstream))(
 		(cublasLtHandle_t)c->handle, desc, &c->alpha, (const void*)c->a, la, (const void*)c->b, lb, &c->beta,
-		(const void*)c->c, lc, (void*)c->c, lc, &c->algo, (void*)c->workspace, (size_t)c->wsSize, (CUstream)c->stream);
+		(const void*)c->c, lc, (void*)(c->d ? c->d : c->c), lc, &c->algo, (void*)c->workspace, (size_t)c->wsSize, (CUstream)c->stream);
 done:
 	if (pref) LTF(LT_PrefDestroy, (cublasLtMatmulPreference_t))(pref);
 	if (lc) LTF(LT_LayoutDestroy, (cublasLtMatrixLayout_t))(lc);

@@ -33,14 +33,15 @@ typedef struct {
 } rlLtHeuristic;
 
 // rlLtCall describes one row-major-agnostic cuBLASLt matmul in cuBLAS's own
-// column-major terms: D(m×n) = alpha*op(A)op(B) + beta*C with C == D.
+// column-major terms: D(m×n) = alpha*op(A)op(B) + beta*C, where D is at d
+// (C's address when d is 0) with C's layout.
 typedef struct {
-	uint64_t handle, a, b, c, workspace, stream;
+	uint64_t handle, a, b, c, d, workspace, stream;
 	uint64_t arows, acols, brows, bcols, m, n;
 	int64_t lda, ldb, ldc;
 	uint64_t wsSize;
 	int32_t transa, transb, atype, btype, ctype, computeType, scaleType, haveAlgo;
-	uint32_t alignA, alignB, alignC, pad;
+	uint32_t alignA, alignB, alignC, alignD;
 	float alpha, beta;
 	rlLtAlgo algo;
 	// pick, when above 0 and no algorithm is given, takes the heuristic's
