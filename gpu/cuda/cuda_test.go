@@ -680,6 +680,55 @@ func TestFusedNorms(t *testing.T) {
 	}
 }
 
+// TestRMSNormF32Rows checks RMSNorm of float32 rows into bf16 or f16, as
+// the decoder's norms of the residual stream run (the warp-per-row
+// k_rmsnorm_r4, _r8, _r8 and _r16 for rows of 1000, 1536, 2048 and 3584
+// values, k_rmsnorm8 for 5120), against the CPU.
+func TestRMSNormF32Rows(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, c := range []struct{ rows, h int }{{67, 1000}, {700, 1536}, {300, 2048}, {67, 3584}, {67, 5120}} {
+			e.off = 0
+			name := fmt.Sprintf("%v %dx%d", dt, c.rows, c.h)
+			gx, cx := e.in(gpu.F32, 2, c.rows, c.h)
+			gw, cw := e.in(dt, 1, c.h)
+			gd, cd := e.out(dt, c.rows, c.h)
+			gr, cr := e.out(gpu.F32, c.rows)
+			e.check("rmsnorm "+name, e.g.RMSNorm(gd, gr, gx, gw, 1e-6), e.c.RMSNorm(cd, cr, cx, cw, 1e-6))
+			e.compare("rmsnorm "+name, gd, cd, tolFor(false, dt))
+			e.compare("rmsnorm rstd "+name, gr, cr, tolF32)
+		}
+	}
+}
+
+// TestAddRMSNorm16 checks AddRMSNorm with every operand of one 16-bit
+// dtype (k_add_rmsnorm8) against the CPU, with sum a buffer of its own and
+// sum in place over a.
+func TestAddRMSNorm16(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, c := range []struct{ rows, h int }{{67, 1000}, {700, 1536}, {300, 2048}, {67, 3584}, {67, 5120}} {
+			for _, inPlace := range []bool{false, true} {
+				e.off = 0
+				name := fmt.Sprintf("%v %dx%d in place %v", dt, c.rows, c.h, inPlace)
+				ga, ca := e.in(dt, 2, c.rows, c.h)
+				gb, cb := e.in(dt, 1, c.rows, c.h)
+				gw, cw := e.in(dt, 1, c.h)
+				gs, cs := ga, ca
+				if !inPlace {
+					gs, cs = e.out(dt, c.rows, c.h)
+				}
+				gd, cd := e.out(dt, c.rows, c.h)
+				gr, cr := e.out(gpu.F32, c.rows)
+				e.check("add rmsnorm "+name, e.g.AddRMSNorm(gs, gd, gr, ga, gb, gw, 1e-6), e.c.AddRMSNorm(cs, cd, cr, ca, cb, cw, 1e-6))
+				e.compare("add rmsnorm sum "+name, gs, cs, tolFor(false, dt))
+				e.compare("add rmsnorm "+name, gd, cd, tolFor(false, dt))
+				e.compare("add rmsnorm rstd "+name, gr, cr, tolF32)
+			}
+		}
+	}
+}
+
 func TestRoPE(t *testing.T) {
 	e := newEnv(t)
 	llama3 := &gpu.RoPEScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}

@@ -99,9 +99,42 @@ func kernelModules(t *testing.T) map[string]string {
 // the names as found).
 func TestKernelNames(t *testing.T) {
 	seen := kernelModules(t)
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16", "k_rmsnorm_r4_bf16", "k_rmsnorm_r16_f16"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
+		}
+	}
+}
+
+// normRowKernel takes the warp-per-row forward for float32 rows of 33 to
+// 512 column groups into a 16-bit dtype shared with the weights, with the
+// fewest groups a lane that hold the row, and every name it gives is a
+// kernel.
+func TestNormRowKernel(t *testing.T) {
+	have := kernelModules(t)
+	for _, c := range []struct {
+		h          int64
+		xd, dd, wd gpu.DType
+		want       string
+	}{
+		{2048, gpu.F32, gpu.BF16, gpu.BF16, "k_rmsnorm_r8_bf16"},
+		{896, gpu.F32, gpu.F16, gpu.F16, "k_rmsnorm_r4_f16"},
+		{1024, gpu.F32, gpu.BF16, gpu.BF16, "k_rmsnorm_r4_bf16"},
+		{1032, gpu.F32, gpu.BF16, gpu.BF16, "k_rmsnorm_r8_bf16"},
+		{3584, gpu.F32, gpu.BF16, gpu.BF16, "k_rmsnorm_r16_bf16"},
+		{4096, gpu.F32, gpu.F16, gpu.F16, "k_rmsnorm_r16_f16"},
+		{4104, gpu.F32, gpu.BF16, gpu.BF16, ""},
+		{256, gpu.F32, gpu.BF16, gpu.BF16, ""},
+		{2048, gpu.BF16, gpu.BF16, gpu.BF16, ""},
+		{2048, gpu.F32, gpu.BF16, gpu.F16, ""},
+		{2048, gpu.F32, gpu.F32, gpu.F32, ""},
+	} {
+		got, ok := normRowKernel(c.h, c.xd, c.dd, c.wd)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("normRowKernel(%d, %v, %v, %v) = %q, %v; want %q", c.h, c.xd, c.dd, c.wd, got, ok, c.want)
+		}
+		if ok && have[got] == "" {
+			t.Errorf("normRowKernel gave %s, which no module has", got)
 		}
 	}
 }

@@ -170,6 +170,10 @@ func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	}
 	args := new(kargs).u64(da).dt(dst.DType).u64(ra).u64(xa).dt(x.DType).u64(wa).dt(w.DType).i64(int64(t)).i64(int64(h)).f32(eps)
 	if vec8(int64(h), da, xa, wa) {
+		if name, ok := normRowKernel(int64(h), x.DType, dst.DType, w.DType); ok {
+			return b.issue(launch{name: name, gx: rowGrid((int64(t) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
+				args: new(kargs).u64(da).u64(ra).u64(xa).u64(wa).i64(int64(t)).i64(int64(h)).f32(eps)})
+		}
 		if int64(h)/8 <= warpGroups {
 			return b.issue(launch{name: "k_rmsnorm8_w", gx: rowGrid((int64(t) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: args})
 		}
@@ -534,6 +538,35 @@ func (b *Backend) sumSquares(x gpu.Tensor, res uint64, then func(s *Stream, res 
 		return nil
 	})
 }
+
+// normRowKernel names the warp-per-row RMSNorm forward kernel
+// (k_rmsnorm_r<G>_<dtype>, G the column groups a lane holds) for rows of h
+// values of dtype xd into dtype dd with weights of dtype wd: where x is f32,
+// dst and w are both bf16 (or both f16), and the row has 33 to 512 groups
+// of 8, unless RLPIPE_CUDA_NORM_WARP=0. The caller has checked vec8.
+func normRowKernel(h int64, xd, dd, wd gpu.DType) (string, bool) {
+	ng := h / 8
+	if normWarpOff || ng <= warpGroups || ng > 16*32 || xd != gpu.F32 || dd != wd || (dd != gpu.BF16 && dd != gpu.F16) {
+		return "", false
+	}
+	g := 16
+	switch {
+	case ng <= 4*32:
+		g = 4
+	case ng <= 8*32:
+		g = 8
+	}
+	suffix := "_bf16"
+	if dd == gpu.F16 {
+		suffix = "_f16"
+	}
+	return fmt.Sprintf("k_rmsnorm_r%d%s", g, suffix), true
+}
+
+// normWarpOff turns the warp-per-row RMSNorm forward off
+// (RLPIPE_CUDA_NORM_WARP=0), for comparing it with k_rmsnorm8 in one
+// binary.
+var normWarpOff = os.Getenv("RLPIPE_CUDA_NORM_WARP") == "0"
 
 // warpGroups is the most 8-column groups a row may have for the
 // warp-per-row RMSNorm kernels (*_w): h <= 256.

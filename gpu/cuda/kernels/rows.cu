@@ -129,6 +129,92 @@ extern "C" __global__ void __launch_bounds__(1024) k_add_rmsnorm8(void* sum, int
   rmsnorm8<true>(sum, dts, dst, dtd, rstd, a, dta, b, dtb, w, dtw, rows, h, eps);
 }
 
+// The *_r kernels are the RMSNorm forward of float32 rows (the decoder's
+// residual stream) into a 16-bit dtype DT (with weights of DT), for rows of
+// 33 to 512 column groups (256 < h <= 4096): one warp per row, lane l
+// holding the row's groups l, l+32, ... (G of them) in registers as loaded,
+// so that the row is read once, all its loads are in flight before the
+// first is used, and the sum of squares takes warp shuffles only. The
+// values are k_rmsnorm8's: the same roundings, the float64 sums in another
+// order. k_rmsnorm8 (a block per row, a block reduction, the row read
+// twice) moved about 1.5 TB/s as the 3B step's norm1
+// (bench/results/2026-11-27-h100-gemm-add/).
+
+// pack8 rounds 8 floats to dtype DT and packs them.
+template <int DT>
+__device__ __forceinline__ uint4 pack8(const float* v) {
+  u32 w[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    w[k] = DT == DT_BF16 ? f2bf2(v[2 * k], v[2 * k + 1]) : (u32)f2h(v[2 * k]) | ((u32)f2h(v[2 * k + 1]) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// rmsnorm_r normalises the float32 rows of x into dst, warps grid-striding
+// over the rows. x and dst are apart (their dtypes differ).
+template <int DT, int G>
+__device__ __forceinline__ void rmsnorm_r(uint4* dst, float* rstd, const float4* x, const uint4* w, i64 rows, i64 h,
+                                          float eps) {
+  int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  i64 ng = h / 8;
+  for (i64 r = (i64)blockIdx.x * nw + (threadIdx.x >> 5); r < rows; r += (i64)gridDim.x * nw) {
+    float4 xa[G][2];
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+      i64 g = lane + 32 * i;
+      if (g < ng) {
+        xa[i][0] = x[2 * (r * ng + g)];
+        xa[i][1] = x[2 * (r * ng + g) + 1];
+      }
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+      if (lane + 32 * i < ng) {
+        float v[8] = {xa[i][0].x, xa[i][0].y, xa[i][0].z, xa[i][0].w, xa[i][1].x, xa[i][1].y, xa[i][1].z, xa[i][1].w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
+      }
+    }
+    ss = warp_sum_d(ss);
+    double mean = h > 0 ? ss / (double)h : 0.0;
+    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    if (lane == 0) rstd[r] = rv;
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+      i64 g = lane + 32 * i;
+      if (g < ng) {
+        float v[8] = {xa[i][0].x, xa[i][0].y, xa[i][0].z, xa[i][0].w, xa[i][1].x, xa[i][1].y, xa[i][1].z, xa[i][1].w};
+        float wv[8];
+        ld8(w, DT, g * 8, wv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = wv[k] * (v[k] * rv);
+        dst[r * ng + g] = pack8<DT>(v);
+      }
+    }
+  }
+}
+
+#define RMS_R_ARGS uint4 *dst, float *rstd, const float4 *x, const uint4 *w, i64 rows, i64 h, float eps
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r4_bf16(RMS_R_ARGS) {
+  rmsnorm_r<DT_BF16, 4>(dst, rstd, x, w, rows, h, eps);
+}
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r8_bf16(RMS_R_ARGS) {
+  rmsnorm_r<DT_BF16, 8>(dst, rstd, x, w, rows, h, eps);
+}
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_bf16(RMS_R_ARGS) {
+  rmsnorm_r<DT_BF16, 16>(dst, rstd, x, w, rows, h, eps);
+}
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r4_f16(RMS_R_ARGS) {
+  rmsnorm_r<DT_F16, 4>(dst, rstd, x, w, rows, h, eps);
+}
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r8_f16(RMS_R_ARGS) {
+  rmsnorm_r<DT_F16, 8>(dst, rstd, x, w, rows, h, eps);
+}
+extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) {
+  rmsnorm_r<DT_F16, 16>(dst, rstd, x, w, rows, h, eps);
+}
+
 // rmsnorm_bwd8 is RMSNorm's backward over the rows [b*rpb, (b+1)*rpb) of
 // block b. Thread t owns the K column groups t + k*blockDim.x, holds their
 // weights and, when partial is not null, its float64 sums of dy*x*rstd over
