@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -107,11 +108,64 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
+		if entropy.Empty() {
+			fused, err := c.headChunkFused(b, w, a, lo, hi, targets, logp, logits, s)
+			if err != nil {
+				return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
+			}
+			if fused {
+				continue
+			}
+		}
 		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, chunkForward); err != nil {
 			return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
 	return nil
+}
+
+// logProbsFuser is a backend whose log-probs need not hold the logits
+// (cuda.Backend on Hopper), which refuses operands it does not take with
+// an error wrapping gpu.ErrNotFused. It uses the logits workspace as
+// scratch and leaves no logits there.
+type logProbsFuser interface {
+	LogProbsFused(logp, h, w, targets gpu.Tensor, temperature float32, scratch gpu.Tensor) error
+}
+
+// headChunkFused writes the log-probs of rows [lo,hi) without entropies
+// through the backend's LogProbsFused where it has one that takes the
+// operands, and reports whether it did. HeadForward may take it because
+// nothing reads the workspace after it: HeadBackward recomputes the
+// logits, and HeadStep, whose LogitsBackward reads them, takes LogProbs.
+func (c *Config) headChunkFused(b gpu.Backend, w HeadWeights, a headArgs, lo, hi int, targets, lp, logits gpu.Tensor, s Sampling) (bool, error) {
+	f, ok := b.(logProbsFuser)
+	if !ok {
+		return false, nil
+	}
+	xc, err := a.xn.Rows(lo, hi)
+	if err != nil {
+		return false, err
+	}
+	tc, err := rowsOf(targets, a.n, lo, hi)
+	if err != nil {
+		return false, err
+	}
+	lc, err := rowsOf(lp, a.n, lo, hi)
+	if err != nil {
+		return false, err
+	}
+	if lc.Mem == nil {
+		return false, fmt.Errorf("log-prob tensor is absent")
+	}
+	ws, err := logits.Rows(0, hi-lo)
+	if err != nil {
+		return false, err
+	}
+	err = f.LogProbsFused(lc, xc, w.LMHead, tc, s.Temperature, ws)
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // HeadBackward backpropagates dlogp (F32 [N]) and dentropy (F32 [N], or the

@@ -1,0 +1,193 @@
+// The log-prob head's forward on Hopper without its float32 logits in
+// memory: k_lp_head_* multiplies the hidden rows h [m, k] by the vocabulary
+// w [n, k] (16-bit, row-major, k a multiple of 64) tile by tile and, from
+// each tile's float32 sums in registers, writes per row and tile the
+// maximum of the tempered logits z = l/temp and the sum of exp(z - max)
+// over the tile's columns, and the target's z where the tile holds it;
+// k_lp_combine then takes each row's log-sum-exp over its tiles (in
+// float64) and writes logp = z[target] - lse. LogProbs writes the logits
+// to a float32 workspace and reads them back: 10 GB a step at Qwen2.5-3B's
+// 16,384 tokens and 151,936-word vocabulary.
+//
+// k_lp_head_* is k_gemm_swiglu_*'s product (kernels/gemm.cu) with its own
+// epilogue: persistent CTAs take tiles of 128 rows and 192 columns in
+// grouped order; thread 0 copies x's and w's tiles through the TMA into a
+// ring of LH_ST buffers; two consumer warpgroups own 64 rows each and issue
+// m64n192k16 products. Their epilogue runs in registers: fragment tile j
+// holds, for this thread, rows r and r+8 and columns 8j+2c, 8j+2c+1, so a
+// row's 192 columns are spread over the 4 threads of a quad, which reduce
+// by shuffles. Columns past n (read as zeros by the TMA) are left out.
+//
+// uses hopper.cuh
+
+#define LH_BM 128
+#define LH_BN 192
+#define LH_BK 64
+#define LH_ST 5
+#define LH_GROUP 16
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LH_ONLY(x) x
+#else
+#define LH_ONLY(x) __trap()
+#endif
+
+// lh_tile returns tile t's row tile mt (of nm) and column tile nt (of nn)
+// in grouped order: LH_GROUP row tiles share each column tile in turn, so
+// that the rows and vocabulary tiles the CTAs read at one time stay in L2.
+__device__ __forceinline__ void lh_tile(int t, int nm, int nn, int& mt, int& nt) {
+  int per = LH_GROUP * nn, g = t / per, first = g * LH_GROUP;
+  int sz = min(nm - first, LH_GROUP), r = t - g * per;
+  mt = first + r % sz;
+  nt = r / sz;
+}
+
+// quad_max and quad_sum reduce over the 4 threads of a quad.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// part is [m, nn] float2 (max, sum of exponentials); tz is [m] float, the
+// target's tempered logit, written by the one thread whose tile holds it.
+template <bool F16>
+__device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targets, const TMap* tx, const TMap* tw,
+                                        int m, int n, int k, float temp) {
+  constexpr int AT = LH_BM * LH_BK * 2, BT = LH_BN * LH_BK * 2, ST = AT + BT;
+  u32 base;
+  wg_smem(base);
+  u32 bars = base + LH_ST * ST;  // full[LH_ST], empty[LH_ST]
+  int nm = (m + LH_BM - 1) / LH_BM, nn = (n + LH_BN - 1) / LH_BN, nk = k / LH_BK, nt_all = nm * nn;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < LH_ST; i++) {
+      mb_init(bars + 8 * i, 1);              // the producer's expect_tx
+      mb_init(bars + 8 * (LH_ST + i), 256);  // the consumers' threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      int it = 0;
+      for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+        int mt, nt;
+        lh_tile(t, nm, nn, mt, nt);
+        int m0 = mt * LH_BM, n0 = nt * LH_BN;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          int b = it % LH_ST;
+          u32 full = bars + 8 * b, st = base + b * ST;
+          if (it >= LH_ST) mb_wait(bars + 8 * (LH_ST + b), (it / LH_ST + 1) & 1);
+          mb_expect(full, (u32)ST);
+          tma_load3(st, tx, kb * LH_BK, 0, m0, full);
+          tma_load3(st + AT, tw, kb * LH_BK, 0, n0, full);
+        }
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, c = lane & 3;
+  float d[96];
+#pragma unroll
+  for (int i = 0; i < 96; i++) d[i] = 0.0f;
+  int it = 0;
+  for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+    int mt, nt;
+    lh_tile(t, nm, nn, mt, nt);
+    for (int kb = 0; kb < nk; kb++, it++) {
+      int b = it % LH_ST;
+      mb_wait(bars + 8 * b, (it / LH_ST) & 1);
+      u32 st = base + b * ST, a = st + grp * 64 * 128, w = st + AT;
+      wg_hold<24>((float(*)[4])d);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < LH_BK / 16; kk++)
+        wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
+      wg_commit();
+      wg_wait<1>();
+      if (kb > 0) mb_arrive(bars + 8 * (LH_ST + (it - 1) % LH_ST));
+    }
+    wg_wait<0>();
+    wg_hold<24>((float(*)[4])d);
+    mb_arrive(bars + 8 * (LH_ST + (it - 1) % LH_ST));
+    int m0 = mt * LH_BM, n0 = nt * LH_BN;
+    int r0 = m0 + grp * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+    int y0 = r0 < m ? targets[r0] : -1, y1 = r1 < m ? targets[r1] : -1;
+    float mx0 = -F_INF, mx1 = -F_INF;
+#pragma unroll
+    for (int j = 0; j < 24; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        int col = n0 + 8 * j + 2 * c + e;
+        float z0 = temp == 1.0f ? d[4 * j + e] : d[4 * j + e] / temp;
+        float z1 = temp == 1.0f ? d[4 * j + 2 + e] : d[4 * j + 2 + e] / temp;
+        if (col >= n) z0 = z1 = -F_INF;
+        if (col == y0) tz[r0] = z0;
+        if (col == y1) tz[r1] = z1;
+        d[4 * j + e] = z0;
+        d[4 * j + 2 + e] = z1;
+        mx0 = fmaxf(mx0, z0);
+        mx1 = fmaxf(mx1, z1);
+      }
+    }
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 24; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        s0 += __expf(d[4 * j + e] - mx0);
+        s1 += __expf(d[4 * j + 2 + e] - mx1);
+      }
+    }
+    s0 = quad_sum(s0);
+    s1 = quad_sum(s1);
+    if (c == 0) {
+      if (r0 < m) part[(i64)r0 * nn + nt] = make_float2(mx0, s0);
+      if (r1 < m) part[(i64)r1 * nn + nt] = make_float2(mx1, s1);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_bf16(float2* part, float* tz, const int* targets, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
+  LH_ONLY((lp_head<false>(part, tz, targets, &tx, &tw, m, n, k, temp)));
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_f16(float2* part, float* tz, const int* targets, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
+  LH_ONLY((lp_head<true>(part, tz, targets, &tx, &tw, m, n, k, temp)));
+}
+
+// k_lp_combine writes logp[r] = tz[r] - lse for each of the m rows, one warp
+// a row: lse = M + log(sum_j s_j exp(m_j - M)) over the row's nn tiles
+// (m_j, s_j) = part[r, j], M their maximum, the sum in float64. A target
+// outside [0, v) writes NaN and raises FLAG_TARGETS, as k_lp_fwd does.
+extern "C" __global__ void __launch_bounds__(256) k_lp_combine(const float2* part, const float* tz, const int* targets,
+                                                               int m, int nn, int v, float* logp, int* flag) {
+  int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (i64 r = (i64)blockIdx.x * nw + (threadIdx.x >> 5); r < m; r += (i64)gridDim.x * nw) {
+    const float2* p = part + r * nn;
+    float mx = -F_INF;
+    for (int j = lane; j < nn; j += 32) mx = fmaxf(mx, p[j].x);
+    mx = warp_max(mx);
+    double s = 0.0;
+    for (int j = lane; j < nn; j += 32) {
+      float2 q = p[j];
+      s += (double)q.y * (double)expf(q.x - mx);
+    }
+    s = warp_sum_d(s);
+    if (lane == 0) {
+      int y = targets[r];
+      if (y < 0 || y >= v) {
+        atomicOr(flag, FLAG_TARGETS);
+        logp[r] = __int_as_float(0x7fc00000);
+      } else {
+        logp[r] = (float)((double)tz[r] - ((double)mx + log(s)));
+      }
+    }
+  }
+}

@@ -1,0 +1,94 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// The log-prob head without float32 logits in memory (k_lp_head_*, then
+// k_lp_combine; kernels/lphead.cu): persistent CTAs of lhThreads threads
+// take tiles of lhBM rows and lhBN vocabulary columns, with lhStages
+// buffers of an lhBK-wide step of the hidden dimension.
+const (
+	lhBM, lhBN, lhBK = 128, 192, 64
+	lhStages         = 5
+	lhThreads        = 3 * 128
+)
+
+// lpFusedOff turns LogProbsFused off (RLPIPE_CUDA_LP_FUSED=0): it then
+// refuses every call, and the model takes LogProbs.
+var lpFusedOff = os.Getenv("RLPIPE_CUDA_LP_FUSED") == "0"
+
+// LogProbsFused writes logp[i] = log_softmax(h·wᵀ/temperature)[i, targets[i]]
+// as LogProbs does without entropy, but never holds the logits: each
+// 128 × 192 tile of the product leaves, per row, its maximum and sum of
+// exponentials (and the target's logit) in scratch, and a second kernel
+// takes each row's log-sum-exp from them in float64. scratch is LogProbs'
+// float32 workspace [C, V]; this op overwrites its first C·(2·⌈V/192⌉+1)
+// values and leaves no logits there. h and w are both bf16 (or both f16)
+// with H a multiple of 64, on Hopper; other operands give an error
+// wrapping gpu.ErrNotFused, as does RLPIPE_CUDA_LP_FUSED=0. The values
+// differ from LogProbs' in the products' accumulation order and the
+// exponentials' rounding (float32 __expf, float32 sums within a tile). A
+// target outside [0,V) yields NaN and an error at the next Sync.
+func (b *Backend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature float32, scratch gpu.Tensor) error {
+	const op = "logprobs fused"
+	if lpFusedOff {
+		return fmt.Errorf("%s: RLPIPE_CUDA_LP_FUSED=0: %w", op, gpu.ErrNotFused)
+	}
+	a, err := b.lpCheck(op, gpu.Tensor{}, h, w, targets, temperature, scratch)
+	if err != nil {
+		return err
+	}
+	if err := gpu.CheckLogProbs(op, logp, gpu.Tensor{}, h, w, targets, scratch, a.c, false); err != nil {
+		return err
+	}
+	if !b.wgmma() {
+		return fmt.Errorf("%s: needs Hopper's wgmma: %w", op, gpu.ErrNotFused)
+	}
+	dt := h.DType
+	if (dt != gpu.BF16 && dt != gpu.F16) || w.DType != dt {
+		return fmt.Errorf("%s: h is %v and w %v, want both bf16 or both f16: %w", op, h.DType, w.DType, gpu.ErrNotFused)
+	}
+	if a.hd%lhBK != 0 || a.h%16 != 0 || a.w%16 != 0 {
+		return fmt.Errorf("%s: H %d not a multiple of %d, or h or w not 16-byte aligned: %w", op, a.hd, lhBK, gpu.ErrNotFused)
+	}
+	lpa, err := b.taddr(op, "logp", logp, gpu.F32)
+	if err != nil {
+		return err
+	}
+	if a.c == 0 {
+		return nil
+	}
+	nn := (a.v + lhBN - 1) / lhBN
+	// The partials (float2, 8-byte aligned: the workspace is float32 and
+	// the arena aligns tensors to 256 bytes) and then the target logits.
+	if a.logits%8 != 0 || 2*nn+1 > a.v {
+		return fmt.Errorf("%s: the workspace is not 8-byte aligned or V %d too small for the partials: %w", op, a.v, gpu.ErrNotFused)
+	}
+	part := a.logits
+	tz := part + uint64(a.c)*uint64(nn)*8
+	ms, err := tensorMaps(b.d, tmapKey{a.h, a.c, 1, a.hd, lhBM}, tmapKey{a.w, a.v, 1, a.hd, lhBN})
+	if err != nil {
+		return err
+	}
+	name := "k_lp_head_bf16"
+	if dt == gpu.F16 {
+		name = "k_lp_head_f16"
+	}
+	nb := min((a.c+lhBM-1)/lhBM*nn, max(b.d.info.SMs, 1))
+	return b.issue(
+		launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
+			args: new(kargs).u64(part).u64(tz).u64(a.tg).put(ms[0][:]).put(ms[1][:]).i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
+		launch{name: "k_lp_combine", gx: rowGrid((int64(a.c) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
+			args: new(kargs).u64(part).u64(tz).u64(a.tg).i32(a.c).i32(nn).i32(a.v).u64(lpa).u64(b.d.flag)})
+}
+
+// lhSmem is k_lp_head_*'s dynamic shared memory: lhStages buffers of the
+// rows' and the vocabulary's tiles, a "full" and an "empty" mbarrier per
+// buffer, and 1 KB to align the tiles to 1024 bytes.
+func lhSmem() int { return lhStages*(lhBM+lhBN)*lhBK*2 + 2*lhStages*8 + 1024 }

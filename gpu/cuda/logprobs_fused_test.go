@@ -1,0 +1,164 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/gpu"
+)
+
+// TestLogProbsFused holds LogProbsFused to the CPU's LogProbs without
+// entropy: row counts on and off the kernel's 128-row tiles, vocabularies
+// on and off its 192-column tiles (down to one tile), hidden sizes of one
+// and many 64-wide steps (more than its ring of buffers), more tiles than
+// SMs, temperatures 1 and not; and to its own bits when run again. A target
+// outside [0,V) gives NaN in its row and an error at the next Sync. It skips
+// where the kernel does not run (not Hopper).
+func TestLogProbsFused(t *testing.T) {
+	e := newEnv(t)
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, c := range []struct {
+			rows, h, v int
+			temp       float32
+		}{{130, 64, 1000, 1}, {300, 128, 4099, 0.7}, {1, 64, 200, 1}, {257, 896, 2500, 1.3}, {1100, 512, 9000, 1}, {64, 320, 192, 1}} {
+			e.off = 0
+			name := fmt.Sprintf("%v rows %d h %d v %d T %v", dt, c.rows, c.h, c.v, c.temp)
+			gh, ch := e.in(dt, 1, c.rows, c.h)
+			gw, cw := e.in(dt, 0.3/math.Sqrt(float64(c.h)/64), c.v, c.h)
+			gtg, ctg := e.ids(e.randIDs(c.rows, c.v))
+			gws, cws := e.out(gpu.F32, c.rows, c.v)
+			glp, clp := e.out(gpu.F32, c.rows)
+			err := e.g.LogProbsFused(glp, gh, gw, gtg, c.temp, gws)
+			if errors.Is(err, gpu.ErrNotFused) {
+				t.Skipf("%s: %v", name, err)
+			}
+			e.check(name, err, e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, c.temp, false, cws))
+			e.compare("logprobs fused "+name, glp, clp, tolHeavy)
+			again, _ := e.out(gpu.F32, c.rows)
+			if err := e.g.LogProbsFused(again, gh, gw, gtg, c.temp, gws); err != nil {
+				t.Fatalf("%s, again: %v", name, err)
+			}
+			e.sameBits(name+", a second run against the first", again, glp)
+		}
+	}
+	// A bad target: NaN in its row, the others as before, an error at Sync.
+	e.off = 0
+	rows, h, v := 40, 64, 500
+	gh, _ := e.in(gpu.BF16, 1, rows, h)
+	gw, _ := e.in(gpu.BF16, 0.3, v, h)
+	ids := e.randIDs(rows, v)
+	gtg, _ := e.ids(ids)
+	gws, _ := e.out(gpu.F32, rows, v)
+	good, _ := e.out(gpu.F32, rows)
+	if err := e.g.LogProbsFused(good, gh, gw, gtg, 1, gws); err != nil {
+		t.Fatal(err)
+	}
+	ids[7] = int32(v)
+	bad, _ := e.ids(ids)
+	lp, _ := e.out(gpu.F32, rows)
+	if err := e.g.LogProbsFused(lp, gh, gw, bad, 1, gws); err != nil {
+		t.Fatal(err)
+	}
+	err := e.g.DefaultStream().Sync()
+	if err == nil || !strings.Contains(err.Error(), "target") {
+		t.Errorf("a target outside [0,V): Sync gave %v, want the targets error", err)
+	}
+	got, want := make([]float32, rows), make([]float32, rows)
+	if err := e.g.Download(got, lp); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Download(want, good); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if i == 7 {
+			if !math.IsNaN(float64(got[i])) {
+				t.Errorf("row 7 (bad target): %v, want NaN", got[i])
+			}
+		} else if got[i] != want[i] {
+			t.Errorf("row %d: %v, want %v as with good targets", i, got[i], want[i])
+		}
+	}
+}
+
+// LogProbsFused refuses f32 operands, mixed dtypes and hidden sizes that
+// are not multiples of 64 with gpu.ErrNotFused.
+func TestLogProbsFusedRefuses(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		name   string
+		hd, wd gpu.DType
+		h      int
+	}{{"f32", gpu.F32, gpu.F32, 64}, {"bf16 h, f16 w", gpu.BF16, gpu.F16, 64}, {"h 96", gpu.BF16, gpu.BF16, 96}} {
+		e.off = 0
+		x, _ := e.alloc(c.hd, 4, c.h)
+		w, _ := e.alloc(c.wd, 300, c.h)
+		tg, _ := e.ids([]int32{1, 2, 3, 4})
+		ws, _ := e.alloc(gpu.F32, 4, 300)
+		lp, _ := e.alloc(gpu.F32, 4)
+		if err := e.g.LogProbsFused(lp, x, w, tg, 1, ws); !errors.Is(err, gpu.ErrNotFused) {
+			t.Errorf("%s: got %v, want gpu.ErrNotFused", c.name, err)
+		}
+	}
+}
+
+// BenchmarkLogProbsHead times the log-prob head's chunk at one model's
+// shapes with pseudo-random operands: LogProbs (the float32 logits
+// through memory) and LogProbsFused. RLPIPE_BENCH_LP="C,H,V" picks the
+// shapes (default Qwen2.5-3B's with 2048-row chunks: "2048,2048,151936"):
+//
+//	go test -run '^$' -bench LogProbsHead -benchtime 20x ./gpu/cuda
+func BenchmarkLogProbsHead(bb *testing.B) {
+	b := backend(bb)
+	C, H, V := 2048, 2048, 151936
+	if d := os.Getenv("RLPIPE_BENCH_LP"); d != "" {
+		if _, err := fmt.Sscanf(d, "%d,%d,%d", &C, &H, &V); err != nil {
+			bb.Fatalf("RLPIPE_BENCH_LP=%q: want C,H,V: %v", d, err)
+		}
+	}
+	mem, err := b.Alloc(int64(C*H+V*H)*2 + int64(C*V+2*C)*4 + 8<<10)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	defer b.Free(mem)
+	var off int64
+	ten := func(dt gpu.DType, shape ...int) gpu.Tensor {
+		x, err := gpu.NewTensor(mem, off, dt, shape...)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		off += (x.Bytes() + 255) / 256 * 256
+		return x
+	}
+	h, w := ten(gpu.BF16, C, H), ten(gpu.BF16, V, H)
+	for _, x := range []gpu.Tensor{h, w} {
+		if err := b.Upload(x, scrambled(x.Numel(), 0.05)); err != nil {
+			bb.Fatal(err)
+		}
+	}
+	tg, ws, lp := ten(gpu.I32, C), ten(gpu.F32, C, V), ten(gpu.F32, C)
+	ids := make([]int32, C)
+	for i := range ids {
+		ids[i] = int32((i * 7919) % V)
+	}
+	if err := b.UploadI32(tg, ids); err != nil {
+		bb.Fatal(err)
+	}
+	flops := 2 * float64(C) * float64(H) * float64(V)
+	shape := fmt.Sprintf("%dx%dx%d", C, V, H)
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"logits " + shape, func() error { return b.LogProbs(lp, gpu.Tensor{}, h, w, tg, 1, false, ws) }},
+		{"fused " + shape, func() error { return b.LogProbsFused(lp, h, w, tg, 1, ws) }},
+	} {
+		timeOp(bb, b, c.name, flops, 0, c.f)
+	}
+}
