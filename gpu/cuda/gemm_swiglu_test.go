@@ -106,11 +106,7 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 	var off int64
 	// ten is a [r,c] bf16 operand, of scrambled values when scale is not 0.
 	ten := func(r, c int, scale float32) gpu.Tensor {
-		x, err := gpu.NewTensor(mem, off, gpu.BF16, r, c)
-		if err != nil {
-			bb.Fatal(err)
-		}
-		off += (x.Bytes() + 255) / 256 * 256
+		x := benchTensor(bb, mem, &off, gpu.BF16, r, c)
 		if scale != 0 {
 			if err := b.Upload(x, scrambled(r*c, scale)); err != nil {
 				bb.Fatal(err)

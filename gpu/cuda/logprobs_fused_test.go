@@ -128,14 +128,7 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 	}
 	defer b.Free(mem)
 	var off int64
-	ten := func(dt gpu.DType, shape ...int) gpu.Tensor {
-		x, err := gpu.NewTensor(mem, off, dt, shape...)
-		if err != nil {
-			bb.Fatal(err)
-		}
-		off += (x.Bytes() + 255) / 256 * 256
-		return x
-	}
+	ten := func(dt gpu.DType, shape ...int) gpu.Tensor { return benchTensor(bb, mem, &off, dt, shape...) }
 	h, w := ten(gpu.BF16, C, H), ten(gpu.BF16, V, H)
 	for _, x := range []gpu.Tensor{h, w} {
 		if err := b.Upload(x, scrambled(x.Numel(), 0.05)); err != nil {

@@ -37,11 +37,7 @@ func BenchmarkOps(bb *testing.B) {
 	defer b.Free(mem)
 	var off int64
 	ten := func(dt gpu.DType, shape ...int) gpu.Tensor {
-		x, err := gpu.NewTensor(mem, off, dt, shape...)
-		if err != nil {
-			bb.Fatal(err)
-		}
-		off += (x.Bytes() + 255) / 256 * 256
+		x := benchTensor(bb, mem, &off, dt, shape...)
 		if dt != gpu.I32 {
 			if err := b.Fill(x, 0.01); err != nil {
 				bb.Fatal(err)
@@ -404,6 +400,18 @@ func BenchmarkOps(bb *testing.B) {
 	for _, c := range cases {
 		timeOp(bb, b, c.name, c.flops, c.bytes, c.f)
 	}
+}
+
+// benchTensor views a tensor of dt and shape at byte offset *off of mem
+// and moves *off past it, to the next 256-byte boundary.
+func benchTensor(bb *testing.B, mem gpu.Memory, off *int64, dt gpu.DType, shape ...int) gpu.Tensor {
+	bb.Helper()
+	x, err := gpu.NewTensor(mem, *off, dt, shape...)
+	if err != nil {
+		bb.Fatal(err)
+	}
+	*off += (x.Bytes() + 255) / 256 * 256
+	return x
 }
 
 // timeOp times f on b as sub-benchmark name of bb: a warm-up run (an op

@@ -628,14 +628,6 @@ __device__ __forceinline__ void fa_stage(u16* tile, int w, float (*acc)[4], floa
   }
 }
 
-__device__ __forceinline__ float fa_quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float fa_quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 // fa_delta reads delta (rowsum(dout*out), fp32) for row i of head h from the
 // first 4 bytes of dq's row, where k_fa_bwd_pre left it.
@@ -681,8 +673,8 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
     mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
     mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
   }
-  mxa = fa_quad_max(mxa);
-  mxb = fa_quad_max(mxb);
+  mxa = quad_max(mxa);
+  mxb = quad_max(mxb);
   float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
   float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
   ca = fa_exp2(ma - ba);
@@ -905,8 +897,8 @@ __device__ __forceinline__ void fa_fwd(u16* out, float* lse, const u16* q, const
       fa_commit();
     }
   }
-  la = fa_quad_sum(la);
-  lb = fa_quad_sum(lb);
+  la = quad_sum(la);
+  lb = quad_sum(lb);
   // Each warp stages its rows into its own rows of Qs (only it read them).
   fa_stage<D, F16>(Qs, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
   __syncwarp();
@@ -1320,8 +1312,8 @@ template <int D, bool F16>
 __device__ __forceinline__ void wg_fwd_store(u16* out, float* lse, u16* sm, int warp, int c, float (*o)[4], float ma,
                                              float mb, float la, float lb, int wi0, int ia, int ib, int t, int hq,
                                              int h) {
-  la = fa_quad_sum(la);
-  lb = fa_quad_sum(lb);
+  la = quad_sum(la);
+  lb = quad_sum(lb);
   u16* st = sm + WG_BM * D;
   fa_stage<D, F16>(st, warp, o, la > 0.0f ? 1.0f / la : 0.0f, lb > 0.0f ? 1.0f / lb : 0.0f);
   __syncwarp();

@@ -127,15 +127,6 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 #define GS_ONLY(x) __trap()
 #endif
 
-// gs_tile returns tile t's row tile mt (of nm) and column tile nt (of nn)
-// in grouped order.
-__device__ __forceinline__ void gs_tile(int t, int nm, int nn, int& mt, int& nt) {
-  int per = GS_GROUP * nn, g = t / per, first = g * GS_GROUP;
-  int sz = min(nm - first, GS_GROUP), r = t - g * per;
-  mt = first + r % sz;
-  nt = r / sz;
-}
-
 template <bool F16>
 __device__ __forceinline__ u32 gs_pack(float lo, float hi) {
   return F16 ? ((u32)f2h(lo) | ((u32)f2h(hi) << 16)) : f2bf2(lo, hi);
@@ -163,10 +154,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < GS_ST; i++) {
-      mb_init(bars + 8 * i, 1);              // the producer's expect_tx
-      mb_init(bars + 8 * (GS_ST + i), 256);  // the consumers' threads
-    }
+    wg_ring_init<GS_ST>(bars);
     mb_init(staged, 256);  // the consumers' threads
     mb_init(drained, 96);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -180,12 +168,11 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
       int it = 0;
       for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
         int mt, nt;
-        gs_tile(t, nm, nn, mt, nt);
+        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * GS_BM, n0 = nt * GS_BN;
         for (int kb = 0; kb < nk; kb++, it++) {
-          int b = it % GS_ST;
+          int b = wg_ring_slot<GS_ST>(bars, it);
           u32 full = bars + 8 * b, st = base + b * ST;
-          if (it >= GS_ST) mb_wait(bars + 8 * (GS_ST + b), (it / GS_ST + 1) & 1);
           mb_expect(full, (u32)ST);
           tma_load3(st, tx, kb * GS_BK, 0, m0, full);
           tma_load3(st + AT, tg, kb * GS_BK, 0, n0, full);
@@ -197,7 +184,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
       int e = threadIdx.x - 32, i = 0;
       for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
         int mt, nt;
-        gs_tile(t, nm, nn, mt, nt);
+        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * GS_BM, n0 = nt * GS_BN;
         mb_wait(staged, i & 1);
         for (int q = e; q < GS_BM * 12; q += 96) {
@@ -230,25 +217,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   for (int i = 0; i < 96; i++) d[i] = 0.0f;
   int it = 0, i = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    for (int kb = 0; kb < nk; kb++, it++) {
-      int b = it % GS_ST;
-      mb_wait(bars + 8 * b, (it / GS_ST) & 1);
-      u32 st = base + b * ST, a = st + grp * 64 * 128, w = st + AT;
-      wg_hold<24>((float(*)[4])d);
-      wg_fence();
-      // The tile's first product starts the sums (scale-d 0).
-#pragma unroll
-      for (int kk = 0; kk < GS_BK / 16; kk++)
-        wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
-      wg_commit();
-      wg_wait<1>();
-      if (kb > 0) mb_arrive(bars + 8 * (GS_ST + (it - 1) % GS_ST));
-    }
-    wg_wait<0>();
-    wg_hold<24>((float(*)[4])d);
-    // The tile's last buffer goes back at once, so that the producer
-    // fills it with the next tile's first step meanwhile.
-    mb_arrive(bars + 8 * (GS_ST + (it - 1) % GS_ST));
+    wg_ring_tile192<F16, GS_ST>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
     // for the same output columns at j+12) holds, for this thread, rows r
     // and r+8, columns 8j+2c and 8j+2c+1: staged at the same columns.

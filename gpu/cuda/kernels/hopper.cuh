@@ -205,3 +205,66 @@ __device__ __forceinline__ void tma_load3(u32 dst, const TMap* tm, int c0, int c
 __device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+
+// The persistent products of gemm.cu and lphead.cu share what follows: a
+// ring of ST buffers of a tile's A (x's rows) and B (192 weight rows) for
+// one 64-wide step of the reduction, filled by one producer thread through
+// the TMA and drained by two consumer warpgroups (256 threads) issuing
+// m64n192k16 products. The ring's mbarriers are full[ST] (the producer's
+// expect_tx) and then empty[ST] (the consumers' threads) at bars.
+
+// wg_ring_init initialises the ring's mbarriers; thread 0 calls it before a
+// block barrier.
+template <int ST>
+__device__ __forceinline__ void wg_ring_init(u32 bars) {
+  for (int i = 0; i < ST; i++) {
+    mb_init(bars + 8 * i, 1);
+    mb_init(bars + 8 * (ST + i), 256);
+  }
+}
+
+// wg_ring_slot returns the buffer of the producer's it-th step after
+// waiting until the consumers have handed it back from its previous use.
+template <int ST>
+__device__ __forceinline__ int wg_ring_slot(u32 bars, int it) {
+  int b = it % ST;
+  if (it >= ST) mb_wait(bars + 8 * (ST + b), (it / ST + 1) & 1);
+  return b;
+}
+
+// wg_tile_order returns tile t's row tile mt (of nm) and column tile nt (of
+// nn) in grouped order: GROUP row tiles take each column tile in turn, so
+// that the operand tiles the CTAs read at one time stay in L2.
+template <int GROUP>
+__device__ __forceinline__ void wg_tile_order(int t, int nm, int nn, int& mt, int& nt) {
+  int per = GROUP * nn, g = t / per, first = g * GROUP;
+  int sz = min(nm - first, GROUP), r = t - g * per;
+  mt = first + r % sz;
+  nt = r / sz;
+}
+
+// wg_ring_tile192 runs a consumer warpgroup's products for one tile: nk
+// steps, each from the ring's next buffer (it counts the steps across
+// tiles; buffer b starts at base + b*stBytes, the warpgroup's 64 A rows at
+// aOff in it and the 192 B rows at bOff), the first step starting the sums
+// in d afresh. Each buffer goes back to the producer once the next step's
+// products are issued, the tile's last at once after its own.
+template <bool F16, int ST>
+__device__ __forceinline__ void wg_ring_tile192(float* d, u32 base, u32 bars, u32 stBytes, u32 aOff, u32 bOff, int nk,
+                                                int& it) {
+  for (int kb = 0; kb < nk; kb++, it++) {
+    int b = it % ST;
+    mb_wait(bars + 8 * b, (it / ST) & 1);
+    u32 st = base + b * stBytes, a = st + aOff, w = st + bOff;
+    wg_hold<24>((float(*)[4])d);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
+    wg_commit();
+    wg_wait<1>();
+    if (kb > 0) mb_arrive(bars + 8 * (ST + (it - 1) % ST));
+  }
+  wg_wait<0>();
+  wg_hold<24>((float(*)[4])d);
+  mb_arrive(bars + 8 * (ST + (it - 1) % ST));
+}

@@ -9,11 +9,11 @@
 // to a float32 workspace and reads them back: 10 GB a step at Qwen2.5-3B's
 // 16,384 tokens and 151,936-word vocabulary.
 //
-// k_lp_head_* is k_gemm_swiglu_*'s product (kernels/gemm.cu) with its own
-// epilogue: persistent CTAs take tiles of 128 rows and 192 columns in
-// grouped order; thread 0 copies x's and w's tiles through the TMA into a
-// ring of LH_ST buffers; two consumer warpgroups own 64 rows each and issue
-// m64n192k16 products. Their epilogue runs in registers: fragment tile j
+// k_lp_head_* is k_gemm_swiglu_*'s product (kernels/gemm.cu, and the ring
+// of hopper.cuh) with its own epilogue: persistent CTAs take tiles of 128
+// rows and 192 columns in grouped order; thread 0 copies x's and w's tiles
+// through the TMA into a ring of LH_ST buffers; two consumer warpgroups own
+// 64 rows each and issue m64n192k16 products. Their epilogue runs in registers: fragment tile j
 // holds, for this thread, rows r and r+8 and columns 8j+2c, 8j+2c+1, so a
 // row's 192 columns are spread over the 4 threads of a quad, which reduce
 // by shuffles. Columns past n (read as zeros by the TMA) are left out.
@@ -32,26 +32,6 @@
 #define LH_ONLY(x) __trap()
 #endif
 
-// lh_tile returns tile t's row tile mt (of nm) and column tile nt (of nn)
-// in grouped order: LH_GROUP row tiles share each column tile in turn, so
-// that the rows and vocabulary tiles the CTAs read at one time stay in L2.
-__device__ __forceinline__ void lh_tile(int t, int nm, int nn, int& mt, int& nt) {
-  int per = LH_GROUP * nn, g = t / per, first = g * LH_GROUP;
-  int sz = min(nm - first, LH_GROUP), r = t - g * per;
-  mt = first + r % sz;
-  nt = r / sz;
-}
-
-// quad_max and quad_sum reduce over the 4 threads of a quad.
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // part is [m, nn] float2 (max, sum of exponentials); tz is [m] float, the
 // target's tempered logit, written by the one thread whose tile holds it.
 template <bool F16>
@@ -63,10 +43,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   u32 bars = base + LH_ST * ST;  // full[LH_ST], empty[LH_ST]
   int nm = (m + LH_BM - 1) / LH_BM, nn = (n + LH_BN - 1) / LH_BN, nk = k / LH_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < LH_ST; i++) {
-      mb_init(bars + 8 * i, 1);              // the producer's expect_tx
-      mb_init(bars + 8 * (LH_ST + i), 256);  // the consumers' threads
-    }
+    wg_ring_init<LH_ST>(bars);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -76,12 +53,11 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
       int it = 0;
       for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
         int mt, nt;
-        lh_tile(t, nm, nn, mt, nt);
+        wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * LH_BM, n0 = nt * LH_BN;
         for (int kb = 0; kb < nk; kb++, it++) {
-          int b = it % LH_ST;
+          int b = wg_ring_slot<LH_ST>(bars, it);
           u32 full = bars + 8 * b, st = base + b * ST;
-          if (it >= LH_ST) mb_wait(bars + 8 * (LH_ST + b), (it / LH_ST + 1) & 1);
           mb_expect(full, (u32)ST);
           tma_load3(st, tx, kb * LH_BK, 0, m0, full);
           tma_load3(st + AT, tw, kb * LH_BK, 0, n0, full);
@@ -98,23 +74,8 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   int it = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
     int mt, nt;
-    lh_tile(t, nm, nn, mt, nt);
-    for (int kb = 0; kb < nk; kb++, it++) {
-      int b = it % LH_ST;
-      mb_wait(bars + 8 * b, (it / LH_ST) & 1);
-      u32 st = base + b * ST, a = st + grp * 64 * 128, w = st + AT;
-      wg_hold<24>((float(*)[4])d);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < LH_BK / 16; kk++)
-        wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
-      wg_commit();
-      wg_wait<1>();
-      if (kb > 0) mb_arrive(bars + 8 * (LH_ST + (it - 1) % LH_ST));
-    }
-    wg_wait<0>();
-    wg_hold<24>((float(*)[4])d);
-    mb_arrive(bars + 8 * (LH_ST + (it - 1) % LH_ST));
+    wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
+    wg_ring_tile192<F16, LH_ST>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     int m0 = mt * LH_BM, n0 = nt * LH_BN;
     int r0 = m0 + grp * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
     int y0 = r0 < m ? targets[r0] : -1, y1 = r1 < m ? targets[r1] : -1;

@@ -1,6 +1,14 @@
 // Row kernels: RMSNorm forward and backward, RoPE, embedding gather and
 // scatter. Reductions run in float64 like the CPU reference.
 
+// rms_rstd is RMSNorm's 1/sqrt(mean + eps) for a row of h values whose
+// squares sum to ss: the mean rounded to float32 first, as HF's float32
+// variance is.
+__device__ __forceinline__ float rms_rstd(double ss, i64 h, float eps) {
+  double mean = h > 0 ? ss / (double)h : 0.0;
+  return (float)(1.0 / sqrt((double)((float)mean + eps)));
+}
+
 // k_rmsnorm: one block per row of x [rows,h]. dst may be x.
 extern "C" __global__ void k_rmsnorm(void* dst, int dtd, float* rstd, const void* x, int dtx, const void* w, int dtw,
                                      i64 rows, i64 h, float eps) {
@@ -12,8 +20,7 @@ extern "C" __global__ void k_rmsnorm(void* dst, int dtd, float* rstd, const void
       ss += v * v;
     }
     ss = block_sum_d(ss, sh);
-    double mean = h > 0 ? ss / (double)h : 0.0;
-    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    float rv = rms_rstd(ss, h, eps);
     if (threadIdx.x == 0) rstd[r] = rv;
     for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
       float v = ldf(x, dtx, r * h + j);
@@ -103,8 +110,7 @@ __device__ void rmsnorm8(void* sum, int dts, void* dst, int dtd, float* rstd, co
       for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
     }
     ss = block_sum_d(ss, sh);
-    double mean = h > 0 ? ss / (double)h : 0.0;
-    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    float rv = rms_rstd(ss, h, eps);
     if (threadIdx.x == 0) rstd[r] = rv;
     for (i64 g = threadIdx.x; g < ng; g += blockDim.x) {
       float v[8], wv[8];
@@ -177,8 +183,7 @@ __device__ __forceinline__ void rmsnorm_r(uint4* dst, float* rstd, const float4*
       }
     }
     ss = warp_sum_d(ss);
-    double mean = h > 0 ? ss / (double)h : 0.0;
-    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    float rv = rms_rstd(ss, h, eps);
     if (lane == 0) rstd[r] = rv;
 #pragma unroll
     for (int i = 0; i < G; i++) {
@@ -331,8 +336,7 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm8_w(void* dst, int dt
       for (int k = 0; k < 8; k++) ss += (double)v[k] * (double)v[k];
     }
     ss = warp_sum_d(ss);
-    double mean = h > 0 ? ss / (double)h : 0.0;
-    float rv = (float)(1.0 / sqrt((double)((float)mean + eps)));
+    float rv = rms_rstd(ss, h, eps);
     if (lane == 0) rstd[r] = rv;
     if (own) {
 #pragma unroll

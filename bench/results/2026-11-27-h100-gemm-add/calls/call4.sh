@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Call 4: best against best on 83e6dc4 (GemmAdd, the warp-per-row norm of
+# float32 rows, the log-prob head without float32 logits): 3B against the
+# peer with activation checkpointing (its best at 3B), then 1.5B and 0.5B
+# against the peer without (its best there).
+set -u
+OUT0=$OUT
+run() {
+	OUT=$OUT0/f-$1 FAIR_MODELS=$1 FAIR_RUNS="$2 auto" FAIR_BUDGET_S=$3 bash bench/fair_device.sh >$OUT0/fair-$1.log 2>&1
+	rm -rf $OUT0/f-$1/work-*
+	echo "$1: $(grep "best against best" $OUT0/fair-$1.log | tail -1)"
+	grep "| shared\|| own" $OUT0/fair-$1.log | tail -1
+}
+run qwen2.5-3b peer-ac 300
+run qwen2.5-1.5b peer-noac 150
+run qwen2.5-0.5b peer-noac 150
+cd $OUT0 && tar czf f.tgz f-* fair-*.log && rm -rf f-* fair-*.log
