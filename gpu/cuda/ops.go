@@ -145,7 +145,12 @@ func embeddingBuckets(cols, sms int64) int64 {
 	return max(min(4*max(sms, 1)/max(cols, 1), 64), 1)
 }
 
-// RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does.
+// RMSNorm normalises the rows of x as HF Llama/Qwen2 RMSNorm does: rows
+// of float32 into bf16 or f16 of 264 to 4096 values a warp per row with
+// the row in registers (k_rmsnorm_r*, normRowKernel), rows of at most 256
+// values a warp per row (k_rmsnorm8_w), others a block per row
+// (k_rmsnorm8), all 8 values a thread at 16-byte aligned addresses, else
+// the scalar k_rmsnorm.
 func (b *Backend) RMSNorm(dst, rstd, x, w gpu.Tensor, eps float32) error {
 	const op = "rmsnorm"
 	t, h, err := gpu.RMSNormDims(op, dst, rstd, x, w, eps)
@@ -549,18 +554,21 @@ func normRowKernel(h int64, xd, dd, wd gpu.DType) (string, bool) {
 	if normWarpOff || ng <= warpGroups || ng > 16*32 || xd != gpu.F32 || dd != wd || (dd != gpu.BF16 && dd != gpu.F16) {
 		return "", false
 	}
-	g := 16
+	g := 2
 	switch {
 	case ng <= 4*32:
-		g = 4
+		g = 0
 	case ng <= 8*32:
-		g = 8
+		g = 1
 	}
-	suffix := "_bf16"
-	if dd == gpu.F16 {
-		suffix = "_f16"
-	}
-	return fmt.Sprintf("k_rmsnorm_r%d%s", g, suffix), true
+	return normRowKernels[b2i(dd == gpu.F16)][g], true
+}
+
+// normRowKernels are the warp-per-row forwards' names by dtype (bf16, f16)
+// and the groups a lane holds (4, 8, 16).
+var normRowKernels = [2][3]string{
+	{"k_rmsnorm_r4_bf16", "k_rmsnorm_r8_bf16", "k_rmsnorm_r16_bf16"},
+	{"k_rmsnorm_r4_f16", "k_rmsnorm_r8_f16", "k_rmsnorm_r16_f16"},
 }
 
 // normWarpOff turns the warp-per-row RMSNorm forward off
