@@ -98,6 +98,9 @@ type Sampling struct {
 // logp[i] = log_softmax(logits/s.Temperature)[targets[i]] (F32 [N]) and,
 // unless entropy is the zero Tensor, entropy[i] (F32 [N]) of the logits
 // (tempered when s.EntropyTempered) are written. targets is I32 [N].
+// Without entropies, a backend with LogProbsFused (logProbsFuser) takes
+// each chunk's log-probs without holding its logits: the workspace is then
+// its scratch.
 func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targets, logp, entropy, logits gpu.Tensor, chunk int, s Sampling) error {
 	a, err := c.checkHead(w, rows, xn, rstd, targets, logits, chunk, s.Temperature)
 	if err != nil {
