@@ -6,8 +6,9 @@ import (
 )
 
 // ErrNotFused is what a backend's optional fused op returns, wrapped, for
-// operands it does not take: the caller then runs the unfused ops, whose
-// values the fused op's equal up to the order of its sums.
+// operands it does not take: the caller then runs the unfused ops. Each
+// fused op says how its values differ from theirs (the order of its sums,
+// a rounding fewer or other exponentials).
 var ErrNotFused = errors.New("not fused for these operands")
 
 // This file holds the reference forms of the fused ops of Backend: each

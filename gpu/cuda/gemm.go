@@ -119,9 +119,10 @@ func (b *Backend) matmulTo(d uint64, c, a, bm mat, transA, transB bool, alpha, b
 		call.alignD = C.uint32_t(alignOf(d))
 	}
 	call.alpha, call.beta = C.float(alpha), C.float(beta)
-	key := ltKey{alignD: uint32(call.alignD), m: uint64(call.m), n: uint64(call.n), k: uint64(k), lda: bm.ld, ldb: a.ld, ldc: c.ld,
+	key := ltKey{m: uint64(call.m), n: uint64(call.n), k: uint64(k), lda: bm.ld, ldb: a.ld, ldc: c.ld,
 		ta: int32(call.transa), tb: int32(call.transb), at: int32(call.atype), bt: int32(call.btype), ct: int32(call.ctype),
-		alignA: uint32(call.alignA), alignB: uint32(call.alignB), alignC: uint32(call.alignC), ws: s.workspace}
+		alignA: uint32(call.alignA), alignB: uint32(call.alignB), alignC: uint32(call.alignC), alignD: uint32(call.alignD),
+		ws: s.workspace}
 	return b.d.do(func() error {
 		if b.d.released {
 			return errReleased
@@ -176,18 +177,22 @@ func (b *Backend) Gemm(c, a, bm gpu.Tensor, transA, transB bool, alpha, beta flo
 	if err != nil {
 		return err
 	}
-	ca, err := b.faddr(op, "c", c)
+	mc, ma, mb, err := b.gemmMats(op, c, a, bm, m, n)
 	if err != nil {
 		return err
 	}
-	aa, err := b.faddr(op, "a", a)
-	if err != nil {
-		return err
+	return b.matmul(mc, ma, mb, transA, transB, alpha, beta)
+}
+
+// gemmMats returns the row-major matrices of Gemm's checked operands: c
+// [m,n], and a and bm as they are stored.
+func (b *Backend) gemmMats(op string, c, a, bm gpu.Tensor, m, n int) (mc, ma, mb mat, err error) {
+	var as [3]uint64
+	for i, o := range []named{arg("c", c), arg("a", a), arg("b", bm)} {
+		if as[i], err = b.faddr(op, o.Name, o.T); err != nil {
+			return mc, ma, mb, err
+		}
 	}
-	ba, err := b.faddr(op, "b", bm)
-	if err != nil {
-		return err
-	}
-	return b.matmul(mat{ca, c.DType, m, n, int64(n)}, mat{aa, a.DType, a.Shape[0], a.Shape[1], int64(a.Shape[1])},
-		mat{ba, bm.DType, bm.Shape[0], bm.Shape[1], int64(bm.Shape[1])}, transA, transB, alpha, beta)
+	return mat{as[0], c.DType, m, n, int64(n)}, mat{as[1], a.DType, a.Shape[0], a.Shape[1], int64(a.Shape[1])},
+		mat{as[2], bm.DType, bm.Shape[0], bm.Shape[1], int64(bm.Shape[1])}, nil
 }

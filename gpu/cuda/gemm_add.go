@@ -40,12 +40,13 @@ func (b *Backend) GemmAdd(d, c, a, bm gpu.Tensor, transA, transB bool) error {
 	if !ltSupported(d.DType, a.DType, bm.DType) {
 		return fmt.Errorf("%s: %v@%v->%v: %w", op, a.DType, bm.DType, d.DType, gpu.ErrNotFused)
 	}
-	var as [4]uint64
-	for i, o := range []named{arg("d", d), arg("c", c), arg("a", a), arg("b", bm)} {
-		if as[i], err = b.faddr(op, o.Name, o.T); err != nil {
-			return err
-		}
+	da, err := b.faddr(op, "d", d)
+	if err != nil {
+		return err
 	}
-	return b.matmulTo(as[0], mat{as[1], c.DType, m, n, int64(n)}, mat{as[2], a.DType, a.Shape[0], a.Shape[1], int64(a.Shape[1])},
-		mat{as[3], bm.DType, bm.Shape[0], bm.Shape[1], int64(bm.Shape[1])}, transA, transB, 1, 1)
+	mc, ma, mb, err := b.gemmMats(op, c, a, bm, m, n)
+	if err != nil {
+		return err
+	}
+	return b.matmulTo(da, mc, ma, mb, transA, transB, 1, 1)
 }

@@ -108,8 +108,9 @@ __device__ __forceinline__ float rnd(int dt, float v) {
 // product's epilogue (gemm.cu), where the tensor cores wait for it;
 // without them the kernel took 644 instead of 715 us (docs/performance.md).
 // __fdividef gives 0 for a denominator past 2^126, that is sigmoid(x) = 0
-// for x below about -87 (the true value is below 1e-38). A float64 exponential per element held
-// the SwiGLU kernels (elementwise.cu) below the memory's speed.
+// for x below about -87 (the true value is below 1e-38). A float64
+// exponential per element held the SwiGLU kernels (elementwise.cu) below
+// the memory's speed.
 __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
 // ld8 loads the 8 elements p[i..i+8) as floats: one 16-byte load for a

@@ -32,7 +32,6 @@ extern "C" __global__ void k_addscaled(void* dst, int dtd, const void* x, int dt
   }
 }
 
-
 extern "C" __global__ void k_swiglu(void* out, int dto, const void* g, int dtg, const void* u, int dtu, i64 n) {
   GRID_STRIDE(i, n) {
     float x = ldf(g, dtg, i);
