@@ -3,6 +3,8 @@ package stages
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/model"
@@ -65,6 +67,7 @@ type decoder struct {
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
 	bwdIssued int                    // the lowest unit gathered for the backward so far
 	ready     map[*ref]pendingGather // gathered buffers still being filled on the side stream
+	deferred  []deferredGather       // late gathers whose side-stream work is not issued yet (running; see lateGathers)
 	staging   map[*ref][]*ref        // per gathered buffer, the staging buffers its gather reads on the side stream
 	saved     [][]*ref               // per unit: buffers kept from forward to backward (planning lifetimes)
 	acts      []*model.LayerActs     // per decoder unit: the activations forward wrote (kept ones are reused by backward)
@@ -213,8 +216,11 @@ func (d *decoder) batch(hook func(string) error, sc *model.RingScratch) model.Ba
 // gather declares the op that makes unit i's compute copy: for each slot, a
 // host->device copy of the shard slice when the model is offloaded, a cast
 // to the compute dtype when a collective sends it, and the all-gather into
-// the unit's gathered buffer. The caller extends the gathered buffer.
-func (d *decoder) gather(i int, tag string) *ref {
+// the unit's gathered buffer. The caller extends the gathered buffer. With
+// late set, the work is issued on the side stream only when the next
+// decoder layer's forward enters its MLP product (see lateGathers), or when
+// the buffer is awaited, if that comes first.
+func (d *decoder) gather(i int, tag string, late bool) *ref {
 	p, u, dt := d.p, d.st.Units[i], d.dts[i]
 	what := "gather " + u.Name
 	if tag != "" {
@@ -247,7 +253,68 @@ func (d *decoder) gather(i int, tag string) *ref {
 			d.staging[g] = append(d.staging[g], r)
 		}
 	}
+	issue := d.gatherIssue(u, what, g, h2d, send, h2dOff)
 	p.do(func() error {
+		if late && d.p.r.Side != nil {
+			d.deferred = append(d.deferred, deferredGather{g, issue})
+			return nil
+		}
+		return issue()
+	})
+	return g
+}
+
+// lateGatherOp is the decoder layer's sub-op whose start issues the late
+// gathers (see lateGathers): the MLP's products, bound by the tensor
+// cores, leave the memory to the copies.
+const lateGatherOp = "gate_up"
+
+// lateGathersOff issues every gather when its op runs
+// (RLPIPE_LATE_GATHERS=0), as before late gathers: for comparisons.
+var lateGathersOff = os.Getenv("RLPIPE_LATE_GATHERS") == "0"
+
+// lateGathers reports whether the forward's gather of unit i waits for the
+// MLP product of the decoder layer before it. On one rank whose model
+// stays on the device a gather is a device-to-device copy, which, issued
+// when the layer before starts (as the prefetch declares it), ran beside
+// that layer's norm and q/k/v product and took their memory bandwidth: at
+// Qwen2.5-3B on an H100 the ref stage's norm1 and qkv took 18.1 ms a step
+// beside the copies against 14.5 ms with them started at gate_up
+// (docs/performance.md). Collectives and host copies keep their early
+// start: an all-gather needs SMs, which the MLP's persistent kernel holds,
+// and a host copy needs the time.
+func (d *decoder) lateGathers(i int) bool {
+	return !lateGathersOff && d.world == 1 && !d.st.Model.Offload && i >= 2 && d.st.Units[i-1].Kind == model.UnitDecoder
+}
+
+// deferredGather is a late gather's side-stream work not yet issued.
+type deferredGather struct {
+	g     *ref
+	issue func() error
+}
+
+// flushGathers issues the late gathers' side-stream work, in order, up to
+// that of g (all of them when g is nil); none when g is not among them.
+func (d *decoder) flushGathers(g *ref) error {
+	if g != nil && !slices.ContainsFunc(d.deferred, func(q deferredGather) bool { return q.g == g }) {
+		return nil
+	}
+	for len(d.deferred) > 0 {
+		q := d.deferred[0]
+		d.deferred = d.deferred[1:]
+		if err := q.issue(); err != nil {
+			return err
+		}
+		if q.g == g {
+			break
+		}
+	}
+	return nil
+}
+
+// gatherIssue returns the side-stream work of gather (see there).
+func (d *decoder) gatherIssue(u *Unit, what string, g, h2d, send *ref, h2dOff []int64) func() error {
+	return func() error {
 		b, comm := d.b(), d.p.r.Comm
 		side := d.p.r.Side
 		if side != nil {
@@ -319,8 +386,7 @@ func (d *decoder) gather(i int, tag string) *ref {
 			d.ready[g] = pendingGather{ev: ev, what: what}
 		}
 		return nil
-	})
-	return g
+	}
 }
 
 // groupGatherer is a communicator that all-gathers several tensors as
@@ -379,6 +445,9 @@ func (d *decoder) untilGathered(i int, g *ref) {
 
 // await makes the compute stream wait until gathered buffer g is filled.
 func (d *decoder) await(g *ref) error {
+	if err := d.flushGathers(g); err != nil {
+		return err
+	}
 	pg, ok := d.ready[g]
 	if !ok {
 		return nil
@@ -420,7 +489,7 @@ func (d *decoder) forward(train bool) {
 	issued := 0 // units gathered so far
 	gatherTo := func(k int) {
 		for ; issued <= min(k, n-1); issued++ {
-			d.gathered[issued] = d.gather(issued, "")
+			d.gathered[issued] = d.gather(issued, "", d.lateGathers(issued))
 		}
 	}
 	gatherTo(0)
@@ -521,6 +590,11 @@ func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec
 func (d *decoder) hook(u *Unit) func(string) error {
 	return func(op string) error {
 		d.p.op(u.Name + " " + op)
+		if op == lateGatherOp && d.p.running() {
+			if err := d.flushGathers(nil); err != nil {
+				return err
+			}
+		}
 		return d.p.err
 	}
 }
@@ -610,7 +684,7 @@ func (d *decoder) headRows(chunkOp string) (h, ch int, logits *ref) {
 	p := d.p
 	h = len(d.st.Units) - 1
 	if d.gathered[h] == nil {
-		d.gathered[h] = d.gather(h, "")
+		d.gathered[h] = d.gather(h, "", false)
 	}
 	dt, H, V := d.dts[h], d.cfg.HiddenSize, d.cfg.VocabSize
 	sel := p.op("head select+norm")
@@ -1112,7 +1186,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 // them.
 func (d *decoder) gatherBackTo(k int) {
 	for ; d.bwdIssued > max(k, 1); d.bwdIssued-- {
-		d.bwdAhead[d.bwdIssued-1] = d.gather(d.bwdIssued-1, "bwd.")
+		d.bwdAhead[d.bwdIssued-1] = d.gather(d.bwdIssued-1, "bwd.", false)
 	}
 }
 

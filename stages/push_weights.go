@@ -127,7 +127,7 @@ func (s *PushWeights) program(p *prog) {
 		return err
 	})
 	for i, u := range st.Units {
-		g := d.gather(i, "")
+		g := d.gather(i, "", false)
 		op := p.op("write " + u.Name)
 		d.untilGathered(op, g)
 		p.do(func() error {
