@@ -61,7 +61,10 @@ type LayerActs struct {
 	// q, k and v projections as one matrix product, which
 	// gpu.Backend.QKVSplit then splits (adding the biases and applying
 	// RoPE). The weights must be adjacent (Config.FusedQKV); Qwen3's
-	// q/k norms do not take this path.
+	// q/k norms do not take this path. A backend with QKVRoPE (qkvRoPEr)
+	// writes q, k and v from the product's registers and uses QKV as
+	// scratch for its cos and sin; every forward of a layer, a backward's rerun too, takes the
+	// same op, so the rerun gives the forward's bits.
 	QKV gpu.Tensor
 }
 
@@ -480,6 +483,29 @@ func gateUpFused(b gpu.Backend, act, x, gate, up gpu.Tensor, may bool) (bool, er
 	return err == nil, err
 }
 
+// qkvRoPEr is a backend with the fused q, k and v projection, its biases
+// and RoPE as one op (cuda.Backend on Hopper), which refuses operands it
+// does not take with an error wrapping gpu.ErrNotFused.
+type qkvRoPEr interface {
+	QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) error
+}
+
+// qkvRoPEd computes q, k and v from x and the fused weight w as one op
+// where b has one that takes the operands (the product never in memory;
+// the op may overwrite scratch, the product's buffer), and reports whether
+// it did; otherwise the caller runs the product and QKVSplit.
+func qkvRoPEd(b gpu.Backend, q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta float64, scaling *gpu.RoPEScaling) (bool, error) {
+	f, ok := b.(qkvRoPEr)
+	if !ok {
+		return false, nil
+	}
+	err := f.QKVRoPE(q, k, v, x, w, bias, pos, scratch, theta, scaling)
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // qkvForward computes q, k and v from xn: projections, biases, the Qwen3
 // q/k norm and RoPE.
 func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dims, batch Batch) error {
@@ -487,6 +513,10 @@ func (c *Config) qkvForward(b gpu.Backend, w LayerWeights, lv layerViews, dm dim
 	if lv.qkv.Mem != nil {
 		wqkv, bqkv, err := c.fusedQKV(w)
 		if err != nil {
+			return err
+		}
+		done, err := qkvRoPEd(b, lv.q, lv.k, lv.v, lv.xn, wqkv, bqkv, batch.Positions, lv.qkv, c.RopeTheta, c.RoPEScaling())
+		if err != nil || done {
 			return err
 		}
 		if err := b.Gemm(lv.qkv, lv.xn, wqkv, false, true, 1, 0); err != nil {

@@ -99,7 +99,7 @@ func kernelModules(t *testing.T) map[string]string {
 // the names as found).
 func TestKernelNames(t *testing.T) {
 	seen := kernelModules(t)
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16", "k_rmsnorm_r4_bf16", "k_rmsnorm_r16_f16", "k_lp_head_bf16", "k_lp_head_f16", "k_lp_combine"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16", "k_rmsnorm_r4_bf16", "k_rmsnorm_r16_f16", "k_lp_head_bf16", "k_lp_head_f16", "k_lp_combine", "k_gemm_qkv_bf16", "k_gemm_qkv_f16", "k_rope_cs16_bf16", "k_rope_cs16_f16"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}

@@ -100,6 +100,30 @@ __device__ __forceinline__ float rnd(int dt, float v) {
   return v;
 }
 
+// InvFreq carries the rotary inverse frequencies by value in the kernel
+// parameters (head dims up to 512).
+struct InvFreq {
+  float v[256];
+};
+
+// rope_cs sets c and s to the cos and sin of position p's angle for inverse
+// frequency f: computed in float64 from the float32 angle and rounded to
+// dt, as HF does; s is negated for the backward (the rotation by the
+// negative angle).
+__device__ __forceinline__ void rope_cs(float p, float f, int dt, int backward, float* c, float* s) {
+  double a = (double)(p * f);
+  *c = rnd(dt, (float)cos(a));
+  float sv = rnd(dt, (float)sin(a));
+  *s = backward ? -sv : sv;
+}
+
+// rope_pair rotates the pair (x1, x2) = (x[i], x[i+d/2]) by (c, s) with HF
+// apply_rotary_pos_emb's roundings to dt.
+__device__ __forceinline__ void rope_pair(int dt, float x1, float x2, float c, float s, float* y1, float* y2) {
+  *y1 = rnd(dt, rnd(dt, x1 * c) + rnd(dt, -x2 * s));
+  *y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
+}
+
 // sigmoid is computed in float32 with the hardware's approximate
 // exponential and reciprocal (__expf, __fdividef: a few float32 ulps, more
 // for |x| in the tens), where the CPU reference takes float64 and rounds

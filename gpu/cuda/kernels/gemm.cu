@@ -127,11 +127,6 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 #define GS_ONLY(x) __trap()
 #endif
 
-template <bool F16>
-__device__ __forceinline__ u32 gs_pack(float lo, float hi) {
-  return F16 ? ((u32)f2h(lo) | ((u32)f2h(hi) << 16)) : f2bf2(lo, hi);
-}
-
 #define GS_ROW 400  // a staging row's bytes: 192 values and 16 bytes of padding (no bank conflicts)
 
 // gs_val is the low (hi 0) or high 16-bit value of w as a float.
@@ -200,7 +195,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
               float x = gs_val<F16>(gw[p], h);
               y[h] = rnd(dt, x * sigmoid(x)) * gs_val<F16>(uw[p], h);
             }
-            o[p] = gs_pack<F16>(y[0], y[1]);
+            o[p] = wg_pack<F16>(y[0], y[1]);
           }
           int col = n0 + v * 8;
           if (m0 + row < m && col < n) *(uint4*)(out + (i64)(m0 + row) * n + col) = make_uint4(o[0], o[1], o[2], o[3]);
@@ -217,7 +212,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   for (int i = 0; i < 96; i++) d[i] = 0.0f;
   int it = 0, i = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    wg_ring_tile192<F16, GS_ST>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
+    wg_ring_tile<F16, GS_ST, 192>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
     // for the same output columns at j+12) holds, for this thread, rows r
     // and r+8, columns 8j+2c and 8j+2c+1: staged at the same columns.
@@ -226,8 +221,8 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
     u32 s0 = stage + r * GS_ROW + 4 * c, s1 = s0 + 8 * GS_ROW;
 #pragma unroll
     for (int j = 0; j < 24; j++) {
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(gs_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(gs_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(wg_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
+      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(wg_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
     }
     mb_arrive(staged);
   }

@@ -425,30 +425,6 @@ extern "C" __global__ void k_rmsnorm_dw_reduce(void* dw, int dtdw, const double*
   }
 }
 
-// InvFreq carries the rotary inverse frequencies by value in the kernel
-// parameters (head dims up to 512).
-struct InvFreq {
-  float v[256];
-};
-
-// rope_cs sets c and s to the cos and sin of position p's angle for inverse
-// frequency f: computed in float64 from the float32 angle and rounded to
-// dt, as HF does; s is negated for the backward (the rotation by the
-// negative angle).
-__device__ __forceinline__ void rope_cs(float p, float f, int dt, int backward, float* c, float* s) {
-  double a = (double)(p * f);
-  *c = rnd(dt, (float)cos(a));
-  float sv = rnd(dt, (float)sin(a));
-  *s = backward ? -sv : sv;
-}
-
-// rope_pair rotates the pair (x1, x2) = (x[i], x[i+d/2]) by (c, s) with HF
-// apply_rotary_pos_emb's roundings to dt.
-__device__ __forceinline__ void rope_pair(int dt, float x1, float x2, float c, float s, float* y1, float* y2) {
-  *y1 = rnd(dt, rnd(dt, x1 * c) + rnd(dt, -x2 * s));
-  *y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
-}
-
 // k_rope rotates x [rows,heads,d] in place, one block per token, its cos
 // and sin computed once per token (rope_cs).
 extern "C" __global__ void k_rope(void* x, int dt, const int* pos, i64 rows, int heads, int d, InvFreq inv,

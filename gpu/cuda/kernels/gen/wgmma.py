@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the wgmma wrappers of kernels/hopper.cuh (between the markers
 "// BEGIN wgmma wrappers" and "// END wgmma wrappers"): one function per
-shape m64nNk16, A from shared memory (wg_ssN: N = 64, 128, 192) or from
+shape m64nNk16, A from shared memory (wg_ssN: N = 64, 128, 192, 256) or from
 registers (wg_rsN: N = 64, 128), bf16 or f16 operands, fp32 accumulators
 d[N/2] in the register order of the PTX accumulator fragment. Every
 accumulator must be named in the asm statement, hence the generator.
@@ -54,7 +54,7 @@ def wrapper(n, rs):
 
 
 def main():
-    gen = "".join(wrapper(n, rs) for rs, ns in ((False, (64, 128, 192)), (True, (64, 128))) for n in ns)
+    gen = "".join(wrapper(n, rs) for rs, ns in ((False, (64, 128, 192, 256)), (True, (64, 128))) for n in ns)
     src = open(CU).read()
     pat = re.compile(r"(// BEGIN wgmma wrappers[^\n]*\n).*?(// END wgmma wrappers)", re.S)
     if not pat.search(src):
