@@ -19,7 +19,7 @@ import (
 // wsStages buffers of wsBN-key K and V tiles.
 const (
 	wsBN      = 128 // WS_BN
-	wsStages  = 2   // WS_STAGES
+	wsStages  = 3   // WS_STAGES
 	wsThreads = 3 * 128
 )
 

@@ -14,8 +14,8 @@ import (
 // take tiles of lhBM rows and lhBN vocabulary columns, with lhStages
 // buffers of an lhBK-wide step of the hidden dimension.
 const (
-	lhBM, lhBN, lhBK = 128, 192, 64
-	lhStages         = 5
+	lhBM, lhBN, lhBK = 128, 256, 64
+	lhStages         = 4
 	lhThreads        = 3 * 128
 )
 
@@ -25,10 +25,10 @@ var lpFusedOff = os.Getenv("RLPIPE_CUDA_LP_FUSED") == "0"
 
 // LogProbsFused writes logp[i] = log_softmax(h·wᵀ/temperature)[i, targets[i]]
 // as LogProbs does without entropy, but never holds the logits: each
-// 128 × 192 tile of the product leaves, per row, its maximum and sum of
+// 128 × 256 tile of the product leaves, per row, its maximum and sum of
 // exponentials (and the target's logit) in scratch, and a second kernel
 // takes each row's log-sum-exp from them in float64. scratch is LogProbs'
-// float32 workspace [C, V]; this op overwrites its first C·(2·⌈V/192⌉+1)
+// float32 workspace [C, V]; this op overwrites its first C·(2·⌈V/256⌉+1)
 // values and leaves no logits there. h and w are both bf16 (or both f16)
 // with H a multiple of 64, on Hopper; other operands give an error
 // wrapping gpu.ErrNotFused, as does RLPIPE_CUDA_LP_FUSED=0. The values

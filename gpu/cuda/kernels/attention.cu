@@ -1939,7 +1939,7 @@ __device__ __forceinline__ void wg_dkv_consume(u16* dk, u16* dv, u32 Ks, u32 Vs,
 // ---------------------------------------------------------------------------
 
 #define WS_BN 128     // keys per tile
-#define WS_STAGES 2   // K and V buffers
+#define WS_STAGES 3   // K and V buffers
 #define WS_THREADS 384 // a producer and two consumers
 
 // wg_hold_a is wg_hold for packed A fragments.

@@ -9,21 +9,21 @@
 // to a float32 workspace and reads them back: 10 GB a step at Qwen2.5-3B's
 // 16,384 tokens and 151,936-word vocabulary.
 //
-// k_lp_head_* is k_gemm_swiglu_*'s product (kernels/gemm.cu, and the ring
+// k_lp_head_* is k_gemm_qkv_*'s product (kernels/gemm_qkv.cu, and the ring
 // of hopper.cuh) with its own epilogue: persistent CTAs take tiles of 128
-// rows and 192 columns in grouped order; thread 0 copies x's and w's tiles
+// rows and 256 columns in grouped order; thread 0 copies x's and w's tiles
 // through the TMA into a ring of LH_ST buffers; two consumer warpgroups own
-// 64 rows each and issue m64n192k16 products. Their epilogue runs in registers: fragment tile j
+// 64 rows each and issue m64n256k16 products. Their epilogue runs in registers: fragment tile j
 // holds, for this thread, rows r and r+8 and columns 8j+2c, 8j+2c+1, so a
-// row's 192 columns are spread over the 4 threads of a quad, which reduce
+// row's 256 columns are spread over the 4 threads of a quad, which reduce
 // by shuffles. Columns past n (read as zeros by the TMA) are left out.
 //
 // uses hopper.cuh
 
 #define LH_BM 128
-#define LH_BN 192
+#define LH_BN 256
 #define LH_BK 64
-#define LH_ST 5
+#define LH_ST 4
 #define LH_GROUP 16
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -68,20 +68,20 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, c = lane & 3;
-  float d[96];
+  float d[128];
 #pragma unroll
-  for (int i = 0; i < 96; i++) d[i] = 0.0f;
+  for (int i = 0; i < 128; i++) d[i] = 0.0f;
   int it = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
     int mt, nt;
     wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
-    wg_ring_tile<F16, LH_ST, 192>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
+    wg_ring_tile<F16, LH_ST, 256>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     int m0 = mt * LH_BM, n0 = nt * LH_BN;
     int r0 = m0 + grp * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
     int y0 = r0 < m ? targets[r0] : -1, y1 = r1 < m ? targets[r1] : -1;
     float mx0 = -F_INF, mx1 = -F_INF;
 #pragma unroll
-    for (int j = 0; j < 24; j++) {
+    for (int j = 0; j < 32; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         int col = n0 + 8 * j + 2 * c + e;
@@ -100,7 +100,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
     mx1 = quad_max(mx1);
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 24; j++) {
+    for (int j = 0; j < 32; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         s0 += __expf(d[4 * j + e] - mx0);
