@@ -49,6 +49,27 @@ func (b *Backend) faddr(op, name string, t gpu.Tensor) (uint64, error) {
 	return b.addr(op, name, t)
 }
 
+// fusedAddrs returns the addresses of a fused kernel's operands, which
+// must all be of dtype dt and 16-byte aligned (its vector and TMA
+// accesses); others give an error wrapping gpu.ErrNotFused.
+func (b *Backend) fusedAddrs(op string, dt gpu.DType, ns ...named) ([]uint64, error) {
+	as := make([]uint64, len(ns))
+	for i, o := range ns {
+		if o.T.DType != dt {
+			return nil, fmt.Errorf("%s: %s is %v, want %v: %w", op, o.Name, o.T.DType, dt, gpu.ErrNotFused)
+		}
+		a, err := b.faddr(op, o.Name, o.T)
+		if err != nil {
+			return nil, err
+		}
+		if a%16 != 0 {
+			return nil, fmt.Errorf("%s: %s is not 16-byte aligned: %w", op, o.Name, gpu.ErrNotFused)
+		}
+		as[i] = a
+	}
+	return as, nil
+}
+
 // taddr is addr for an operand of exactly dtype dt.
 func (b *Backend) taddr(op, name string, t gpu.Tensor, dt gpu.DType) (uint64, error) {
 	if t.Mem != nil && t.DType != dt {

@@ -91,20 +91,11 @@ func (b *Backend) QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta fl
 	if bias.Mem != nil {
 		ops = append(ops, arg("bias", bias))
 	}
-	var as [7]uint64
-	for i, o := range ops {
-		if o.T.DType != dt {
-			return fmt.Errorf("%s: %s is %v, x %v: %w", op, o.Name, o.T.DType, dt, gpu.ErrNotFused)
-		}
-		a, err := b.faddr(op, o.Name, o.T)
-		if err != nil {
-			return err
-		}
-		if a%16 != 0 {
-			return fmt.Errorf("%s: %s is not 16-byte aligned: %w", op, o.Name, gpu.ErrNotFused)
-		}
-		as[i] = a
+	as, err := b.fusedAddrs(op, dt, ops...)
+	if err != nil {
+		return err
 	}
+	as = append(as, 0) // no bias: 0
 	if kd%qpBK != 0 || (d != 64 && d != 128) {
 		return fmt.Errorf("%s: K %d not a multiple of %d or head dim %d not 64 or 128: %w", op, kd, qpBK, d, gpu.ErrNotFused)
 	}

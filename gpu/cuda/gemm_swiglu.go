@@ -48,25 +48,13 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	if err != nil {
 		return err
 	}
-	for _, o := range []gpu.Tensor{gate, up, act} {
-		if o.DType != dt {
-			return fmt.Errorf("%s: operands of dtypes %v, %v, %v, %v: %w", op, x.DType, gate.DType, up.DType, act.DType, gpu.ErrNotFused)
-		}
-	}
 	// The kernel writes 8 columns (16 bytes) at a time.
 	if k%gsBK != 0 || n%8 != 0 {
 		return fmt.Errorf("%s: K %d not a multiple of %d or N %d not of 8: %w", op, k, gsBK, n, gpu.ErrNotFused)
 	}
-	var as [4]uint64
-	for i, o := range []named{arg("act", act), arg("x", x), arg("gate", gate), arg("up", up)} {
-		a, err := b.faddr(op, o.Name, o.T)
-		if err != nil {
-			return err
-		}
-		if a%16 != 0 {
-			return fmt.Errorf("%s: %s is not 16-byte aligned: %w", op, o.Name, gpu.ErrNotFused)
-		}
-		as[i] = a
+	as, err := b.fusedAddrs(op, dt, arg("act", act), arg("x", x), arg("gate", gate), arg("up", up))
+	if err != nil {
+		return err
 	}
 	if t == 0 {
 		return nil

@@ -206,7 +206,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-  int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  int grp = (threadIdx.x >> 7) - 1;
   float d[96];
 #pragma unroll
   for (int i = 0; i < 96; i++) d[i] = 0.0f;
@@ -214,16 +214,9 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
     wg_ring_tile<F16, GS_ST, 192>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
-    // for the same output columns at j+12) holds, for this thread, rows r
-    // and r+8, columns 8j+2c and 8j+2c+1: staged at the same columns.
+    // for the same output columns at j+12) is staged at the same columns.
     if (i > 0) mb_wait(drained, (i - 1) & 1);
-    u32 r = grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
-    u32 s0 = stage + r * GS_ROW + 4 * c, s1 = s0 + 8 * GS_ROW;
-#pragma unroll
-    for (int j = 0; j < 24; j++) {
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(wg_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(wg_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
-    }
+    wg_stage<F16, 192>(stage, GS_ROW, d);
     mb_arrive(staged);
   }
 }

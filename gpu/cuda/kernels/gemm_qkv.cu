@@ -186,23 +186,15 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-  int grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  int grp = (threadIdx.x >> 7) - 1;
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; i++) acc[i] = 0.0f;
   int it = 0, i = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
     wg_ring_tile<F16, QP_ST, 256>(acc, base, bars, ST, grp * 64 * 128, AT, nk, it);
-    // Fragment tile j (columns 8j..8j+7) holds, for this thread, rows r and
-    // r+8, columns 8j+2c and 8j+2c+1: staged at the same columns.
     if (i > 0) mb_wait(drained, (i - 1) & 1);
-    u32 r = grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
-    u32 s0 = stage + r * QP_ROW + 4 * c, s1 = s0 + 8 * QP_ROW;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(wg_pack<F16>(acc[4 * j], acc[4 * j + 1])) : "memory");
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(wg_pack<F16>(acc[4 * j + 2], acc[4 * j + 3])) : "memory");
-    }
+    wg_stage<F16, 256>(stage, QP_ROW, acc);
     mb_arrive(staged);
   }
 }

@@ -242,6 +242,22 @@ __device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
 // (256 threads) issuing m64n192k16 or m64n256k16 products. The ring's mbarriers are full[ST] (the producer's
 // expect_tx) and then empty[ST] (the consumers' threads) at bars.
 
+// wg_stage writes a consumer thread's sums of a tile of N columns (d[N/2],
+// the m64nNk16 fragment: tile j holds rows r and r+8, columns 8j+2c and
+// 8j+2c+1) rounded to 16 bits into the staging tile at shared address
+// stage (rows of row bytes), at the same rows and columns.
+template <bool F16, int N>
+__device__ __forceinline__ void wg_stage(u32 stage, u32 row, const float* d) {
+  u32 grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  u32 r = grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
+  u32 s0 = stage + r * row + 4 * c, s1 = s0 + 8 * row;
+#pragma unroll
+  for (int j = 0; j < N / 8; j++) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(wg_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(wg_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
+  }
+}
+
 // wg_ring_init initialises the ring's mbarriers; thread 0 calls it before a
 // block barrier.
 template <int ST>
