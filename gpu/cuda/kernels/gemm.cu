@@ -149,7 +149,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x == 0) {
-    wg_ring_init<GS_ST>(bars);
+    wg_ring_init<GS_ST, true>(bars);
     mb_init(staged, 256);  // the consumers' threads
     mb_init(drained, 96);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -212,7 +212,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   for (int i = 0; i < 96; i++) d[i] = 0.0f;
   int it = 0, i = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    wg_ring_tile<F16, GS_ST, 192>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
+    wg_ring_tile<F16, GS_ST, 192, true>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
     // for the same output columns at j+12) is staged at the same columns.
     if (i > 0) mb_wait(drained, (i - 1) & 1);

@@ -152,7 +152,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
   int n = (hq + 2 * hkv) * d;
   int nm = (m + QP_BM - 1) / QP_BM, nn = (n + QP_BN - 1) / QP_BN, nk = kd / QP_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
-    wg_ring_init<QP_ST>(bars);
+    wg_ring_init<QP_ST, false>(bars);
     mb_init(staged, 256);  // the consumers' threads
     mb_init(drained, 96);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -192,7 +192,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
   for (int i = 0; i < 128; i++) acc[i] = 0.0f;
   int it = 0, i = 0;
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    wg_ring_tile<F16, QP_ST, 256>(acc, base, bars, ST, grp * 64 * 128, AT, nk, it);
+    wg_ring_tile<F16, QP_ST, 256, false>(acc, base, bars, ST, grp * 64 * 128, AT, nk, it);
     if (i > 0) mb_wait(drained, (i - 1) & 1);
     wg_stage<F16, 256>(stage, QP_ROW, acc);
     mb_arrive(staged);

@@ -240,7 +240,7 @@ __device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
 // weight rows) for one 64-wide step of the reduction, filled by one
 // producer thread through the TMA and drained by two consumer warpgroups
 // (256 threads) issuing m64n192k16 or m64n256k16 products. The ring's mbarriers are full[ST] (the producer's
-// expect_tx) and then empty[ST] (the consumers' threads) at bars.
+// expect_tx) and then empty[ST] (the consumers' threads or warps) at bars.
 
 // wg_stage writes a consumer thread's sums of a tile of N columns (d[N/2],
 // the m64nNk16 fragment: tile j holds rows r and r+8, columns 8j+2c and
@@ -259,12 +259,28 @@ __device__ __forceinline__ void wg_stage(u32 stage, u32 row, const float* d) {
 }
 
 // wg_ring_init initialises the ring's mbarriers; thread 0 calls it before a
-// block barrier.
-template <int ST>
+// block barrier. Each buffer is released by every consumer thread, or with
+// WARP by the lane 0 of each of the 8 consumer warps (wg_ring_release).
+template <int ST, bool WARP>
 __device__ __forceinline__ void wg_ring_init(u32 bars) {
   for (int i = 0; i < ST; i++) {
     mb_init(bars + 8 * i, 1);
-    mb_init(bars + 8 * (ST + i), 256);
+    mb_init(bars + 8 * (ST + i), WARP ? 8 : 256);
+  }
+}
+
+// wg_ring_release hands buffer bar's "empty" mbarrier the consumer
+// thread's arrival, or with WARP its warp's, from lane 0 once every lane
+// has passed the wgmma wait that ended the buffer's reads. One arrival a
+// warp made the gate/up kernel 3% faster and the q/k/v one 2% slower
+// (BenchmarkGateUpSwiGLU, BenchmarkQKVRoPE on an H100; docs/performance.md).
+template <bool WARP>
+__device__ __forceinline__ void wg_ring_release(u32 bar) {
+  if constexpr (WARP) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mb_arrive(bar);
+  } else {
+    mb_arrive(bar);
   }
 }
 
@@ -295,7 +311,7 @@ __device__ __forceinline__ void wg_tile_order(int t, int nm, int nn, int& mt, in
 // step starting the sums in d (N/2 of them) afresh. Each buffer goes back
 // to the producer once the next step's products are issued, the tile's
 // last at once after its own.
-template <bool F16, int ST, int N>
+template <bool F16, int ST, int N, bool WARP>
 __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 stBytes, u32 aOff, u32 bOff, int nk,
                                              int& it) {
   static_assert(N == 192 || N == 256, "wg_ring_tile: N is 192 or 256");
@@ -312,9 +328,9 @@ __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 s
     }
     wg_commit();
     wg_wait<1>();
-    if (kb > 0) mb_arrive(bars + 8 * (ST + (it - 1) % ST));
+    if (kb > 0) wg_ring_release<WARP>(bars + 8 * (ST + (it - 1) % ST));
   }
   wg_wait<0>();
   wg_hold<N / 8>((float(*)[4])d);
-  mb_arrive(bars + 8 * (ST + (it - 1) % ST));
+  wg_ring_release<WARP>(bars + 8 * (ST + (it - 1) % ST));
 }

@@ -43,7 +43,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   u32 bars = base + LH_ST * ST;  // full[LH_ST], empty[LH_ST]
   int nm = (m + LH_BM - 1) / LH_BM, nn = (n + LH_BN - 1) / LH_BN, nk = k / LH_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
-    wg_ring_init<LH_ST>(bars);
+    wg_ring_init<LH_ST, true>(bars);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -75,7 +75,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
     int mt, nt;
     wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
-    wg_ring_tile<F16, LH_ST, 256>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
+    wg_ring_tile<F16, LH_ST, 256, true>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
     int m0 = mt * LH_BM, n0 = nt * LH_BN;
     int r0 = m0 + grp * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
     int y0 = r0 < m ? targets[r0] : -1, y1 = r1 < m ? targets[r1] : -1;
