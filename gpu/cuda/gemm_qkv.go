@@ -30,7 +30,7 @@ var qkvRoPEOff = os.Getenv("RLPIPE_CUDA_GEMM_QKV") == "0"
 // (x·wᵀ rounded to the dtype) and then QKVSplit with bias (which may be
 // the zero Tensor), pos, theta and scaling, up to the product's
 // accumulation order; the product never reaches memory. scratch is the
-// product's buffer [T, (hq+2·hkv)·d] of the unfused ops: this op
+// product's buffer [T, (hq+2·hkv)·d] of the unfused ops (qkv in errors): this op
 // overwrites its first T·d values with each token's cos and sin, which a
 // first kernel (k_rope_cs16_*) computes once for every head and tile.
 // Every float operand is bf16 (or every one f16), K a multiple of 64, d 64
@@ -41,42 +41,23 @@ func (b *Backend) QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta fl
 	if qkvRoPEOff {
 		return fmt.Errorf("%s: RLPIPE_CUDA_GEMM_QKV=0: %w", op, gpu.ErrNotFused)
 	}
-	if err := gpu.CheckRank(op, "q", q, 3); err != nil {
+	// scratch takes the product's place (qkv) in QKVSplit's checks.
+	t, hq, hkv, d, err := gpu.QKVDims(op, "", q, k, v, scratch, bias, pos)
+	if err != nil {
 		return err
 	}
-	if err := gpu.CheckRank(op, "k", k, 3); err != nil {
-		return err
-	}
-	t, hq, d, hkv := q.Shape[0], q.Shape[1], q.Shape[2], k.Shape[1]
 	if err := gpu.CheckRank(op, "x", x, 2); err != nil {
 		return err
 	}
 	kd, n := x.Shape[1], (hq+2*hkv)*d
-	checks := []struct {
-		name  string
-		t     gpu.Tensor
-		shape []int
-	}{{"k", k, []int{t, hkv, d}}, {"v", v, []int{t, hkv, d}}, {"x", x, []int{t, kd}}, {"w", w, []int{n, kd}}, {"pos", pos, []int{t}},
-		{"scratch", scratch, []int{t, n}}}
-	if bias.Mem != nil {
-		checks = append(checks, struct {
-			name  string
-			t     gpu.Tensor
-			shape []int
-		}{"bias", bias, []int{n}})
+	if err := gpu.CheckShape(op, "x", x, t, kd); err != nil {
+		return err
 	}
-	for _, c := range checks {
-		if err := gpu.CheckShape(op, c.name, c.t, c.shape...); err != nil {
-			return err
-		}
+	if err := gpu.CheckShape(op, "w", w, n, kd); err != nil {
+		return err
 	}
-	if pos.DType != gpu.I32 {
-		return fmt.Errorf("%s: pos must be i32, got %v", op, pos.DType)
-	}
-	outs := []gpu.Named{{Name: "q", T: q}, {Name: "k", T: k}, {Name: "v", T: v}, {Name: "scratch", T: scratch}}
-	for i, o := range outs {
-		if err := gpu.CheckNoAliasAll(op, o.Name, o.T, append(outs[i+1:], gpu.Named{Name: "x", T: x}, gpu.Named{Name: "w", T: w},
-			gpu.Named{Name: "bias", T: bias}, gpu.Named{Name: "pos", T: pos})...); err != nil {
+	for _, o := range []gpu.Named{{Name: "q", T: q}, {Name: "k", T: k}, {Name: "v", T: v}, {Name: "qkv", T: scratch}} {
+		if err := gpu.CheckNoAliasAll(op, o.Name, o.T, gpu.Named{Name: "x", T: x}, gpu.Named{Name: "w", T: w}); err != nil {
 			return err
 		}
 	}
