@@ -654,10 +654,12 @@ __device__ __forceinline__ void fa_frag(float (*s)[4], int kk, u32* a) {
 
 // fa_softmax turns a tile of scores s[NT][4] (keys j0.., rows ia and ib =
 // ia+8 of this lane, which see keys [sta, ia] and [stb, ib]) into
-// probabilities 2^(x − m) with x = s·sl2, masking when need is set, and
-// updates the running maxima ma, mb and sums la, lb (per lane; summed over
+// probabilities 2^(s·sl2 − m), masking when need is set, and updates the
+// running maxima ma, mb (of s·sl2) and sums la, lb (per lane; summed over
 // the quad at the end). It returns in ca, cb the factors the output rows
-// must be scaled by.
+// must be scaled by. The exponent is one fma, rounded once, as in the
+// backward (fa_ds_rows with FMA); the maxima are taken over s and then
+// scaled, which gives those of s·sl2 (sl2 > 0, rounding is monotonic).
 template <int NT>
 __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int c, int sta, int ia, int stb, int ib,
                                            float sl2, float& ma, float& mb, float& la, float& lb, float& ca,
@@ -665,21 +667,19 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
   float mxa = -F_INF, mxb = -F_INF;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
+    if (need) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x = s[nt][e] * sl2;
-      if (need) {
+      for (int e = 0; e < 4; e++) {
         int j = j0 + nt * 8 + 2 * c + (e & 1);
         bool ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
-        if (!ok) x = -F_INF;
+        if (!ok) s[nt][e] = -F_INF;
       }
-      s[nt][e] = x;
     }
     mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
     mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
   }
-  mxa = quad_max(mxa);
-  mxb = quad_max(mxb);
+  mxa = quad_max(mxa) * sl2;
+  mxb = quad_max(mxb) * sl2;
   float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
   float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
   ca = fa_exp2(ma - ba);
@@ -689,10 +689,10 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
   float ra = 0.0f, rb = 0.0f;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    s[nt][0] = fa_exp2(s[nt][0] - ba);
-    s[nt][1] = fa_exp2(s[nt][1] - ba);
-    s[nt][2] = fa_exp2(s[nt][2] - bb);
-    s[nt][3] = fa_exp2(s[nt][3] - bb);
+    s[nt][0] = fa_exp2(fmaf(s[nt][0], sl2, -ba));
+    s[nt][1] = fa_exp2(fmaf(s[nt][1], sl2, -ba));
+    s[nt][2] = fa_exp2(fmaf(s[nt][2], sl2, -bb));
+    s[nt][3] = fa_exp2(fmaf(s[nt][3], sl2, -bb));
     ra += s[nt][0] + s[nt][1];
     rb += s[nt][2] + s[nt][3];
   }
