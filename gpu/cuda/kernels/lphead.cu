@@ -32,6 +32,16 @@
 #define LH_ONLY(x) __trap()
 #endif
 
+#define LH_LOG2E 1.4426950408889634f
+
+// lh_exp2 is 2^x on the special function unit (ex2.approx.ftz, as
+// __expf's own).
+__device__ __forceinline__ float lh_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // part is [m, nn] float2 (max, sum of exponentials); tz is [m] float, the
 // target's tempered logit, written by the one thread whose tile holds it.
 template <bool F16>
@@ -79,32 +89,53 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
     int m0 = mt * LH_BM, n0 = nt * LH_BN;
     int r0 = m0 + grp * 64 + warp * 16 + (lane >> 2), r1 = r0 + 8;
     int y0 = r0 < m ? targets[r0] : -1, y1 = r1 < m ? targets[r1] : -1;
+    // Per element, only what every tile needs: the tempered logit, the
+    // maximum, and the exponential as one fma and ex2. The columns past n
+    // (the last column tile) and the targets' logits (in one tile of a
+    // row's ~600) are handled apart.
+    if (temp != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < 128; i++) d[i] = d[i] / temp;
+    }
+    if (n0 + LH_BN > n) {
+#pragma unroll
+      for (int j = 0; j < 32; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          if (n0 + 8 * j + 2 * c + e >= n) d[4 * j + e] = d[4 * j + 2 + e] = -F_INF;
+        }
+      }
+    }
+    bool t0 = y0 >= n0 && y0 < n0 + LH_BN, t1 = y1 >= n0 && y1 < n0 + LH_BN;
+    if (__any_sync(0xffffffffu, t0 || t1)) {
+#pragma unroll
+      for (int j = 0; j < 32; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          int col = n0 + 8 * j + 2 * c + e;
+          if (col == y0) tz[r0] = d[4 * j + e];
+          if (col == y1) tz[r1] = d[4 * j + 2 + e];
+        }
+      }
+    }
     float mx0 = -F_INF, mx1 = -F_INF;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        int col = n0 + 8 * j + 2 * c + e;
-        float z0 = temp == 1.0f ? d[4 * j + e] : d[4 * j + e] / temp;
-        float z1 = temp == 1.0f ? d[4 * j + 2 + e] : d[4 * j + 2 + e] / temp;
-        if (col >= n) z0 = z1 = -F_INF;
-        if (col == y0) tz[r0] = z0;
-        if (col == y1) tz[r1] = z1;
-        d[4 * j + e] = z0;
-        d[4 * j + 2 + e] = z1;
-        mx0 = fmaxf(mx0, z0);
-        mx1 = fmaxf(mx1, z1);
-      }
+      mx0 = fmaxf(mx0, fmaxf(d[4 * j], d[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(d[4 * j + 2], d[4 * j + 3]));
     }
     mx0 = quad_max(mx0);
     mx1 = quad_max(mx1);
+    // exp(z − mx) = 2^(z·log2 e − mx·log2 e); a row of one tile's columns
+    // all past n has mx −Inf and no terms.
+    float b0 = mx0 == -F_INF ? 0.0f : mx0 * LH_LOG2E, b1 = mx1 == -F_INF ? 0.0f : mx1 * LH_LOG2E;
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
-        s0 += __expf(d[4 * j + e] - mx0);
-        s1 += __expf(d[4 * j + 2 + e] - mx1);
+        s0 += lh_exp2(fmaf(d[4 * j + e], LH_LOG2E, -b0));
+        s1 += lh_exp2(fmaf(d[4 * j + 2 + e], LH_LOG2E, -b1));
       }
     }
     s0 = quad_sum(s0);
