@@ -66,18 +66,42 @@ extern "C" __global__ void k_c(int* x) { helper<3>(x); }
 			t.Errorf("%s: modules %v, want %v", c.name, got, c.want)
 		}
 	}
-	// The embedded attention.cu is split, every kernel in one part.
+	// The embedded attention.cu is split into 8 modules, every kernel of
+	// the file in exactly one of them.
 	mods, err := modules()
 	if err != nil {
 		t.Fatal(err)
 	}
+	raw, err := kernelFS.ReadFile("kernels/attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, x := range kernelRE.FindAllStringSubmatch(string(raw), -1) {
+		count[x[1]] = 0
+	}
 	parts := 0
 	for _, m := range mods {
-		if strings.HasPrefix(m.name, "attention.") {
-			parts++
+		if !strings.HasPrefix(m.name, "attention.") {
+			continue
+		}
+		parts++
+		for _, f := range m.funcs {
+			if _, ok := count[f]; !ok {
+				t.Errorf("%s: kernel %s is not in attention.cu", m.name, f)
+			}
+			count[f]++
 		}
 	}
 	if parts != 8 {
 		t.Errorf("attention.cu compiled as %d modules, want 8", parts)
+	}
+	if len(count) == 0 {
+		t.Fatal("attention.cu: no kernels found")
+	}
+	for f, n := range count {
+		if n != 1 {
+			t.Errorf("attention.cu kernel %s is in %d modules, want 1", f, n)
+		}
 	}
 }
