@@ -503,7 +503,7 @@ extern "C" __global__ void k_attn_merge(void* out, int dto, float* lse, const vo
 
 #define FA_BM 64           // query rows per forward / dq CTA, keys per dk/dv CTA
 #define FA_BK 64           // keys per tile in the forward and dq kernels
-#define FA_LOG2E 1.4426950408889634f
+#define FA_LOG2E LOG2E
 #define FA_LN2 0.6931471805599453f
 
 
@@ -572,11 +572,6 @@ __device__ __forceinline__ float fa_tof(u16 h) {
   return F16 ? h2f(h) : bf2f(h);
 }
 
-__device__ __forceinline__ float fa_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // fa_lane_addr is the ldmatrix row address of this lane for the four 8x8
 // matrices at (row0 + rsel*8, col0 + csel*8), where matrix m = lane/8 has
@@ -682,17 +677,17 @@ __device__ __forceinline__ void fa_softmax(float (*s)[4], bool need, int j0, int
   mxb = quad_max(mxb) * sl2;
   float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
   float ba = mna == -F_INF ? 0.0f : mna, bb = mnb == -F_INF ? 0.0f : mnb;
-  ca = fa_exp2(ma - ba);
-  cb = fa_exp2(mb - bb);
+  ca = exp2_approx(ma - ba);
+  cb = exp2_approx(mb - bb);
   ma = mna;
   mb = mnb;
   float ra = 0.0f, rb = 0.0f;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    s[nt][0] = fa_exp2(fmaf(s[nt][0], sl2, -ba));
-    s[nt][1] = fa_exp2(fmaf(s[nt][1], sl2, -ba));
-    s[nt][2] = fa_exp2(fmaf(s[nt][2], sl2, -bb));
-    s[nt][3] = fa_exp2(fmaf(s[nt][3], sl2, -bb));
+    s[nt][0] = exp2_approx(fmaf(s[nt][0], sl2, -ba));
+    s[nt][1] = exp2_approx(fmaf(s[nt][1], sl2, -ba));
+    s[nt][2] = exp2_approx(fmaf(s[nt][2], sl2, -bb));
+    s[nt][3] = exp2_approx(fmaf(s[nt][3], sl2, -bb));
     ra += s[nt][0] + s[nt][1];
     rb += s[nt][2] + s[nt][3];
   }
@@ -772,7 +767,7 @@ __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool n
         ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
       }
       float L = e < 2 ? La : Lb, Dl = e < 2 ? Da : Db;
-      float p = ok ? fa_exp2(FMA ? __fmaf_rn(s[nt][e], sl2, -L) : s[nt][e] * sl2 - L) : 0.0f;
+      float p = ok ? exp2_approx(FMA ? __fmaf_rn(s[nt][e], sl2, -L) : s[nt][e] * sl2 - L) : 0.0f;
       s[nt][e] = p * (dp[nt][e] - Dl);
     }
   }
@@ -794,7 +789,7 @@ __device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool n
         int i = i0 + ci, j = e < 2 ? ja : jb;
         ok = j <= i && j >= St[ci];
       }
-      float p = ok ? fa_exp2(s[nt][e] * sl2 - L[ci]) : 0.0f;
+      float p = ok ? exp2_approx(s[nt][e] * sl2 - L[ci]) : 0.0f;
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - Dl[ci]);
     }
@@ -1810,7 +1805,7 @@ __device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool n
         int i = i0 + ci, j = e < 2 ? ja : jb;
         ok = i < t && j <= i && j >= __float_as_int(ds.y);
       }
-      float p = ok ? fa_exp2(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
+      float p = ok ? exp2_approx(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - ds.x);
     }
@@ -1830,7 +1825,7 @@ __device__ __forceinline__ void wg_ds_spans(float (*s)[4], float (*dp)[4], int i
       int ci = nt * 8 + 2 * c + (e & 1);
       int i = i0 + ci;
       bool ok = e < 2 ? (i >= qla && i <= qza) : (i >= qlb && i <= qzb);
-      float p = ok ? fa_exp2(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
+      float p = ok ? exp2_approx(__fmaf_rn(s[nt][e], sl2, -(L[ci] * FA_LOG2E))) : 0.0f;
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - DS[ci].x);
     }

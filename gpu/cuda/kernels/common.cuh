@@ -124,6 +124,18 @@ __device__ __forceinline__ void rope_pair(int dt, float x1, float x2, float c, f
   *y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
 }
 
+// LOG2E is log2(e) in float32.
+#define LOG2E 1.4426950408889634f
+
+// exp2_approx is 2^x on the special function unit (ex2.approx.ftz: flushes
+// subnormals; −Inf gives 0), the softmaxes' exponential (attention's
+// forward and backward, the fused log-prob head).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // sigmoid is computed in float32 with the hardware's approximate
 // exponential and reciprocal (__expf, __fdividef: a few float32 ulps, more
 // for |x| in the tens), where the CPU reference takes float64 and rounds

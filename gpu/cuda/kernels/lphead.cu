@@ -32,16 +32,6 @@
 #define LH_ONLY(x) __trap()
 #endif
 
-#define LH_LOG2E 1.4426950408889634f
-
-// lh_exp2 is 2^x on the special function unit (ex2.approx.ftz, as
-// __expf's own).
-__device__ __forceinline__ float lh_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // part is [m, nn] float2 (max, sum of exponentials); tz is [m] float, the
 // target's tempered logit, written by the one thread whose tile holds it.
 template <bool F16>
@@ -128,14 +118,14 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
     mx1 = quad_max(mx1);
     // exp(z − mx) = 2^(z·log2 e − mx·log2 e); a row of one tile's columns
     // all past n has mx −Inf and no terms.
-    float b0 = mx0 == -F_INF ? 0.0f : mx0 * LH_LOG2E, b1 = mx1 == -F_INF ? 0.0f : mx1 * LH_LOG2E;
+    float b0 = mx0 == -F_INF ? 0.0f : mx0 * LOG2E, b1 = mx1 == -F_INF ? 0.0f : mx1 * LOG2E;
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
-        s0 += lh_exp2(fmaf(d[4 * j + e], LH_LOG2E, -b0));
-        s1 += lh_exp2(fmaf(d[4 * j + 2 + e], LH_LOG2E, -b1));
+        s0 += exp2_approx(fmaf(d[4 * j + e], LOG2E, -b0));
+        s1 += exp2_approx(fmaf(d[4 * j + 2 + e], LOG2E, -b1));
       }
     }
     s0 = quad_sum(s0);
