@@ -150,8 +150,8 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x == 0) {
     wg_ring_init<GS_ST, true>(bars);
-    mb_init(staged, 256);  // the consumers' threads
-    mb_init(drained, 96);  // the epilogue's
+    mb_init(staged, 8);   // the consumers' warps
+    mb_init(drained, 3);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -200,7 +200,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
           int col = n0 + v * 8;
           if (m0 + row < m && col < n) *(uint4*)(out + (i64)(m0 + row) * n + col) = make_uint4(o[0], o[1], o[2], o[3]);
         }
-        mb_arrive(drained);
+        warp_arrive(drained);
       }
     }
     return;
@@ -217,7 +217,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
     // for the same output columns at j+12) is staged at the same columns.
     if (i > 0) mb_wait(drained, (i - 1) & 1);
     wg_stage<F16, 192>(stage, GS_ROW, d);
-    mb_arrive(staged);
+    warp_arrive(staged);
   }
 }
 

@@ -153,8 +153,8 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
   int nm = (m + QP_BM - 1) / QP_BM, nn = (n + QP_BN - 1) / QP_BN, nk = kd / QP_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
     wg_ring_init<QP_ST, false>(bars);
-    mb_init(staged, 256);  // the consumers' threads
-    mb_init(drained, 96);  // the epilogue's
+    mb_init(staged, 8);   // the consumers' warps
+    mb_init(drained, 3);  // the epilogue's
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -180,7 +180,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
         wg_tile_order<QP_GROUP>(t, nm, nn, mt, nt);
         mb_wait(staged, i & 1);
         qp_epilogue<F16>(q, k, v, bias, cs, gstage, mt * QP_BM, m, nt * QP_BN / d, hq, hkv, d, threadIdx.x - 32);
-        mb_arrive(drained);
+        warp_arrive(drained);
       }
     }
     return;
@@ -195,7 +195,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     wg_ring_tile<F16, QP_ST, 256, false>(acc, base, bars, ST, grp * 64 * 128, AT, nk, it);
     if (i > 0) mb_wait(drained, (i - 1) & 1);
     wg_stage<F16, 256>(stage, QP_ROW, acc);
-    mb_arrive(staged);
+    warp_arrive(staged);
   }
 }
 

@@ -245,17 +245,33 @@ __device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
 // wg_stage writes a consumer thread's sums of a tile of N columns (d[N/2],
 // the m64nNk16 fragment: tile j holds rows r and r+8, columns 8j+2c and
 // 8j+2c+1) rounded to 16 bits into the staging tile at shared address
-// stage (rows of row bytes), at the same rows and columns.
+// stage (rows of row bytes), at the same rows and columns. The fragment is
+// stmatrix's, so each warp stores two fragment tiles an instruction (its
+// four 8 x 8 matrices: rows 0-7 and 8-15 of tile j, then of tile j+1), lane
+// l giving the address of row l & 7 of matrix l >> 3. A row of row bytes
+// whose word count is 4 modulo 32 (400, 528) puts the 8 rows of a matrix in
+// distinct banks.
 template <bool F16, int N>
 __device__ __forceinline__ void wg_stage(u32 stage, u32 row, const float* d) {
+  static_assert(N % 16 == 0, "wg_stage: N is a multiple of 16");
   u32 grp = (threadIdx.x >> 7) - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  u32 r = grp * 64 + warp * 16 + (lane >> 2), c = lane & 3;
-  u32 s0 = stage + r * row + 4 * c, s1 = s0 + 8 * row;
+  u32 r = grp * 64 + warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+  u32 s = stage + r * row + 16 * (lane >> 4);
 #pragma unroll
-  for (int j = 0; j < N / 8; j++) {
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(s0 + 16 * j), "r"(wg_pack<F16>(d[4 * j], d[4 * j + 1])) : "memory");
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(s1 + 16 * j), "r"(wg_pack<F16>(d[4 * j + 2], d[4 * j + 3])) : "memory");
+  for (int j = 0; j < N / 8; j += 2) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(s + 16 * j),
+                 "r"(wg_pack<F16>(d[4 * j], d[4 * j + 1])), "r"(wg_pack<F16>(d[4 * j + 2], d[4 * j + 3])),
+                 "r"(wg_pack<F16>(d[4 * j + 4], d[4 * j + 5])), "r"(wg_pack<F16>(d[4 * j + 6], d[4 * j + 7]))
+                 : "memory");
   }
+}
+
+// warp_arrive arrives on mbarrier bar once for the calling warp, from lane
+// 0 once every lane has got there: __syncwarp orders the lanes' shared
+// memory accesses before lane 0's arrival, which releases them.
+__device__ __forceinline__ void warp_arrive(u32 bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mb_arrive(bar);
 }
 
 // wg_ring_init initialises the ring's mbarriers; thread 0 calls it before a
@@ -277,8 +293,7 @@ __device__ __forceinline__ void wg_ring_init(u32 bars) {
 template <bool WARP>
 __device__ __forceinline__ void wg_ring_release(u32 bar) {
   if constexpr (WARP) {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mb_arrive(bar);
+    warp_arrive(bar);
   } else {
     mb_arrive(bar);
   }
