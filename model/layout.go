@@ -169,6 +169,31 @@ func (c *Config) FusedQKV(slots []Slot) bool {
 	return true
 }
 
+// FusedSpan returns the span [lo, hi) of the gathered buffer laid out by
+// slots (from Layout) that holds a decoder layer's q, k and v projection
+// weights and biases, which gatheredOrder puts next to each other for the
+// fused projection (FusedQKV) where a rank's shard, in the parameters'
+// own order, interleaves each bias with its weight. lo == hi when the
+// layout has none of them.
+func FusedSpan(slots []Slot) (lo, hi int64) {
+	lo = -1
+	for _, s := range slots {
+		if !slices.ContainsFunc(qkvSuffixes[:], func(set [3]string) bool {
+			return slices.ContainsFunc(set[:], func(sfx string) bool { return strings.HasSuffix(s.Name, "."+sfx) })
+		}) {
+			continue
+		}
+		if lo < 0 || s.Offset < lo {
+			lo = s.Offset
+		}
+		hi = max(hi, s.Offset+s.PaddedElems())
+	}
+	if lo < 0 {
+		return 0, 0
+	}
+	return lo, hi
+}
+
 // LayoutElems returns the number of elements of a gathered buffer with the
 // given layout, padding included.
 func LayoutElems(slots []Slot) int64 {
@@ -217,10 +242,20 @@ func SlotView(s Slot, flat gpu.Tensor) (gpu.Tensor, error) {
 	return v.Reshape(shape...)
 }
 
+// SlotSource returns the view of a unit's parameter laid out by slot s,
+// shaped like the parameter: SlotView of a gathered buffer, or (on one
+// rank) a view of the shard itself.
+type SlotSource func(s Slot) (gpu.Tensor, error)
+
+// Gathered is the SlotSource of gathered buffer flat.
+func Gathered(flat gpu.Tensor) SlotSource {
+	return func(s Slot) (gpu.Tensor, error) { return SlotView(s, flat) }
+}
+
 // slotViews checks slots against the layout of unit u (names and shapes,
 // in order; the padding may be for any dp) and returns each parameter's
-// view into flat, keyed by name.
-func (c *Config) slotViews(u Unit, slots []Slot, flat gpu.Tensor) (map[string]gpu.Tensor, error) {
+// view from src, keyed by name.
+func (c *Config) slotViews(u Unit, slots []Slot, src SlotSource) (map[string]gpu.Tensor, error) {
 	want := c.Layout(u, 1)
 	if len(slots) != len(want) {
 		return nil, fmt.Errorf("unit %s %d: layout has %d slots, want %d", u.Kind, u.Index, len(slots), len(want))
@@ -230,7 +265,7 @@ func (c *Config) slotViews(u Unit, slots []Slot, flat gpu.Tensor) (map[string]gp
 		if s.Name != want[i].Name || !slices.Equal(s.Shape, want[i].Shape) {
 			return nil, fmt.Errorf("unit %s %d: slot %d is %s %v, want %s %v", u.Kind, u.Index, i, s.Name, s.Shape, want[i].Name, want[i].Shape)
 		}
-		v, err := SlotView(s, flat)
+		v, err := src(s)
 		if err != nil {
 			return nil, err
 		}
@@ -266,10 +301,16 @@ type LayerWeights struct {
 // slots (from Layout). The same call on a gradient buffer of the same
 // layout gives the gradient views LayerBackward accumulates into.
 func (c *Config) LayerWeightsFrom(u Unit, slots []Slot, flat gpu.Tensor) (LayerWeights, error) {
+	return c.LayerWeightsOf(u, slots, Gathered(flat))
+}
+
+// LayerWeightsOf returns decoder unit u's parameters as src views them
+// (see LayerWeightsFrom).
+func (c *Config) LayerWeightsOf(u Unit, slots []Slot, src SlotSource) (LayerWeights, error) {
 	if u.Kind != UnitDecoder {
 		return LayerWeights{}, fmt.Errorf("layer weights: unit %s %d is not a decoder layer", u.Kind, u.Index)
 	}
-	views, err := c.slotViews(u, slots, flat)
+	views, err := c.slotViews(u, slots, src)
 	if err != nil {
 		return LayerWeights{}, err
 	}
@@ -328,10 +369,16 @@ type HeadWeights struct {
 // gathered buffer laid out by slots (from Layout). For a tied model LMHead
 // is the appended embedding slot.
 func (c *Config) HeadWeightsFrom(u Unit, slots []Slot, flat gpu.Tensor) (HeadWeights, error) {
+	return c.HeadWeightsOf(u, slots, Gathered(flat))
+}
+
+// HeadWeightsOf returns head unit u's parameters as src views them (see
+// HeadWeightsFrom).
+func (c *Config) HeadWeightsOf(u Unit, slots []Slot, src SlotSource) (HeadWeights, error) {
 	if u.Kind != UnitHead {
 		return HeadWeights{}, fmt.Errorf("head weights: unit %s %d is not the head", u.Kind, u.Index)
 	}
-	views, err := c.slotViews(u, slots, flat)
+	views, err := c.slotViews(u, slots, src)
 	if err != nil {
 		return HeadWeights{}, err
 	}

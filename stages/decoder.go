@@ -226,8 +226,16 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 	if tag != "" {
 		what += " for backward"
 	}
+	lo, hi := int64(0), u.Elems
+	if d.inPlace(i) {
+		// Only the fused projection's span is copied (see inPlace); a
+		// unit without one has no gathered buffer and no op.
+		if lo, hi = model.FusedSpan(u.Slots); lo == hi {
+			return &ref{}
+		}
+	}
 	p.op(what)
-	g := p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(u.Elems))
+	g := p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(hi-lo))
 	var h2d, send *ref
 	var h2dOff []int64
 	if d.st.Model.Offload {
@@ -253,7 +261,7 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 			d.staging[g] = append(d.staging[g], r)
 		}
 	}
-	issue := d.gatherIssue(u, what, g, h2d, send, h2dOff)
+	issue := d.gatherIssue(u, what, g, lo, hi, h2d, send, h2dOff)
 	p.do(func() error {
 		if late && d.p.r.Side != nil {
 			d.deferred = append(d.deferred, deferredGather{g, issue})
@@ -287,6 +295,56 @@ func (d *decoder) lateGathers(i int) bool {
 	return !lateGathersOff && d.world == 1 && !d.st.Model.Offload && i >= 2 && d.st.Units[i-1].Kind == model.UnitDecoder
 }
 
+// inPlaceOff copies every gathered unit (RLPIPE_GATHER_IN_PLACE=0), as
+// before units were used in place: for comparisons.
+var inPlaceOff = os.Getenv("RLPIPE_GATHER_IN_PLACE") == "0"
+
+// inPlace reports whether unit i is used in place: on one rank whose model
+// stays on the device, a unit whose every slot is stored, in its owner's
+// shard, in the unit's compute dtype (a frozen model's, or any in fp32)
+// is its own gathered copy, and the forward and backward read the shard.
+// Only the span the fused q/k/v projection reads as one matrix and one
+// vector (model.FusedSpan) is copied, because the shard keeps the
+// parameters' own order, which checkpoints store, and interleaves each
+// bias with its weight: at Qwen2.5-3B, 10.5 of a layer's 154 MB. The copies
+// had taken memory bandwidth and power from the ref stage's products
+// (docs/performance.md).
+func (d *decoder) inPlace(i int) bool {
+	if inPlaceOff || d.world != 1 || d.st.Model.Offload {
+		return false
+	}
+	u := d.st.Units[i]
+	for _, s := range u.Slots {
+		if d.st.owner(u, s).Master != d.dts[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// slots returns the SlotSource of unit i's weights, gathered into g (see
+// gather): g's slots, or for a unit used in place its shard's, except the
+// fused projection's span, which g holds.
+func (d *decoder) slots(i int, g *ref) model.SlotSource {
+	if !d.inPlace(i) {
+		return model.Gathered(g.t)
+	}
+	u := d.st.Units[i]
+	lo, hi := model.FusedSpan(u.Slots)
+	return func(s model.Slot) (gpu.Tensor, error) {
+		if s.Offset >= lo && s.Offset < hi {
+			s.Offset -= lo
+			return model.SlotView(s, g.t)
+		}
+		sh, err := d.st.paramShard(u, s)
+		if err != nil {
+			return gpu.Tensor{}, err
+		}
+		s.Offset = 0
+		return model.SlotView(s, sh)
+	}
+}
+
 // deferredGather is a late gather's side-stream work not yet issued.
 type deferredGather struct {
 	g     *ref
@@ -312,8 +370,9 @@ func (d *decoder) flushGathers(g *ref) error {
 	return nil
 }
 
-// gatherIssue returns the side-stream work of gather (see there).
-func (d *decoder) gatherIssue(u *Unit, what string, g, h2d, send *ref, h2dOff []int64) func() error {
+// gatherIssue returns the side-stream work of gather (see there): the
+// slots in span [lo, hi) of the gathered layout into g, which starts at lo.
+func (d *decoder) gatherIssue(u *Unit, what string, g *ref, lo, hi int64, h2d, send *ref, h2dOff []int64) func() error {
 	return func() error {
 		b, comm := d.b(), d.p.r.Comm
 		side := d.p.r.Side
@@ -331,6 +390,9 @@ func (d *decoder) gatherIssue(u *Unit, what string, g, h2d, send *ref, h2dOff []
 		}
 		var dsts, srcs []gpu.Tensor // the slots' all-gathers, issued together
 		for k, s := range u.Slots {
+			if s.Offset < lo || s.Offset >= hi {
+				continue
+			}
 			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
 			}
@@ -348,7 +410,7 @@ func (d *decoder) gatherIssue(u *Unit, what string, g, h2d, send *ref, h2dOff []
 				}
 				src = stg
 			}
-			dst, err := g.t.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
+			dst, err := g.t.Flat(int(s.Offset-lo), int(s.Offset-lo+s.PaddedElems()))
 			if err != nil {
 				return err
 			}
@@ -513,7 +575,7 @@ func (d *decoder) embedForward() {
 		if err := d.await(d.gathered[0]); err != nil {
 			return err
 		}
-		w, err := model.SlotView(d.st.Units[0].Slots[0], d.gathered[0].t)
+		w, err := d.slots(0, d.gathered[0])(d.st.Units[0].Slots[0])
 		if err != nil {
 			return err
 		}
@@ -666,7 +728,7 @@ func (d *decoder) layerForward(i int, train bool) {
 		if err := d.await(d.gathered[i]); err != nil {
 			return err
 		}
-		w, err := d.cfg.LayerWeightsFrom(u.Unit, u.Slots, d.gathered[i].t)
+		w, err := d.cfg.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, d.gathered[i]))
 		if err != nil {
 			return err
 		}
@@ -706,7 +768,7 @@ func (d *decoder) headWeights(h int) (model.HeadWeights, error) {
 		return model.HeadWeights{}, err
 	}
 	u := d.st.Units[h]
-	return d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+	return d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.slots(h, d.gathered[h]))
 }
 
 // headForward computes the log-probs (and entropy) of the response tokens
@@ -1008,7 +1070,7 @@ func (d *decoder) headBackward() (dres *ref) {
 	drows := p.buf(d.name("bwd", "head", "drows"), plan.Activations, gpu.F32, d.N, H)
 	_ = hb
 	p.do(func() error {
-		w, err := d.cfg.HeadWeightsFrom(u.Unit, u.Slots, d.gathered[h].t)
+		w, err := d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.slots(h, d.gathered[h]))
 		if err != nil {
 			return err
 		}
@@ -1102,7 +1164,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err := d.await(g); err != nil {
 				return err
 			}
-			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
+			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, g))
 			if err != nil {
 				return err
 			}
@@ -1163,7 +1225,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err := d.await(g); err != nil {
 				return err
 			}
-			w, err := c.LayerWeightsFrom(u.Unit, u.Slots, g.t)
+			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, g))
 			if err != nil {
 				return err
 			}

@@ -68,8 +68,11 @@ func TestPlanTinyByHand(t *testing.T) {
 		"actor.adam_m": fp32Shards, "actor.adam_v": fp32Shards,
 		// frozen ref keeps its shards in the compute dtype (bf16 by default)
 		"ref.params": bf16Shards,
-		// bf16 gathered units
-		"ref.gathered.embed": al(2 * 256), "ref.gathered.layer0": al(2 * 608), "ref.gathered.head": al(2 * 264),
+		// on one rank the frozen ref reads its bf16 shards in place and
+		// copies only the fused projection's q, k and v weights and
+		// biases, 64+8 + 32+4 + 32+4 = 144 values (inPlace); the actor,
+		// whose fp32 master is cast, gathers whole bf16 units
+		"ref.gathered.layer0": al(2 * 144), "train.gathered.layer0": al(2 * 608),
 		// one logits chunk: 4 tokens x 32 vocab x fp32
 		"ref.head.logits": 4 * 4 * 32, "train.head.logits": 4 * 4 * 32,
 		// fp32 residual stream of 16 tokens x 8
@@ -81,6 +84,11 @@ func TestPlanTinyByHand(t *testing.T) {
 		"ref.io.cu_seqlens": al(4 * 17),
 		// the unsharded bf16 grad of a decoder unit
 		"train.grad.layer1": al(2 * 608),
+	}
+	for _, name := range []string{"ref.gathered.embed", "ref.gathered.head"} {
+		if b := p.Buffer(name); b != nil {
+			t.Errorf("%s = %d bytes, want none: the ref's embedding and head are read in place", name, b.Bytes)
+		}
 	}
 	for name, bytes := range want {
 		b := p.Buffer(name)
@@ -98,12 +106,12 @@ func TestPlanTinyByHand(t *testing.T) {
 	//   ref params                              3840
 	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
 	//   the batch's log-probs                   256
-	//   gathered layer0 and prefetched layer1   2 x 1280
+	//   gathered layer0 and prefetched layer1   2 x 512 (q/k/v only)
 	//   fp32 residual                           512
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
 	//   the fused projection's output (16x16)   512
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*1280 + 512 + 4*256 + 512
+	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*512 + 512 + 4*256 + 512
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}
@@ -204,11 +212,18 @@ func TestPlanPolicies(t *testing.T) {
 			}
 		}},
 		{"fp32 head", `precision: 'layer.kind == "head" ? "fp32" : "bf16"'`, func(t *testing.T, p *plan.Plan) {
-			if b := p.Buffer("ref.gathered.head"); b.Bytes != plan.AlignUp(4*264) {
-				t.Errorf("fp32 head gathered = %d", b.Bytes)
+			// The fp32 head's shard (the ref's, and the actor's fp32
+			// master) is read in place; the actor's bf16 layers are cast
+			// into whole gathered units, the ref's copy their q/k/v span.
+			for _, n := range []string{"ref.gathered.head", "train.gathered.head"} {
+				if b := p.Buffer(n); b != nil {
+					t.Errorf("%s = %d bytes, want none (read in place)", n, b.Bytes)
+				}
 			}
-			if b := p.Buffer("ref.gathered.layer0"); b.Bytes != plan.AlignUp(2*608) {
-				t.Errorf("bf16 layer gathered = %d", b.Bytes)
+			for n, want := range map[string]int64{"train.gathered.layer0": plan.AlignUp(2 * 608), "ref.gathered.layer0": plan.AlignUp(2 * 144)} {
+				if b := p.Buffer(n); b == nil || b.Bytes != want {
+					t.Errorf("%s = %+v, want %d bytes", n, b, want)
+				}
 			}
 		}},
 		{"no recompute", `recompute: 'false'`, func(t *testing.T, p *plan.Plan) {

@@ -141,7 +141,7 @@ func (s *PushWeights) program(p *prog) {
 				if sl.Tied {
 					continue
 				}
-				v, err := g.t.Flat(int(sl.Offset), int(sl.Offset+sl.Elems()))
+				v, err := d.slots(i, g)(sl)
 				if err != nil {
 					return err
 				}
