@@ -216,10 +216,12 @@ func (d *decoder) batch(hook func(string) error, sc *model.RingScratch) model.Ba
 // gather declares the op that makes unit i's compute copy: for each slot, a
 // host->device copy of the shard slice when the model is offloaded, a cast
 // to the compute dtype when a collective sends it, and the all-gather into
-// the unit's gathered buffer. The caller extends the gathered buffer. With
-// late set, the work is issued on the side stream only when the next
-// decoder layer's forward enters its MLP product (see lateGathers), or when
-// the buffer is awaited, if that comes first.
+// the unit's gathered buffer. For a unit read in place (inPlace) only the
+// fused projection's span is copied, into a buffer of that span, and a
+// unit without one gets an empty ref and no op. The caller extends the
+// gathered buffer. With late set, the work is issued on the side stream
+// only when the next decoder layer's forward enters its MLP product (see
+// lateGathers), or when the buffer is awaited, if that comes first.
 func (d *decoder) gather(i int, tag string, late bool) *ref {
 	p, u, dt := d.p, d.st.Units[i], d.dts[i]
 	what := "gather " + u.Name
