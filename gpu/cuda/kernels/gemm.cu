@@ -206,19 +206,9 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-  int grp = (threadIdx.x >> 7) - 1;
-  float d[96];
-#pragma unroll
-  for (int i = 0; i < 96; i++) d[i] = 0.0f;
-  int it = 0, i = 0;
-  for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    wg_ring_tile<F16, GS_ST, 192, true>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
-    // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up
-    // for the same output columns at j+12) is staged at the same columns.
-    if (i > 0) mb_wait(drained, (i - 1) & 1);
-    wg_stage<F16, 192>(stage, GS_ROW, d);
-    warp_arrive(staged);
-  }
+  // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up for
+  // the same output columns at j+12) is staged at the same columns.
+  wg_consume<F16, GS_ST, 192, true>(base, bars, ST, AT, nk, nt_all, stage, GS_ROW, staged, drained);
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {

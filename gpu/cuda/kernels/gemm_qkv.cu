@@ -186,17 +186,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-  int grp = (threadIdx.x >> 7) - 1;
-  float acc[128];
-#pragma unroll
-  for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-  int it = 0, i = 0;
-  for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
-    wg_ring_tile<F16, QP_ST, 256, false>(acc, base, bars, ST, grp * 64 * 128, AT, nk, it);
-    if (i > 0) mb_wait(drained, (i - 1) & 1);
-    wg_stage<F16, 256>(stage, QP_ROW, acc);
-    warp_arrive(staged);
-  }
+  wg_consume<F16, QP_ST, 256, false>(base, bars, ST, AT, nk, nt_all, stage, QP_ROW, staged, drained);
 }
 
 // k_rope_cs16 writes the table cs [m, d] of 16-bit values (bf16, or f16

@@ -349,3 +349,27 @@ __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 s
   wg_hold<N / 8>((float(*)[4])d);
   wg_ring_release<WARP>(bars + 8 * (ST + (it - 1) % ST));
 }
+
+// wg_consume runs a consumer warpgroup of a persistent product whose
+// epilogue warps read a staging tile (gemm.cu's gate/up, gemm_qkv.cu's
+// q/k/v): for each of the CTA's tiles (blockIdx.x, then every gridDim.x-th
+// of the nt_all), the ring's nk steps of products (wg_ring_tile, the B
+// rows at bOff), then, once the epilogue has drained the tile before
+// (drained), the warpgroup's rows of sums written into the staging tile at
+// stage (rows of row bytes; wg_stage) and handed over (staged, one arrival
+// a warp).
+template <bool F16, int ST, int N, bool WARP>
+__device__ __forceinline__ void wg_consume(u32 base, u32 bars, u32 stBytes, u32 bOff, int nk, int nt_all, u32 stage,
+                                           u32 row, u32 staged, u32 drained) {
+  int grp = (threadIdx.x >> 7) - 1;
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
+  int it = 0, i = 0;
+  for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
+    wg_ring_tile<F16, ST, N, WARP>(d, base, bars, stBytes, grp * 64 * 128, bOff, nk, it);
+    if (i > 0) mb_wait(drained, (i - 1) & 1);
+    wg_stage<F16, N>(stage, row, d);
+    warp_arrive(staged);
+  }
+}
