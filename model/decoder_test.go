@@ -1021,6 +1021,46 @@ func TestFusedQKV(t *testing.T) {
 	}
 }
 
+// TestFusedSpan checks the gathered span holding a decoder layer's q, k
+// and v weights and biases: exactly their slots, whatever else the layer
+// has; none for the embedding and the head.
+func TestFusedSpan(t *testing.T) {
+	for _, tc := range []struct {
+		family string
+		dp     int
+	}{
+		{"qwen2", 1}, {"llama_bias", 1}, {"llama_bias", 3}, {"llama", 1}, {"qwen3", 1},
+	} {
+		t.Run(fmt.Sprintf("%s/dp%d", tc.family, tc.dp), func(t *testing.T) {
+			c, err := LoadConfig(filepath.Join("testdata", "hf", tc.family, "model"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			us := c.Units()
+			for _, u := range []Unit{us[0], us[len(us)-1]} {
+				if lo, hi := FusedSpan(c.Layout(u, tc.dp)); lo != hi {
+					t.Errorf("unit %s: span [%d, %d), want none", u.Kind, lo, hi)
+				}
+			}
+			slots := c.Layout(us[1], tc.dp)
+			lo, hi := FusedSpan(slots)
+			var in int64
+			for _, s := range slots {
+				qkv := isQKV(s.Name, 0) || isQKV(s.Name, 1)
+				if inside := s.Offset >= lo && s.Offset < hi; inside != qkv {
+					t.Errorf("slot %s at %d: in [%d, %d) %v, want %v", s.Name, s.Offset, lo, hi, inside, qkv)
+				}
+				if qkv {
+					in += s.PaddedElems()
+				}
+			}
+			if hi-lo != in || in == 0 {
+				t.Errorf("span [%d, %d) of %d elements, the q/k/v slots %d", lo, hi, hi-lo, in)
+			}
+		})
+	}
+}
+
 // TestDecoderErrors checks that bad inputs are reported as errors.
 func TestDecoderErrors(t *testing.T) {
 	dir := filepath.Join("testdata", "hf", "qwen3")

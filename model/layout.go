@@ -107,19 +107,18 @@ var qkvSuffixes = [2][3]string{
 	{"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"},
 }
 
+// isQKV reports whether name is a q, k or v projection weight (set 0) or
+// bias (set 1).
+func isQKV(name string, set int) bool {
+	return slices.ContainsFunc(qkvSuffixes[set][:], func(sfx string) bool { return strings.HasSuffix(name, "."+sfx) })
+}
+
 // gatheredOrder returns the slots' indices in the order the gathered buffer
 // holds them: their own, except that q, k and v biases come right after
 // v_proj.weight (Qwen2 interleaves each bias with its weight), so that the
 // three weights are adjacent and so are the three biases.
 func gatheredOrder(slots []Slot) []int {
-	isBias := func(name string) bool {
-		for _, sfx := range qkvSuffixes[1] {
-			if strings.HasSuffix(name, "."+sfx) {
-				return true
-			}
-		}
-		return false
-	}
+	isBias := func(name string) bool { return isQKV(name, 1) }
 	var biases []int
 	for k, s := range slots {
 		if isBias(s.Name) {
@@ -178,9 +177,7 @@ func (c *Config) FusedQKV(slots []Slot) bool {
 func FusedSpan(slots []Slot) (lo, hi int64) {
 	lo = -1
 	for _, s := range slots {
-		if !slices.ContainsFunc(qkvSuffixes[:], func(set [3]string) bool {
-			return slices.ContainsFunc(set[:], func(sfx string) bool { return strings.HasSuffix(s.Name, "."+sfx) })
-		}) {
+		if !isQKV(s.Name, 0) && !isQKV(s.Name, 1) {
 			continue
 		}
 		if lo < 0 || s.Offset < lo {
