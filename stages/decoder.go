@@ -324,10 +324,10 @@ func (d *decoder) inPlace(i int) bool {
 	return true
 }
 
-// slots returns the SlotSource of unit i's weights, gathered into g (see
+// source returns the SlotSource of unit i's weights, gathered into g (see
 // gather): g's slots, or for a unit used in place its shard's, except the
 // fused projection's span, which g holds.
-func (d *decoder) slots(i int, g *ref) model.SlotSource {
+func (d *decoder) source(i int, g *ref) model.SlotSource {
 	if !d.inPlace(i) {
 		return model.Gathered(g.t)
 	}
@@ -577,7 +577,7 @@ func (d *decoder) embedForward() {
 		if err := d.await(d.gathered[0]); err != nil {
 			return err
 		}
-		w, err := d.slots(0, d.gathered[0])(d.st.Units[0].Slots[0])
+		w, err := d.source(0, d.gathered[0])(d.st.Units[0].Slots[0])
 		if err != nil {
 			return err
 		}
@@ -730,7 +730,7 @@ func (d *decoder) layerForward(i int, train bool) {
 		if err := d.await(d.gathered[i]); err != nil {
 			return err
 		}
-		w, err := d.cfg.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, d.gathered[i]))
+		w, err := d.cfg.LayerWeightsOf(u.Unit, u.Slots, d.source(i, d.gathered[i]))
 		if err != nil {
 			return err
 		}
@@ -770,7 +770,7 @@ func (d *decoder) headWeights(h int) (model.HeadWeights, error) {
 		return model.HeadWeights{}, err
 	}
 	u := d.st.Units[h]
-	return d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.slots(h, d.gathered[h]))
+	return d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.source(h, d.gathered[h]))
 }
 
 // headForward computes the log-probs (and entropy) of the response tokens
@@ -1072,7 +1072,7 @@ func (d *decoder) headBackward() (dres *ref) {
 	drows := p.buf(d.name("bwd", "head", "drows"), plan.Activations, gpu.F32, d.N, H)
 	_ = hb
 	p.do(func() error {
-		w, err := d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.slots(h, d.gathered[h]))
+		w, err := d.cfg.HeadWeightsOf(u.Unit, u.Slots, d.source(h, d.gathered[h]))
 		if err != nil {
 			return err
 		}
@@ -1166,7 +1166,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err := d.await(g); err != nil {
 				return err
 			}
-			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, g))
+			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.source(i, g))
 			if err != nil {
 				return err
 			}
@@ -1227,7 +1227,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 			if err := d.await(g); err != nil {
 				return err
 			}
-			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.slots(i, g))
+			w, err := c.LayerWeightsOf(u.Unit, u.Slots, d.source(i, g))
 			if err != nil {
 				return err
 			}

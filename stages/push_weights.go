@@ -141,7 +141,7 @@ func (s *PushWeights) program(p *prog) {
 				if sl.Tied {
 					continue
 				}
-				v, err := d.slots(i, g)(sl)
+				v, err := d.source(i, g)(sl)
 				if err != nil {
 					return err
 				}
