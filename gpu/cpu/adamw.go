@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -21,8 +22,60 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	}
 	c := newAdamWConsts(st)
 	pf, gf, mf, vf := vs[0].f, vs[1].f, vs[2].f, vs[3].f
-	b.parallel(len(pf), 1<<14, func(_, lo, hi int) {
+	spans(b, len(pf), adamwSpan, func(lo, hi int) {
 		c.update(pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi])
+	})
+	return nil
+}
+
+// adamwSpan is the elements of one task of the AdamW kernels: 1 MiB of
+// each float32 array. The tasks are handed out as workers come free, so a
+// worker the OS stops for a while (the host's other threads: the rank's,
+// the CUDA driver's) delays the step by a task at most, where equal
+// contiguous chunks would wait for its whole chunk.
+const adamwSpan = 1 << 18
+
+// spans runs fn over [0,n) in spans of at most span items, handed out to
+// b's workers dynamically.
+func spans(b *Backend, n, span int, fn func(lo, hi int)) {
+	tasks(b, (n+span-1)/span, func() struct{} { return struct{}{} }, func(_ struct{}, i int) {
+		fn(i*span, min((i+1)*span, n))
+	})
+}
+
+// AdamWBF16 performs AdamW as AdamW does and writes the updated params,
+// rounded to bfloat16 as Copy rounds them, into out (bf16, of p's length),
+// each from its register as it is updated, so the copy costs little more
+// than its writes. The host keeps such a copy of an
+// offloaded model's fp32 masters for the device's gathers (stages).
+func (b *Backend) AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error {
+	const op = "adamw_bf16"
+	if err := gpu.CheckAdamW(op, p, g, m, v); err != nil {
+		return err
+	}
+	if out.DType != gpu.BF16 || out.Numel() != p.Numel() {
+		return fmt.Errorf("%s: out must be bf16 of p's %d elements, got %v of %d", op, p.Numel(), out.DType, out.Numel())
+	}
+	for _, t := range []gpu.Named{gpu.Arg("p", p), gpu.Arg("g", g), gpu.Arg("m", m), gpu.Arg("v", v)} {
+		if gpu.Overlap(out, t.T) {
+			return fmt.Errorf("%s: out overlaps %s", op, t.Name)
+		}
+	}
+	vs, err := elemCheck(op, []string{"p", "g", "m", "v"}, p, g, m, v)
+	if err != nil {
+		return err
+	}
+	ov, err := floatView(op, "out", out)
+	if err != nil {
+		return err
+	}
+	if err := st.Check(op); err != nil {
+		return err
+	}
+	c := newAdamWConsts(st)
+	pf, gf, mf, vf, of := vs[0].f, vs[1].f, vs[2].f, vs[3].f, ov.h
+	spans(b, len(pf), adamwSpan, func(lo, hi int) {
+		c.updateBF16(pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], of[lo:hi])
 	})
 	return nil
 }
@@ -60,6 +113,19 @@ func (c *adamwConsts) update(p, g, m, v []float32) {
 		n = adamwVector(p, g, m, v, c)
 	}
 	c.scalar(p[n:], g[n:], m[n:], v[n:])
+}
+
+// updateBF16 is update, writing the updated params' bfloat16 rounding
+// (gpu.BF16FromF32) into out, of p's length.
+func (c *adamwConsts) updateBF16(p, g, m, v []float32, out []uint16) {
+	n := 0
+	if c.w1 < 0.5 {
+		n = adamwBF16Vector(p, g, m, v, out, c)
+	}
+	c.scalar(p[n:], g[n:], m[n:], v[n:])
+	for i := n; i < len(p); i++ {
+		out[i] = gpu.BF16FromF32(p[i])
+	}
 }
 
 // scalar is the step in Go, in torch's order of operations.

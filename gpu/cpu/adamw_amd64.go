@@ -27,6 +27,24 @@ func adamwVector(p, g, m, v []float32, c *adamwConsts) int {
 	return n
 }
 
+// adamwBF16AVX2 takes the step over the first n elements (n a multiple of
+// 8) and writes the updated params' bfloat16 bits into out.
+//
+//go:noescape
+func adamwBF16AVX2(p, grad, m, v *float32, out *uint16, n int, c *adamwConsts)
+
+// adamwBF16Vector takes the step and writes the bf16 copy over the longest
+// prefix of whole vectors, and returns its length (0 without AVX2).
+func adamwBF16Vector(p, g, m, v []float32, out []uint16, c *adamwConsts) int {
+	n := len(p) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	g, m, v, out = g[:n], m[:n], v[:n], out[:n]
+	adamwBF16AVX2(&p[0], &g[0], &m[0], &v[0], &out[0], n, c)
+	return n
+}
+
 // sumSquaresAVX2 writes sixteen partial sums of squares of the first n
 // elements of x (n a multiple of 16) to out.
 //

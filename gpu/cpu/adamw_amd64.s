@@ -60,6 +60,103 @@ done:
 	VZEROUPPER
 	RET
 
+// The integer constants of the bfloat16 rounding, eight lanes each, for
+// adamwBF16AVX2, which has no vector register left to hold them.
+DATA bf16c<>+0(SB)/8, $0x0000000100000001
+DATA bf16c<>+8(SB)/8, $0x0000000100000001
+DATA bf16c<>+16(SB)/8, $0x0000000100000001
+DATA bf16c<>+24(SB)/8, $0x0000000100000001
+DATA bf16c<>+32(SB)/8, $0x00007fff00007fff
+DATA bf16c<>+40(SB)/8, $0x00007fff00007fff
+DATA bf16c<>+48(SB)/8, $0x00007fff00007fff
+DATA bf16c<>+56(SB)/8, $0x00007fff00007fff
+DATA bf16c<>+64(SB)/8, $0x7fffffff7fffffff
+DATA bf16c<>+72(SB)/8, $0x7fffffff7fffffff
+DATA bf16c<>+80(SB)/8, $0x7fffffff7fffffff
+DATA bf16c<>+88(SB)/8, $0x7fffffff7fffffff
+DATA bf16c<>+96(SB)/8, $0x7f8000007f800000
+DATA bf16c<>+104(SB)/8, $0x7f8000007f800000
+DATA bf16c<>+112(SB)/8, $0x7f8000007f800000
+DATA bf16c<>+120(SB)/8, $0x7f8000007f800000
+DATA bf16c<>+128(SB)/8, $0x0000004000000040
+DATA bf16c<>+136(SB)/8, $0x0000004000000040
+DATA bf16c<>+144(SB)/8, $0x0000004000000040
+DATA bf16c<>+152(SB)/8, $0x0000004000000040
+GLOBL bf16c<>(SB), RODATA|NOPTR, $160
+
+// func adamwBF16AVX2(p, grad, m, v *float32, out *uint16, n int, c *adamwConsts)
+//
+// adamwAVX2's step, and each updated p1 rounded to bfloat16 as
+// bf16FromF32AVX2 rounds it, from the register, into out: the rounding's
+// integer operations run beside the step's divisions and square root.
+TEXT ·adamwBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ p+0(FP), AX
+	MOVQ grad+8(FP), BX
+	MOVQ m+16(FP), CX
+	MOVQ v+24(FP), DX
+	MOVQ out+32(FP), R8
+	MOVQ n+40(FP), SI
+	MOVQ c+48(FP), DI
+	VBROADCASTSS 0(DI), Y8   // decay
+	VBROADCASTSS 4(DI), Y9   // gradScale
+	VBROADCASTSS 8(DI), Y10  // w1
+	VBROADCASTSS 12(DI), Y11 // b2
+	VBROADCASTSS 16(DI), Y12 // w2
+	VBROADCASTSS 20(DI), Y13 // stepSize
+	VBROADCASTSS 24(DI), Y14 // bc2Sqrt
+	VBROADCASTSS 28(DI), Y15 // eps
+
+bfloop:
+	CMPQ SI, $8
+	JLT  bfdone
+	VMOVUPS (AX), Y0
+	VMOVUPS (BX), Y1
+	VMOVUPS (CX), Y2
+	VMOVUPS (DX), Y3
+	VMULPS  Y8, Y0, Y0  // x = p*decay
+	VMULPS  Y9, Y1, Y1  // gi = g*gradScale
+	VSUBPS  Y2, Y1, Y4  // gi - m
+	VMULPS  Y10, Y4, Y4 // w1*(gi - m)
+	VADDPS  Y4, Y2, Y2  // m1 = m + w1*(gi - m)
+	VMULPS  Y11, Y3, Y3 // v*b2
+	VMULPS  Y12, Y1, Y5 // w2*gi
+	VMULPS  Y1, Y5, Y5  // (w2*gi)*gi
+	VADDPS  Y5, Y3, Y3  // v1 = v*b2 + (w2*gi)*gi
+	VSQRTPS Y3, Y6      // sqrt(v1)
+	VDIVPS  Y14, Y6, Y6 // sqrt(v1)/bc2Sqrt
+	VADDPS  Y15, Y6, Y6 // den
+	VMULPS  Y13, Y2, Y7 // stepSize*m1
+	VDIVPS  Y6, Y7, Y7  // (stepSize*m1)/den
+	VADDPS  Y7, Y0, Y0  // p1 = x + (stepSize*m1)/den
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y2, (CX)
+	VMOVUPS Y3, (DX)
+	VPSRLD      $16, Y0, Y1           // b >> 16
+	VPAND       bf16c<>+0(SB), Y1, Y2 // (b >> 16) & 1
+	VPADDD      bf16c<>+32(SB), Y0, Y3 // b + 0x7fff
+	VPADDD      Y2, Y3, Y3            // + lsb
+	VPSRLD      $16, Y3, Y3           // rounded
+	VPOR        bf16c<>+128(SB), Y1, Y4 // NaN: high half, quiet
+	VPAND       bf16c<>+64(SB), Y0, Y5  // |b|
+	VPCMPGTD    bf16c<>+96(SB), Y5, Y5  // |b| > 0x7f800000: NaN
+	VPANDN      Y3, Y5, Y6            // rounded where not NaN
+	VPAND       Y5, Y4, Y4            // NaN's where NaN
+	VPOR        Y4, Y6, Y6
+	VEXTRACTI128 $1, Y6, X7
+	VPACKUSDW   X7, X6, X6            // eight 16-bit values, in order
+	VMOVDQU     X6, (R8)
+	ADDQ    $32, AX
+	ADDQ    $32, BX
+	ADDQ    $32, CX
+	ADDQ    $32, DX
+	ADDQ    $16, R8
+	SUBQ    $8, SI
+	JMP     bfloop
+
+bfdone:
+	VZEROUPPER
+	RET
+
 // func sumSquaresAVX2(x *float32, n int, out *[16]float64)
 //
 // Sixteen float64 partial sums of x[i]*x[i] over the first n elements (n a

@@ -131,3 +131,64 @@ func TestBF16Vector(t *testing.T) {
 		}
 	}
 }
+
+// TestAdamWBF16 holds AdamWBF16 to AdamW followed by a Copy into bf16:
+// the same params, moments and copy, bit for bit, with params whose
+// rounding takes the odd paths, at lengths that leave a vector's tail and
+// that split into several tasks; and it refuses an out of the wrong dtype
+// or length, or one overlapping p.
+func TestAdamWBF16(t *testing.T) {
+	st := gpu.AdamWStep{LR: 3e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 7, GradScale: 0.5}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 9, 4096, 4097, 3*(1<<14) + 13, adamwSpan + 13} {
+		e := newEnv(t)
+		vals := func(scale float64) []float32 { return randn(r, n, scale, gpu.F32) }
+		pv, gv, mv, vv := vals(1), vals(1), vals(0.1), vals(0.01)
+		for i := range vv {
+			vv[i] *= vv[i]
+		}
+		// Values whose rounding takes the odd paths: ties, subnormals,
+		// overflow to infinity, infinities and NaNs.
+		special := []float32{math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), 1e-40, -1e-40, 3.4e38, float32(math.Inf(-1)), float32(math.NaN())}
+		for i := 0; i < n; i += 97 {
+			pv[i] = special[(i/97)%len(special)]
+			gv[i] = 0
+		}
+		want := [4]gpu.Tensor{e.up(gpu.F32, pv, n), e.up(gpu.F32, gv, n), e.up(gpu.F32, mv, n), e.up(gpu.F32, vv, n)}
+		got := [4]gpu.Tensor{e.up(gpu.F32, pv, n), e.up(gpu.F32, gv, n), e.up(gpu.F32, mv, n), e.up(gpu.F32, vv, n)}
+		wantOut, gotOut := e.tensor(gpu.BF16, n), e.tensor(gpu.BF16, n)
+		if err := e.b.AdamW(want[0], want[1], want[2], want[3], st); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.b.Copy(wantOut, want[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.b.AdamWBF16(got[0], got[1], got[2], got[3], gotOut, st); err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			a, _ := got[k].HostBytes()
+			b, _ := want[k].HostBytes()
+			if string(a) != string(b) {
+				t.Fatalf("n %d: %s differs from AdamW's", n, "pgmv"[k:k+1])
+			}
+		}
+		a, _ := gotOut.HostBytes()
+		b, _ := wantOut.HostBytes()
+		if string(a) != string(b) {
+			t.Fatalf("n %d: the bf16 copy differs from Copy's rounding", n)
+		}
+		for _, tc := range []struct {
+			name string
+			out  gpu.Tensor
+		}{
+			{"f32 out", e.tensor(gpu.F32, n)},
+			{"short out", e.tensor(gpu.BF16, n+1)},
+			{"out over p", gpu.Tensor{Mem: got[0].Mem, Off: got[0].Off, DType: gpu.BF16, Shape: []int{n}}},
+		} {
+			if err := e.b.AdamWBF16(got[0], got[1], got[2], got[3], tc.out, st); err == nil {
+				t.Errorf("n %d, %s: no error", n, tc.name)
+			}
+		}
+	}
+}

@@ -83,6 +83,18 @@ func BenchmarkAdamW(b *testing.B) {
 			}
 		}
 	})
+	h := mk(gpu.BF16, n)
+	if err := be.Copy(h, p); err != nil { // touched before the clock
+		b.Fatal(err)
+	}
+	b.Run("adamw with bf16 copy", func(b *testing.B) {
+		b.SetBytes(30 * n)
+		for b.Loop() {
+			if err := be.AdamWBF16(p, g, m, v, h, st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("sumsquares", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
@@ -92,7 +104,6 @@ func BenchmarkAdamW(b *testing.B) {
 		}
 	})
 	b.Run("cast to bf16", func(b *testing.B) {
-		h := mk(gpu.BF16, n)
 		b.SetBytes(6 * n)
 		for b.Loop() {
 			if err := be.Copy(h, p); err != nil {
