@@ -54,6 +54,7 @@ type Options struct {
 	Offload         bool    // the actor's params and optimizer state in pinned host memory
 	OffloadRef      bool    // the ref's params in pinned host memory
 	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
+	HostBF16Copy    bool    // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
 	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
 	Prefetch        int     // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
 	KLCoef          float64 // low_var_kl coefficient
@@ -151,10 +152,11 @@ type Workload struct {
 	Recompute             bool   `json:"recompute"`
 	RecomputeAuto         bool   `json:"recompute_auto"`
 	// Auto are the plan's choices for what the spec left to it.
-	Auto       []plan.Choice `json:"auto,omitempty"`
-	Offload    bool          `json:"offload"`
-	OffloadRef bool          `json:"offload_ref"`
-	NoReshard  bool          `json:"no_reshard,omitempty"`
+	Auto         []plan.Choice `json:"auto,omitempty"`
+	Offload      bool          `json:"offload"`
+	OffloadRef   bool          `json:"offload_ref"`
+	NoReshard    bool          `json:"no_reshard,omitempty"`
+	HostBF16Copy bool          `json:"host_bf16_copy,omitempty"`
 	// OverlapReduce is Options.OverlapReduce.
 	OverlapReduce bool `json:"overlap_reduce,omitempty"`
 	// Prefetch is Options.Prefetch.
@@ -317,7 +319,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
+		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -556,6 +558,9 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	}
 	if o.OverlapReduce {
 		reshard += ", overlap_reduce: true"
+	}
+	if o.HostBF16Copy {
+		reshard += ", host_bf16_copy: true"
 	}
 	ahead := ""
 	if o.Prefetch != 1 {

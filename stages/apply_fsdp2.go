@@ -29,6 +29,11 @@ type ApplyFSDP2 struct {
 	// unit's backward; the unit's unsharded grads and reduction buffers
 	// then live one unit longer (the plan counts them).
 	OverlapReduce bool `yaml:"overlap_reduce"`
+	// HostBF16Copy keeps a bf16 copy of an offloaded model's fp32 master
+	// params in pinned host memory (hostBF16Units), which the gathers of
+	// its units computed in bf16 copy to the device instead of the fp32
+	// masters.
+	HostBF16Copy bool `yaml:"host_bf16_copy"`
 }
 
 // Ports declares the checkpoint input and the weights output. A model
@@ -59,6 +64,9 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	}
 	if s.OverlapReduce && m != nil && m.OffloadOptimizer {
 		errs = append(errs, vc.Errorf("overlap_reduce", "overlap_reduce is not supported with offload_optimizer (model %q): its grads reach the host through a ring the reduction feeds in order", s.Model))
+	}
+	if s.HostBF16Copy && m != nil && !(m.Trainable && m.Offload && m.OffloadOptimizer) {
+		errs = append(errs, vc.Errorf("host_bf16_copy", "host_bf16_copy needs a trained model whose params and optimizer state are both offloaded (model %q: trained %v, offload %v, offload_optimizer %v): the copy is written by the host's AdamW", s.Model, m.Trainable, m.Offload, m.OffloadOptimizer))
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
 		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))
@@ -113,6 +121,17 @@ func (s *ApplyFSDP2) program(p *prog) {
 			}
 		}
 	}
+	bf16Bytes := int64(0)
+	want := make([]bool, len(units))
+	if s.HostBF16Copy {
+		want = hostBF16Units(p.job, m, units)
+	}
+	for _, u := range units {
+		if want[u.ord] {
+			u.BF16Off = bf16Bytes
+			bf16Bytes += plan.AlignUp(2 * u.ShardElems)
+		}
+	}
 	if from != nil {
 		p.op("shard " + s.Model + " from " + m.Spec.CopyOf)
 	} else {
@@ -129,6 +148,9 @@ func (s *ApplyFSDP2) program(p *prog) {
 		st.AdamM = p.persistentBytes(s.Model+".adam_m", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 		st.AdamV = p.persistentBytes(s.Model+".adam_v", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 	}
+	if bf16Bytes > 0 {
+		st.HostBF16 = p.persistentBytes(s.Model+".params_bf16", plan.Params, true, bf16Bytes)
+	}
 	if p.job.Spec.Train.CheckpointAsync {
 		bytes := paramBytes
 		if m.Trainable {
@@ -138,12 +160,56 @@ func (s *ApplyFSDP2) program(p *prog) {
 		st.Snapshot = p.persistentBytes(s.Model+".snapshot", plan.IO, true, bytes)
 	}
 	p.do(func() error {
+		var err error
 		if from != nil {
-			return copyShards(p, st, from)
+			err = copyShards(p, st, from)
+		} else {
+			err = loadShards(p, st, src, staging.t)
 		}
-		return loadShards(p, st, src, staging.t)
+		if err != nil || st.HostBF16 == nil {
+			return err
+		}
+		if err := p.r.B.Sync(); err != nil {
+			return err
+		}
+		return st.refreshBF16(p.r.Host)
 	})
 	p.out("weights", st)
+}
+
+// hostBF16Units reports, by unit ordinal, which units of model m keep a
+// bf16 copy of their master params in pinned host memory (ShardState.
+// HostBF16) under host_bf16_copy. With the params and the optimizer state
+// of a trained model both offloaded, AdamW runs on the host and writes
+// the copy as it updates each unit (2 bytes an element more to write), and
+// the device's gathers of a unit computed in bf16 copy it, half the fp32
+// master's bytes across PCIe and no staging buffer on one rank, instead
+// of casting the master on the device: the same bits. A unit has one when
+// some stage's precision policy gives bf16 for a unit whose gather reads
+// its shard (a tied head reads the embedding's).
+func hostBF16Units(j *Job, m *Model, units []*Unit) []bool {
+	want := make([]bool, len(units))
+	if !m.Trainable || !m.Offload || !m.OffloadOptimizer {
+		return want
+	}
+	for _, u := range units {
+		for _, st := range j.Order {
+			// A policy that fails here fails validation, at the stage
+			// that computes with the unit.
+			if dt, err := j.Precision(m, u.Unit, st); err != nil || dt != "bf16" {
+				continue
+			}
+			for _, sl := range u.Slots {
+				o := u
+				if sl.Tied {
+					o = units[0]
+				}
+				want[o.ord] = true
+			}
+			break
+		}
+	}
+	return want
 }
 
 // copyShards zeroes the sharded state and copies the params of from, the

@@ -208,6 +208,14 @@ func (r *Rank) LoadShards(dir string) error {
 			return err
 		}
 	}
+	if err := r.B.Sync(); err != nil {
+		return err
+	}
+	for _, st := range r.shards() {
+		if err := st.refreshBF16(r.Host); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

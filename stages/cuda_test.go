@@ -72,6 +72,19 @@ func TestRunTinyCUDA(t *testing.T) {
 	}
 }
 
+// TestHostBF16CUDA is TestHostBF16SameBits on GPU 0: the offloaded bf16
+// actor's gathers from the host's bf16 copy, and from the fp32 masters
+// cast on the device, give the same bits.
+func TestHostBF16CUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	testHostBF16SameBits(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, 1)
+}
+
 // delayStream holds a CUDA backend's stream back for 5 ms (cuda.Backend's
 // Delay); on the CPU, where every op completes before it returns, it does
 // nothing.

@@ -241,16 +241,23 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 	var h2d, send *ref
 	var h2dOff []int64
 	if d.st.Model.Offload {
+		// A slot crosses PCIe into the staging buffer, except one read
+		// from the host's bf16 copy on one rank, which goes straight into
+		// the gathered buffer.
 		var n int64
-		for k, s := range u.Slots {
+		for _, s := range u.Slots {
 			h2dOff = append(h2dOff, n)
-			n += int64(d.st.owner(u, s).Master.Size()) * u.Slots[k].ShardElems()
+			if !d.fromBF16(u, s, dt) || d.world > 1 {
+				n += int64(d.gatherSrc(u, s, dt).Size()) * s.ShardElems()
+			}
 		}
-		h2d = p.buf(d.name(tag+"h2d", u.Name), plan.Comm, gpu.BF16, int(n/2))
+		if n > 0 {
+			h2d = p.buf(d.name(tag+"h2d", u.Name), plan.Comm, gpu.BF16, int(n/2))
+		}
 	}
 	needCast := false
 	for _, s := range u.Slots {
-		needCast = needCast || d.st.owner(u, s).Master != dt
+		needCast = needCast || d.gatherSrc(u, s, dt) != dt
 	}
 	if d.world > 1 && needCast {
 		send = p.buf(d.name(tag+"send", u.Name), plan.Comm, dt, int(u.SliceElems))
@@ -272,6 +279,21 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 		return issue()
 	})
 	return g
+}
+
+// fromBF16 reports whether a gather of unit u in dtype dt reads slot s
+// from its owner's bf16 copy in host memory (ShardState.HostBF16) rather
+// than from the owner's master shard.
+func (d *decoder) fromBF16(u *Unit, s model.Slot, dt gpu.DType) bool {
+	return dt == gpu.BF16 && d.st.HostBF16 != nil && d.st.owner(u, s).BF16Off >= 0
+}
+
+// gatherSrc is the dtype a gather of unit u in dtype dt reads slot s in.
+func (d *decoder) gatherSrc(u *Unit, s model.Slot, dt gpu.DType) gpu.DType {
+	if d.fromBF16(u, s, dt) {
+		return gpu.BF16
+	}
+	return d.st.owner(u, s).Master
 }
 
 // lateGatherOp is the decoder layer's sub-op whose start issues the late
@@ -398,11 +420,18 @@ func (d *decoder) gatherIssue(u *Unit, what string, g *ref, lo, hi int64, h2d, s
 			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
 			}
-			src, err := d.st.paramShard(u, s)
+			var src gpu.Tensor
+			var err error
+			bf16 := d.fromBF16(u, s, g.t.DType)
+			if bf16 {
+				src, _, err = d.st.hostBF16(u, s)
+			} else {
+				src, err = d.st.paramShard(u, s)
+			}
 			if err != nil {
 				return err
 			}
-			if h2d != nil {
+			if h2d != nil && !(bf16 && d.world == 1) {
 				stg, err := section(h2d.t, h2dOff[k], src.DType, s.ShardElems())
 				if err != nil {
 					return err

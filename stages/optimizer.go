@@ -157,6 +157,12 @@ func schedule(tr spec.Train) rl.Schedule {
 	return rl.Schedule{LR: tr.LR, MinLR: tr.MinLR, WarmupInitLR: tr.WarmupInitLR, WarmupSteps: tr.WarmupSteps, DecaySteps: tr.DecaySteps, Decay: tr.Decay}
 }
 
+// bf16Updater is a host backend whose AdamW also writes the updated
+// params' bf16 rounding (the CPU backend's), in one pass over the memory.
+type bf16Updater interface {
+	AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error
+}
+
 // adamw clips and takes AdamW step step (1-based) of one unit's shard on
 // backend b.
 func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64, step int) error {
@@ -189,8 +195,24 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef,
 	}
 	// The clip coefficient scales the grads as AdamW reads them (grads
 	// are not modified); 1 when the norm is within the clip.
-	if err := b.AdamW(work[3], work[0], work[1], work[2], gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
-		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}); err != nil {
+	as := gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
+		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}
+	if st.HostBF16 != nil && u.BF16Off >= 0 {
+		// The params are in host memory and so is their bf16 copy
+		// (hostBF16Units): write it as the unit is updated.
+		out, err := section(st.HostBF16.t, u.BF16Off, gpu.BF16, u.ShardElems)
+		if err != nil {
+			return err
+		}
+		if c, ok := b.(bf16Updater); ok {
+			return c.AdamWBF16(work[3], work[0], work[1], work[2], out, as)
+		}
+		if err := b.AdamW(work[3], work[0], work[1], work[2], as); err != nil {
+			return err
+		}
+		return b.Copy(out, work[3])
+	}
+	if err := b.AdamW(work[3], work[0], work[1], work[2], as); err != nil {
 		return err
 	}
 	for k := 1; k < 4; k++ {

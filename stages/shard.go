@@ -21,6 +21,13 @@ type ShardState struct {
 	// the background (train.checkpoint_async); nil without.
 	Snapshot     *ref
 	SnapM, SnapV int64
+	// HostBF16 is pinned host memory holding the bf16 rounding of the
+	// fp32 master params of the units with BF16Off >= 0, for an offloaded
+	// model whose optimizer step runs on the host: the gathers of a unit
+	// computed in bf16 copy it to the device instead of the fp32 master,
+	// half the bytes, and no cast. Every writer of the masters rewrites
+	// it (refreshBF16, the host AdamW); nil when no unit has one.
+	HostBF16 *ref
 	// pending is the optimizer update running on the host in the
 	// background (host_update.go); nil when none.
 	pending *hostUpdate
@@ -50,6 +57,9 @@ type Unit struct {
 	// Off and GradOff are the byte offsets of the unit's section in the
 	// params and in the fp32 grads / AdamW buffers.
 	Off, GradOff int64
+	// BF16Off is the byte offset of the unit's section in HostBF16, or -1
+	// when it has none.
+	BF16Off int64
 	// ord is the unit's index in the model's units.
 	ord int
 }
@@ -66,7 +76,7 @@ func Units(m *Model, dp int) []*Unit {
 	cfg := m.Config
 	var out []*Unit
 	for _, u := range cfg.Units() {
-		nu := &Unit{Unit: u, Slots: cfg.Layout(u, dp), ord: len(out)}
+		nu := &Unit{Unit: u, Slots: cfg.Layout(u, dp), ord: len(out), BF16Off: -1}
 		switch u.Kind {
 		case model.UnitEmbed:
 			nu.Name = "embed"
@@ -98,6 +108,44 @@ func (st *ShardState) owner(u *Unit, s model.Slot) *Unit {
 func (st *ShardState) paramShard(u *Unit, s model.Slot) (gpu.Tensor, error) {
 	o := st.owner(u, s)
 	return section(st.Params.t, o.Off+s.ShardOffset*int64(o.Master.Size()), o.Master, s.ShardElems())
+}
+
+// hostBF16 is the view of slot s's rows in its owner's section of
+// HostBF16; ok is false when the owner has none.
+func (st *ShardState) hostBF16(u *Unit, s model.Slot) (t gpu.Tensor, ok bool, err error) {
+	o := st.owner(u, s)
+	if st.HostBF16 == nil || o.BF16Off < 0 {
+		return gpu.Tensor{}, false, nil
+	}
+	t, err = section(st.HostBF16.t, o.BF16Off+2*s.ShardOffset, gpu.BF16, s.ShardElems())
+	return t, true, err
+}
+
+// refreshBF16 rewrites the HostBF16 sections of every unit that has one
+// from its master params, on the host backend h, after the masters were
+// written some other way than by the host AdamW (loaded, copied,
+// restored). The caller has finished every device write to the masters.
+func (st *ShardState) refreshBF16(h gpu.Backend) error {
+	if st.HostBF16 == nil {
+		return nil
+	}
+	for _, u := range st.Units {
+		if u.BF16Off < 0 {
+			continue
+		}
+		src, err := section(st.Params.t, u.Off, u.Master, u.ShardElems)
+		if err != nil {
+			return err
+		}
+		dst, err := section(st.HostBF16.t, u.BF16Off, gpu.BF16, u.ShardElems)
+		if err != nil {
+			return err
+		}
+		if err := h.Copy(dst, src); err != nil {
+			return fmt.Errorf("bf16 copy of %s: %w", u.Name, err)
+		}
+	}
+	return nil
 }
 
 // fp32Shard is the view of slot s's rows in an fp32 per-unit buffer (grads, m, v).
