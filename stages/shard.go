@@ -26,7 +26,10 @@ type ShardState struct {
 	// model whose optimizer step runs on the host: the gathers of a unit
 	// computed in bf16 copy it to the device instead of the fp32 master,
 	// half the bytes, and no cast. Every writer of the masters rewrites
-	// it (refreshBF16, the host AdamW); nil when no unit has one.
+	// it: the host AdamW as it updates a unit, and refreshBF16 after
+	// apply_fsdp2 loads or copies them and after a checkpoint restores
+	// them (no other stage writes a trained model's weights:
+	// checkWeightWriters). Nil when no unit has one (host_bf16_copy).
 	HostBF16 *ref
 	// pending is the optimizer update running on the host in the
 	// background (host_update.go); nil when none.

@@ -58,14 +58,6 @@ func (s *UpdateRef) program(p *prog) {
 	from, _ := p.in("source").(*ShardState)
 	to, _ := p.in("target").(*ShardState)
 	p.op(fmt.Sprintf("copy %s shards into %s", s.From, s.To))
-	p.do(func() error {
-		if err := copyParams(p.r.B, to, from); err != nil || to.HostBF16 == nil {
-			return err
-		}
-		if err := p.r.B.Sync(); err != nil {
-			return err
-		}
-		return to.refreshBF16(p.r.Host)
-	})
+	p.do(func() error { return copyParams(p.r.B, to, from) })
 	p.out("weights", to)
 }
