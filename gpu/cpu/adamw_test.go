@@ -192,3 +192,43 @@ func TestAdamWBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestSumSquaresThreads checks that SumSquares gives the same bits on any
+// number of workers (its partial sums are over fixed spans), and that the
+// sum is within float64 rounding of a plain loop.
+func TestSumSquaresThreads(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	n := 3*sumSquaresSpan + 1001
+	vals := randn(r, n, 1e-2, gpu.F32)
+	want := 0.0
+	for _, v := range vals {
+		want += float64(v) * float64(v)
+	}
+	var first float64
+	for i, threads := range []int{1, 2, 3, 7} {
+		b := NewWithThreads(threads)
+		mem, err := b.Alloc(int64(4 * n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := gpu.NewTensor(mem, 0, gpu.F32, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Upload(x, vals); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.SumSquares(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = got
+		} else if math.Float64bits(got) != math.Float64bits(first) {
+			t.Errorf("%d workers: %v, one worker: %v", threads, got, first)
+		}
+		if math.Abs(got-want) > 1e-12*want {
+			t.Errorf("%d workers: %v, a plain loop: %v", threads, got, want)
+		}
+	}
+}

@@ -218,15 +218,22 @@ func (b *Backend) SumSquaresTo(dst, x gpu.Tensor) error {
 	return nil
 }
 
-// SumSquares returns Σ x² in float64.
+// sumSquaresSpan is the elements of one partial sum of SumSquares: the
+// partials, and so the sum's bits, do not depend on the worker count, and
+// a worker the OS stops holds the sum back by one span at most.
+const sumSquaresSpan = 1 << 18
+
+// SumSquares returns Σ x² in float64: a float64 partial sum for each span
+// of sumSquaresSpan elements, the partials added in order.
 func (b *Backend) SumSquares(x gpu.Tensor) (float64, error) {
 	xv, err := floatView("sumsquares", "x", x)
 	if err != nil {
 		return 0, err
 	}
 	n := xv.n
-	parts := make([]float64, b.workers(n, 1<<15))
-	b.parallel(n, 1<<15, func(w, lo, hi int) {
+	parts := make([]float64, (n+sumSquaresSpan-1)/sumSquaresSpan)
+	spans(b, n, sumSquaresSpan, func(lo, hi int) {
+		w := lo / sumSquaresSpan
 		s := 0.0
 		if xv.f != nil {
 			// An F32 view is read in place, in 16-wide float64 sums where
