@@ -1,13 +1,51 @@
 #include "textflag.h"
 
-// func adamwAVX2(p, grad, m, v *float32, n int, c *adamwConsts)
-//
-// Eight elements at a time, the operations of adamwConsts.scalar in its
-// order (Go assembly puts the destination last: VSUBPS A, B, C is
-// C = B - A):
+// ADAMW_CONSTS broadcasts the step's constants (adamwConsts at DI) into
+// Y8-Y15: decay, gradScale, w1, b2, w2, stepSize, bc2Sqrt, eps.
+#define ADAMW_CONSTS \
+	VBROADCASTSS 0(DI), Y8 \
+	VBROADCASTSS 4(DI), Y9 \
+	VBROADCASTSS 8(DI), Y10 \
+	VBROADCASTSS 12(DI), Y11 \
+	VBROADCASTSS 16(DI), Y12 \
+	VBROADCASTSS 20(DI), Y13 \
+	VBROADCASTSS 24(DI), Y14 \
+	VBROADCASTSS 28(DI), Y15
+
+// ADAMW_STEP8 takes the step of the eight elements at AX (p), BX (grad),
+// CX (m) and DX (v), the operations of adamwConsts.scalar in its order
+// (Go assembly puts the destination last: VSUBPS A, B, C is C = B - A),
+// stores p1, m1 and v1 and leaves p1 in Y0:
 //   x = p*decay; gi = g*gradScale; m1 = m + w1*(gi - m)
 //   v1 = v*b2 + (w2*gi)*gi; den = sqrt(v1)/bc2Sqrt + eps
 //   p1 = x + (stepSize*m1)/den
+#define ADAMW_STEP8 \
+	VMOVUPS (AX), Y0 \
+	VMOVUPS (BX), Y1 \
+	VMOVUPS (CX), Y2 \
+	VMOVUPS (DX), Y3 \
+	VMULPS  Y8, Y0, Y0 \
+	VMULPS  Y9, Y1, Y1 \
+	VSUBPS  Y2, Y1, Y4 \
+	VMULPS  Y10, Y4, Y4 \
+	VADDPS  Y4, Y2, Y2 \
+	VMULPS  Y11, Y3, Y3 \
+	VMULPS  Y12, Y1, Y5 \
+	VMULPS  Y1, Y5, Y5 \
+	VADDPS  Y5, Y3, Y3 \
+	VSQRTPS Y3, Y6 \
+	VDIVPS  Y14, Y6, Y6 \
+	VADDPS  Y15, Y6, Y6 \
+	VMULPS  Y13, Y2, Y7 \
+	VDIVPS  Y6, Y7, Y7 \
+	VADDPS  Y7, Y0, Y0 \
+	VMOVUPS Y0, (AX) \
+	VMOVUPS Y2, (CX) \
+	VMOVUPS Y3, (DX)
+
+// func adamwAVX2(p, grad, m, v *float32, n int, c *adamwConsts)
+//
+// ADAMW_STEP8, eight elements at a time.
 TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
 	MOVQ p+0(FP), AX
 	MOVQ grad+8(FP), BX
@@ -15,40 +53,12 @@ TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
 	MOVQ v+24(FP), DX
 	MOVQ n+32(FP), SI
 	MOVQ c+40(FP), DI
-	VBROADCASTSS 0(DI), Y8   // decay
-	VBROADCASTSS 4(DI), Y9   // gradScale
-	VBROADCASTSS 8(DI), Y10  // w1
-	VBROADCASTSS 12(DI), Y11 // b2
-	VBROADCASTSS 16(DI), Y12 // w2
-	VBROADCASTSS 20(DI), Y13 // stepSize
-	VBROADCASTSS 24(DI), Y14 // bc2Sqrt
-	VBROADCASTSS 28(DI), Y15 // eps
+	ADAMW_CONSTS
 
 loop:
 	CMPQ SI, $8
 	JLT  done
-	VMOVUPS (AX), Y0
-	VMOVUPS (BX), Y1
-	VMOVUPS (CX), Y2
-	VMOVUPS (DX), Y3
-	VMULPS  Y8, Y0, Y0  // x = p*decay
-	VMULPS  Y9, Y1, Y1  // gi = g*gradScale
-	VSUBPS  Y2, Y1, Y4  // gi - m
-	VMULPS  Y10, Y4, Y4 // w1*(gi - m)
-	VADDPS  Y4, Y2, Y2  // m1 = m + w1*(gi - m)
-	VMULPS  Y11, Y3, Y3 // v*b2
-	VMULPS  Y12, Y1, Y5 // w2*gi
-	VMULPS  Y1, Y5, Y5  // (w2*gi)*gi
-	VADDPS  Y5, Y3, Y3  // v1 = v*b2 + (w2*gi)*gi
-	VSQRTPS Y3, Y6      // sqrt(v1)
-	VDIVPS  Y14, Y6, Y6 // sqrt(v1)/bc2Sqrt
-	VADDPS  Y15, Y6, Y6 // den
-	VMULPS  Y13, Y2, Y7 // stepSize*m1
-	VDIVPS  Y6, Y7, Y7  // (stepSize*m1)/den
-	VADDPS  Y7, Y0, Y0  // p1 = x + (stepSize*m1)/den
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y2, (CX)
-	VMOVUPS Y3, (DX)
+	ADAMW_STEP8
 	ADDQ    $32, AX
 	ADDQ    $32, BX
 	ADDQ    $32, CX
@@ -97,40 +107,12 @@ TEXT ·adamwBF16AVX2(SB), NOSPLIT, $0-56
 	MOVQ out+32(FP), R8
 	MOVQ n+40(FP), SI
 	MOVQ c+48(FP), DI
-	VBROADCASTSS 0(DI), Y8   // decay
-	VBROADCASTSS 4(DI), Y9   // gradScale
-	VBROADCASTSS 8(DI), Y10  // w1
-	VBROADCASTSS 12(DI), Y11 // b2
-	VBROADCASTSS 16(DI), Y12 // w2
-	VBROADCASTSS 20(DI), Y13 // stepSize
-	VBROADCASTSS 24(DI), Y14 // bc2Sqrt
-	VBROADCASTSS 28(DI), Y15 // eps
+	ADAMW_CONSTS
 
 bfloop:
 	CMPQ SI, $8
 	JLT  bfdone
-	VMOVUPS (AX), Y0
-	VMOVUPS (BX), Y1
-	VMOVUPS (CX), Y2
-	VMOVUPS (DX), Y3
-	VMULPS  Y8, Y0, Y0  // x = p*decay
-	VMULPS  Y9, Y1, Y1  // gi = g*gradScale
-	VSUBPS  Y2, Y1, Y4  // gi - m
-	VMULPS  Y10, Y4, Y4 // w1*(gi - m)
-	VADDPS  Y4, Y2, Y2  // m1 = m + w1*(gi - m)
-	VMULPS  Y11, Y3, Y3 // v*b2
-	VMULPS  Y12, Y1, Y5 // w2*gi
-	VMULPS  Y1, Y5, Y5  // (w2*gi)*gi
-	VADDPS  Y5, Y3, Y3  // v1 = v*b2 + (w2*gi)*gi
-	VSQRTPS Y3, Y6      // sqrt(v1)
-	VDIVPS  Y14, Y6, Y6 // sqrt(v1)/bc2Sqrt
-	VADDPS  Y15, Y6, Y6 // den
-	VMULPS  Y13, Y2, Y7 // stepSize*m1
-	VDIVPS  Y6, Y7, Y7  // (stepSize*m1)/den
-	VADDPS  Y7, Y0, Y0  // p1 = x + (stepSize*m1)/den
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y2, (CX)
-	VMOVUPS Y3, (DX)
+	ADAMW_STEP8
 	VPSRLD      $16, Y0, Y1           // b >> 16
 	VPAND       bf16c<>+0(SB), Y1, Y2 // (b >> 16) & 1
 	VPADDD      bf16c<>+32(SB), Y0, Y3 // b + 0x7fff
