@@ -424,7 +424,7 @@ func (d *decoder) gatherIssue(u *Unit, what string, g *ref, lo, hi int64, h2d, s
 			var err error
 			bf16 := d.fromBF16(u, s, g.t.DType)
 			if bf16 {
-				src, _, err = d.st.hostBF16(u, s)
+				src, err = d.st.hostBF16(u, s)
 			} else {
 				src, err = d.st.paramShard(u, s)
 			}

@@ -114,14 +114,13 @@ func (st *ShardState) paramShard(u *Unit, s model.Slot) (gpu.Tensor, error) {
 }
 
 // hostBF16 is the view of slot s's rows in its owner's section of
-// HostBF16; ok is false when the owner has none.
-func (st *ShardState) hostBF16(u *Unit, s model.Slot) (t gpu.Tensor, ok bool, err error) {
+// HostBF16, which the owner must have (BF16Off >= 0).
+func (st *ShardState) hostBF16(u *Unit, s model.Slot) (gpu.Tensor, error) {
 	o := st.owner(u, s)
 	if st.HostBF16 == nil || o.BF16Off < 0 {
-		return gpu.Tensor{}, false, nil
+		return gpu.Tensor{}, fmt.Errorf("unit %s has no bf16 copy in host memory", o.Name)
 	}
-	t, err = section(st.HostBF16.t, o.BF16Off+2*s.ShardOffset, gpu.BF16, s.ShardElems())
-	return t, true, err
+	return section(st.HostBF16.t, o.BF16Off+2*s.ShardOffset, gpu.BF16, s.ShardElems())
 }
 
 // refreshBF16 rewrites the HostBF16 sections of every unit that has one
