@@ -9,21 +9,41 @@ import (
 
 // AdamW performs one torch.optim.AdamW step.
 func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
-	const op = "adamw"
-	if err := gpu.CheckAdamW(op, p, g, m, v); err != nil {
-		return err
-	}
-	vs, err := elemCheck(op, []string{"p", "g", "m", "v"}, p, g, m, v)
+	c, a, err := adamwArgs("adamw", p, g, m, v, st)
 	if err != nil {
 		return err
 	}
-	if err := st.Check(op); err != nil {
+	spans(b, len(a.p), adamwSpan, func(lo, hi int) {
+		c.update(a.p[lo:hi], a.g[lo:hi], a.m[lo:hi], a.v[lo:hi])
+	})
+	return nil
+}
+
+// AdamWBF16 performs AdamW as AdamW does and writes the updated params,
+// rounded to bfloat16 as Copy rounds them, into out (bf16, of p's length),
+// each from its register as it is updated, so the copy costs little more
+// than its writes. The host keeps such a copy of an offloaded model's fp32
+// masters for the device's gathers (stages).
+func (b *Backend) AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error {
+	const op = "adamw_bf16"
+	c, a, err := adamwArgs(op, p, g, m, v, st)
+	if err != nil {
 		return err
 	}
-	c := newAdamWConsts(st)
-	pf, gf, mf, vf := vs[0].f, vs[1].f, vs[2].f, vs[3].f
-	spans(b, len(pf), adamwSpan, func(lo, hi int) {
-		c.update(pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi])
+	if out.DType != gpu.BF16 || out.Numel() != p.Numel() {
+		return fmt.Errorf("%s: out must be bf16 of p's %d elements, got %v of %d", op, p.Numel(), out.DType, out.Numel())
+	}
+	for _, t := range []gpu.Named{gpu.Arg("p", p), gpu.Arg("g", g), gpu.Arg("m", m), gpu.Arg("v", v)} {
+		if gpu.Overlap(out, t.T) {
+			return fmt.Errorf("%s: out overlaps %s", op, t.Name)
+		}
+	}
+	ov, err := floatView(op, "out", out)
+	if err != nil {
+		return err
+	}
+	spans(b, len(a.p), adamwSpan, func(lo, hi int) {
+		c.updateBF16(a.p[lo:hi], a.g[lo:hi], a.m[lo:hi], a.v[lo:hi], ov.h[lo:hi])
 	})
 	return nil
 }
@@ -35,49 +55,23 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 // contiguous chunks would wait for its whole chunk.
 const adamwSpan = 1 << 18
 
-// spans runs fn over [0,n) in spans of at most span items, handed out to
-// b's workers dynamically.
-func spans(b *Backend, n, span int, fn func(lo, hi int)) {
-	tasks(b, (n+span-1)/span, func() struct{} { return struct{}{} }, func(_ struct{}, i int) {
-		fn(i*span, min((i+1)*span, n))
-	})
-}
+// adamwArrays are the elements of an AdamW step's four tensors.
+type adamwArrays struct{ p, g, m, v []float32 }
 
-// AdamWBF16 performs AdamW as AdamW does and writes the updated params,
-// rounded to bfloat16 as Copy rounds them, into out (bf16, of p's length),
-// each from its register as it is updated, so the copy costs little more
-// than its writes. The host keeps such a copy of an
-// offloaded model's fp32 masters for the device's gathers (stages).
-func (b *Backend) AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error {
-	const op = "adamw_bf16"
+// adamwArgs checks an AdamW step's tensors and hyperparameters for op and
+// returns the step's constants and the tensors' elements.
+func adamwArgs(op string, p, g, m, v gpu.Tensor, st gpu.AdamWStep) (adamwConsts, adamwArrays, error) {
 	if err := gpu.CheckAdamW(op, p, g, m, v); err != nil {
-		return err
-	}
-	if out.DType != gpu.BF16 || out.Numel() != p.Numel() {
-		return fmt.Errorf("%s: out must be bf16 of p's %d elements, got %v of %d", op, p.Numel(), out.DType, out.Numel())
-	}
-	for _, t := range []gpu.Named{gpu.Arg("p", p), gpu.Arg("g", g), gpu.Arg("m", m), gpu.Arg("v", v)} {
-		if gpu.Overlap(out, t.T) {
-			return fmt.Errorf("%s: out overlaps %s", op, t.Name)
-		}
+		return adamwConsts{}, adamwArrays{}, err
 	}
 	vs, err := elemCheck(op, []string{"p", "g", "m", "v"}, p, g, m, v)
 	if err != nil {
-		return err
-	}
-	ov, err := floatView(op, "out", out)
-	if err != nil {
-		return err
+		return adamwConsts{}, adamwArrays{}, err
 	}
 	if err := st.Check(op); err != nil {
-		return err
+		return adamwConsts{}, adamwArrays{}, err
 	}
-	c := newAdamWConsts(st)
-	pf, gf, mf, vf, of := vs[0].f, vs[1].f, vs[2].f, vs[3].f, ov.h
-	spans(b, len(pf), adamwSpan, func(lo, hi int) {
-		c.updateBF16(pf[lo:hi], gf[lo:hi], mf[lo:hi], vf[lo:hi], of[lo:hi])
-	})
-	return nil
+	return newAdamWConsts(st), adamwArrays{vs[0].f, vs[1].f, vs[2].f, vs[3].f}, nil
 }
 
 // adamwConsts are the float32 constants of one AdamW step, in the layout

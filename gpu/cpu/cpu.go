@@ -194,6 +194,15 @@ func (b *Backend) parallel(n, minChunk int, fn func(w, lo, hi int)) {
 	wg.Wait()
 }
 
+// spans runs fn over [0,n) in spans of at most span items, handed out to
+// b's workers dynamically: which worker takes a span does not change what
+// fn computes over it.
+func spans(b *Backend, n, span int, fn func(lo, hi int)) {
+	tasks(b, (n+span-1)/span, func() struct{} { return struct{}{} }, func(_ struct{}, i int) {
+		fn(i*span, min((i+1)*span, n))
+	})
+}
+
 // tasks runs fn(worker, task) for every task in [0,n), handing tasks out
 // dynamically to the workers; worker is in [0, workers) and lets fn reuse
 // per-worker scratch returned by newScratch.
