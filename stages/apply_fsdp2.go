@@ -179,8 +179,9 @@ func (s *ApplyFSDP2) program(p *prog) {
 
 // hostBF16Units reports, by unit ordinal, which units of model m keep a
 // bf16 copy of their master params in pinned host memory (ShardState.
-// HostBF16) under host_bf16_copy. With the params and the optimizer state
-// of a trained model both offloaded, AdamW runs on the host and writes
+// HostBF16) under host_bf16_copy, which validation accepts only for a
+// trained model whose params and optimizer state are both offloaded.
+// AdamW then runs on the host and writes
 // the copy as it updates each unit (2 bytes an element more to write), and
 // the device's gathers of a unit computed in bf16 copy it, half the fp32
 // master's bytes across PCIe and no staging buffer on one rank, instead
@@ -189,9 +190,6 @@ func (s *ApplyFSDP2) program(p *prog) {
 // its shard (a tied head reads the embedding's).
 func hostBF16Units(j *Job, m *Model, units []*Unit) []bool {
 	want := make([]bool, len(units))
-	if !m.Trainable || !m.Offload || !m.OffloadOptimizer {
-		return want
-	}
 	for _, u := range units {
 		for _, st := range j.Order {
 			// A policy that fails here fails validation, at the stage

@@ -40,9 +40,7 @@ func testHostBF16SameBits(t *testing.T, base RunOptions, maxDP int) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			s := func() string {
-				return "  precision: " + c.precision + "\n  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"
-			}
+			policies := "  precision: " + c.precision + "\n  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"
 			type result struct {
 				out  runOut
 				job  *Job
@@ -50,7 +48,7 @@ func testHostBF16SameBits(t *testing.T, base RunOptions, maxDP int) {
 			}
 			run := func(off bool, opts RunOptions) result {
 				opts.Backend, opts.Comms = base.Backend, base.Comms
-				edits := []string{policy, s(), "  steps: 2\n", "  steps: 3\n"}
+				edits := []string{policy, policies, "  steps: 2\n", "  steps: 3\n"}
 				if !off {
 					edits = append(edits, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, host_bf16_copy: true}\n    - id: shard_ref")
 				}

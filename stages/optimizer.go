@@ -204,13 +204,11 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef,
 		if err != nil {
 			return err
 		}
-		if c, ok := b.(bf16Updater); ok {
-			return c.AdamWBF16(work[3], work[0], work[1], work[2], out, as)
+		c, ok := b.(bf16Updater)
+		if !ok {
+			return fmt.Errorf("the host backend %T does not write a bf16 copy", b)
 		}
-		if err := b.AdamW(work[3], work[0], work[1], work[2], as); err != nil {
-			return err
-		}
-		return b.Copy(out, work[3])
+		return c.AdamWBF16(work[3], work[0], work[1], work[2], out, as)
 	}
 	if err := b.AdamW(work[3], work[0], work[1], work[2], as); err != nil {
 		return err
