@@ -113,6 +113,10 @@ type Backend interface {
 	Embedding(dst, table, ids Tensor) error
 	// EmbeddingBackward scatters (accumulate): dTable[ids[t]] += dY[t].
 	EmbeddingBackward(dTable, dY, ids Tensor) error
+	// CopyRows copies the listed rows: dst[rows[j]] = src[rows[j]]. dst
+	// and src [V,H] of one dtype, either of them in pinned host memory;
+	// rows I32 [R] in [0,V) (a repeated row is copied again).
+	CopyRows(dst, src, rows Tensor) error
 
 	// RMSNorm computes, row by row over x [T,H], rstd = 1/sqrt(mean(x²)+eps)
 	// (saved to rstd, F32 [T]) and dst = w * round_x(x*rstd), i.e. HF Llama

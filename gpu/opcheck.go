@@ -59,6 +59,31 @@ func EmbeddingDims(op string, backward bool, table, rows, ids Tensor) (v, h, t i
 	return v, h, t, nil
 }
 
+// CopyRowsDims checks CopyRows' operands: dst and src [V,H] of one dtype,
+// not overlapping, rows I32 [R] overlapping neither. It returns V, H and R.
+func CopyRowsDims(op string, dst, src, rows Tensor) (v, h, r int, err error) {
+	if err := CheckRank(op, "src", src, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := CheckRank(op, "rows", rows, 1); err != nil {
+		return 0, 0, 0, err
+	}
+	v, h, r = src.Shape[0], src.Shape[1], rows.Shape[0]
+	if err := CheckShape(op, "dst", dst, v, h); err != nil {
+		return 0, 0, 0, err
+	}
+	if dst.DType != src.DType {
+		return 0, 0, 0, fmt.Errorf("%s: dst is %v, src %v", op, dst.DType, src.DType)
+	}
+	if rows.DType != I32 {
+		return 0, 0, 0, fmt.Errorf("%s: rows must be %v, got %v", op, I32, rows.DType)
+	}
+	if err := CheckNoAliasAll(op, "dst", dst, Named{"src", src}, Named{"rows", rows}); err != nil {
+		return 0, 0, 0, err
+	}
+	return v, h, r, nil
+}
+
 // RMSNormDims checks RMSNorm's operands: x [T,H], dst [T,H] (may be x),
 // rstd [T], w [H], eps >= 0; rstd overlaps nothing, dst not w. It returns T
 // and H.

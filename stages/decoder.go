@@ -62,6 +62,12 @@ type decoder struct {
 	// an update of one micro-batch on the rank (onlyMicro, running).
 	devNorms  *deviceNorms
 	onlyMicro bool
+	// tied is the head's staging of its grads for the host while the
+	// embedding's reduction has yet to add to its tied slot, tiedSlot;
+	// rowsN the number of io.rows (tied_rows.go).
+	tied     *ref
+	tiedSlot int
+	rowsN    int
 
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
@@ -74,7 +80,7 @@ type decoder struct {
 	layerIn   []*ref                 // per decoder unit: its fp32 input
 	resid     *ref
 	head      struct{ rows, xn, rstd *ref }
-	io        struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy *ref }
+	io        struct{ ids, pos, cu, targets, logitPos, logp, entropy, dlogp, dentropy, rows *ref }
 }
 
 // newDecoder prepares the decoder of st's model for micro-batches of at
@@ -177,6 +183,7 @@ func (d *decoder) inputs(train, entropy bool) []*ref {
 		io.dentropy = p.buf(d.name("io.dentropy"), plan.IO, gpu.F32, N)
 		all = append(all, io.dlogp, io.dentropy)
 	}
+	io.rows, d.rowsN = nil, 0
 	p.do(func() error {
 		if d.cp > 1 {
 			return d.uploadShard()
@@ -192,6 +199,11 @@ func (d *decoder) inputs(train, entropy bool) []*ref {
 		}
 		return nil
 	})
+	if train {
+		if r := d.planTiedRows(); r != nil {
+			all = append(all, r)
+		}
+	}
 	return all
 }
 
@@ -861,6 +873,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 	} else if toHost {
 		d2h = p.buf(d.name("d2h", u.Name), plan.Comm, gpu.F32, int(u.SliceElems))
 	}
+	held := d.holdTied(op, u, d2h)
 	var pr *pendingReduce
 	switch {
 	case overlap:
@@ -941,6 +954,11 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err := b.Copy(stg, full); err != nil {
 					return err
 				}
+				if held != nil && d.onlyMicro {
+					if err := d.addHeld(b, stg, held); err != nil {
+						return err
+					}
+				}
 				srcs[k] = stg
 			}
 		}
@@ -958,6 +976,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if dsts[k].Numel() > 0 && d.stored[dsts[k].Off] {
 					stores = false
 				}
+			}
+			if held != nil && d.onlyMicro {
+				stores = true // the staged grads are the shard's total
 			}
 			if err := d.devNorms.sumStaged(b, u, sv.t, d.onlyMicro, stores); err != nil {
 				return err
@@ -999,6 +1020,12 @@ func (d *decoder) reduce(i int, grad *ref) {
 					return fmt.Errorf("storing %s: %w", s.Name, err)
 				}
 				d.stored[dst.Off] = true
+				continue
+			}
+			if held != nil && d.onlyMicro {
+				if err := d.sendRows(b, dst, src, s); err != nil {
+					return fmt.Errorf("storing %s's rows: %w", s.Name, err)
+				}
 				continue
 			}
 			if d.ring != nil {

@@ -51,6 +51,38 @@ func checkIDs(op, name string, ids []int32, v int) error {
 	return nil
 }
 
+// CopyRows copies the listed rows: dst[rows[j]] = src[rows[j]].
+func (b *Backend) CopyRows(dst, src, rows gpu.Tensor) error {
+	const op = "copy rows"
+	v, h, _, err := gpu.CopyRowsDims(op, dst, src, rows)
+	if err != nil {
+		return err
+	}
+	rv, err := i32View(op, "rows", rows)
+	if err != nil {
+		return err
+	}
+	if err := checkIDs(op, "rows", rv, v); err != nil {
+		return err
+	}
+	d, err := bytesOf(dst)
+	if err != nil {
+		return fmt.Errorf("%s: dst: %w", op, err)
+	}
+	s, err := bytesOf(src)
+	if err != nil {
+		return fmt.Errorf("%s: src: %w", op, err)
+	}
+	w := h * src.DType.Size()
+	b.parallel(len(rv), rowChunk(h), func(_, lo, hi int) {
+		for _, r := range rv[lo:hi] {
+			o := int(r) * w
+			copy(d[o:o+w], s[o:o+w])
+		}
+	})
+	return nil
+}
+
 // EmbeddingBackward accumulates dTable[ids[t]] += dY[t].
 func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 	const op = "embedding backward"

@@ -679,3 +679,39 @@ func TestZeroTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestCopyRows(t *testing.T) {
+	e := newEnv(t)
+	r := rng()
+	const v, h = 7, 5
+	for _, dt := range []gpu.DType{f32, bf16} {
+		src := randn(r, v*h, 1, dt)
+		old := randn(r, v*h, 1, dt)
+		rows := []int32{4, 0, 4, 6} // a repeat copies the same row again
+		dst := e.up(dt, old, v, h)
+		if err := e.b.CopyRows(dst, e.up(dt, src, v, h), e.ids(rows)); err != nil {
+			t.Fatal(err)
+		}
+		want := f64(old)
+		for _, id := range rows {
+			copy(want[int(id)*h:int(id+1)*h], f64(src[int(id)*h:int(id+1)*h]))
+		}
+		closeTo(t, "copy rows "+dt.String(), e.down(dst), want, 0, 0)
+	}
+	dst, src := e.tensor(f32, v, h), e.tensor(f32, v, h)
+	for _, c := range []struct {
+		name           string
+		dst, src, rows gpu.Tensor
+	}{
+		{"a row past the end", dst, src, e.ids([]int32{1, v})},
+		{"a negative row", dst, src, e.ids([]int32{-1})},
+		{"dtypes differ", e.tensor(bf16, v, h), src, e.ids([]int32{1})},
+		{"shapes differ", e.tensor(f32, v, h+1), src, e.ids([]int32{1})},
+		{"rows not I32", dst, src, e.tensor(f32, 1)},
+		{"dst is src", src, src, e.ids([]int32{1})},
+	} {
+		if err := e.b.CopyRows(c.dst, c.src, c.rows); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}

@@ -274,6 +274,9 @@ func (d *device) checkFlag() error {
 	if v&8 != 0 {
 		msgs = append(msgs, "attention: cuSeqlens must start at 0, end at T and not decrease")
 	}
+	if v&16 != 0 {
+		msgs = append(msgs, "copy rows: a row is outside [0,V)")
+	}
 	return fmt.Errorf("cuda: device reported bad inputs since the last sync: %v", msgs)
 }
 

@@ -888,6 +888,65 @@ func (e *env) copyCPU(g, c gpu.Tensor) {
 	}
 }
 
+// TestCopyRows copies listed rows (with repeats) between device tensors
+// in 16-byte words and at odd widths byte by byte, and into pinned host
+// memory, as the CPU does; a bad row is reported by the next Sync.
+func TestCopyRows(t *testing.T) {
+	e := newEnv(t)
+	const v = 301
+	rows := append(e.randIDs(200, v), 3, 3, 0, v-1)
+	gr, cr := e.ids(rows)
+	for _, c := range []struct {
+		dt gpu.DType
+		h  int
+	}{{gpu.F32, 96}, {gpu.BF16, 5}, {gpu.BF16, 64}} {
+		gs, cs := e.in(c.dt, 1, v, c.h)
+		gd, cd := e.in(c.dt, 1, v, c.h)
+		e.check("copy rows", e.g.CopyRows(gd, gs, gr), e.c.CopyRows(cd, cs, cr))
+		e.compare(fmt.Sprintf("copy rows %v h %d", c.dt, c.h), gd, cd, 0)
+	}
+	pm, err := e.g.AllocHost(v * 96 * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := e.g.Free(pm); err != nil {
+			t.Error(err)
+		}
+	}()
+	ph, _ := gpu.NewTensor(pm, 0, gpu.F32, v, 96)
+	gs, cs := e.in(gpu.F32, 1, v, 96)
+	old := e.randn(v*96, 1, gpu.F32)
+	gd, cd := e.alloc(gpu.F32, v, 96)
+	e.set(gd, cd, old)
+	if err := e.g.Copy(ph, gd); err != nil {
+		t.Fatal(err)
+	}
+	e.check("copy rows to host", e.g.CopyRows(ph, gs, gr), e.c.CopyRows(cd, cs, cr))
+	if err := e.g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got, want := make([]float32, v*96), make([]float32, v*96)
+	if err := e.g.Download(got, ph); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Download(want, cd); err != nil {
+		t.Fatal(err)
+	}
+	e.compareVals("copy rows into pinned host memory", got, want, 0)
+
+	gb, _ := e.ids([]int32{1, v})
+	if err := e.g.CopyRows(gd, gs, gb); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Sync(); err == nil || !strings.Contains(err.Error(), "copy rows") {
+		t.Errorf("sync after a bad row: %v, want a copy rows error", err)
+	}
+	if err := e.g.Sync(); err != nil {
+		t.Errorf("the error flag was not cleared: %v", err)
+	}
+}
+
 func TestLogProbs(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {

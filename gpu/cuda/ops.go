@@ -107,6 +107,38 @@ func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
 		i64(int64(t)).i64(int64(h)).i64(int64(v)).u64(b.d.flag)))
 }
 
+// CopyRows copies dst[rows[j]] = src[rows[j]], one block per listed row,
+// in 16-byte words where the rows allow. A row outside [0,V) is detected
+// on the device: it is skipped and the next Sync returns an error.
+func (b *Backend) CopyRows(dst, src, rows gpu.Tensor) error {
+	const op = "copy rows"
+	v, h, r, err := gpu.CopyRowsDims(op, dst, src, rows)
+	if err != nil {
+		return err
+	}
+	da, err := b.addr(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	sa, err := b.addr(op, "src", src)
+	if err != nil {
+		return err
+	}
+	ra, err := b.taddr(op, "rows", rows, gpu.I32)
+	if err != nil {
+		return err
+	}
+	w := int64(h * src.DType.Size())
+	if r == 0 || w == 0 {
+		return nil
+	}
+	name := "k_copy_rows_b"
+	if w%16 == 0 && da%16 == 0 && sa%16 == 0 {
+		name, w = "k_copy_rows", w/16
+	}
+	return b.issue(rows1(name, int64(r), new(kargs).u64(da).u64(sa).u64(ra).i64(int64(r)).i64(w).i64(int64(v)).u64(b.d.flag)))
+}
+
 // EmbeddingBackward accumulates dTable[ids[t]] += dY[t]. It is
 // deterministic and rounds like the CPU backend: one thread per column walks
 // the tokens in order (no atomics), so its parallelism is H threads.

@@ -26,6 +26,11 @@ func (b *Backend) Embedding(dst, table, ids gpu.Tensor) error {
 	return b.do(func(in gpu.Backend) error { return in.Embedding(dst, table, ids) })
 }
 
+// CopyRows issues the inner backend's CopyRows.
+func (b *Backend) CopyRows(dst, src, rows gpu.Tensor) error {
+	return b.do(func(in gpu.Backend) error { return in.CopyRows(dst, src, rows) })
+}
+
 // EmbeddingBackward issues the inner backend's EmbeddingBackward.
 func (b *Backend) EmbeddingBackward(dTable, dY, ids gpu.Tensor) error {
 	return b.do(func(in gpu.Backend) error { return in.EmbeddingBackward(dTable, dY, ids) })

@@ -16,6 +16,7 @@ typedef long long i64;
 #define FLAG_EMBEDDING_BWD_IDS 2
 #define FLAG_TARGETS 4
 #define FLAG_CUSEQLENS 8
+#define FLAG_COPY_ROWS 16
 
 #define F_INF __int_as_float(0x7f800000)
 #define D_INF __longlong_as_double(0x7ff0000000000000LL)

@@ -656,6 +656,37 @@ extern "C" __global__ void k_embedding(void* dst, int dtd, const void* table, in
   }
 }
 
+// k_copy_rows copies dst[rows[j]] = src[rows[j]], rows of w 16-byte words
+// (the caller has checked the alignment), one block per listed row; either
+// side may be pinned host memory, which a row's contiguous stores cross
+// PCIe as full lines. A row outside [0,v) is skipped and raises
+// FLAG_COPY_ROWS.
+extern "C" __global__ void k_copy_rows(uint4* dst, const uint4* src, const int* rows, i64 n, i64 w, i64 v, int* flag) {
+  for (i64 j = blockIdx.x; j < n; j += gridDim.x) {
+    int r = rows[j];
+    if (r < 0 || r >= v) {
+      if (threadIdx.x == 0) atomicOr(flag, FLAG_COPY_ROWS);
+      continue;
+    }
+    const uint4* s = src + (i64)r * w;
+    uint4* d = dst + (i64)r * w;
+    for (i64 k = threadIdx.x; k < w; k += blockDim.x) d[k] = s[k];
+  }
+}
+
+// k_copy_rows_b is k_copy_rows for rows of w bytes at any alignment.
+extern "C" __global__ void k_copy_rows_b(unsigned char* dst, const unsigned char* src, const int* rows, i64 n, i64 w, i64 v,
+                                         int* flag) {
+  for (i64 j = blockIdx.x; j < n; j += gridDim.x) {
+    int r = rows[j];
+    if (r < 0 || r >= v) {
+      if (threadIdx.x == 0) atomicOr(flag, FLAG_COPY_ROWS);
+      continue;
+    }
+    for (i64 k = threadIdx.x; k < w; k += blockDim.x) dst[(i64)r * w + k] = src[(i64)r * w + k];
+  }
+}
+
 // The embedding backward accumulates dTable[ids[t]] += dY[t] with one thread
 // per column walking the tokens in order, so repeated ids add in token order
 // and each sum is rounded to dTable's dtype exactly as the CPU backend does

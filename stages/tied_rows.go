@@ -1,0 +1,113 @@
+package stages
+
+import (
+	"slices"
+
+	"github.com/rlpipe/rlpipe/gpu"
+	"github.com/rlpipe/rlpipe/model"
+	"github.com/rlpipe/rlpipe/runtime/plan"
+)
+
+// A tied embedding's grads on their way to an offloaded optimizer, on one
+// rank: the head's reduction stores its grads of the embedding in host
+// memory early in the backward, as any unit's, and its staging buffer
+// stays on the device; the embedding's reduction, last in the backward,
+// adds its own grads to that staged copy on the device (the device sums
+// the squares of the total) and sends to the host only the rows that the
+// micro-batch's tokens touched. Every other row of the embedding's own
+// grads is zero, so the host already holds that row's total. Without this
+// the embedding's whole grads crossed PCIe after the backward and were
+// added into host memory there, and the host summed their squares, before
+// the optimizer could start.
+//
+// Only an update of one micro-batch on the rank takes it (onlyMicro): with
+// several, the embedding's grads of every micro-batch are added on the
+// host as before. The plan keeps the head's staging buffer and the rows
+// until the embedding's reduction either way.
+
+// tiedRows reports whether a training decoder's model takes that path:
+// one rank, its optimizer offloaded, a head with a tied embedding slot.
+func (d *decoder) tiedRows() bool {
+	if d.world != 1 || !d.st.Model.OffloadOptimizer {
+		return false
+	}
+	h := d.st.Units[len(d.st.Units)-1]
+	return h.Kind == model.UnitHead && slices.ContainsFunc(h.Slots, func(s model.Slot) bool { return s.Tied })
+}
+
+// planTiedRows declares io.rows, the sorted distinct token ids of the
+// micro-batch (uploaded when running), when tiedRows; nil otherwise.
+func (d *decoder) planTiedRows() *ref {
+	if !d.tiedRows() {
+		return nil
+	}
+	d.io.rows = d.p.buf(d.name("io.rows"), plan.IO, gpu.I32, d.T)
+	if d.mb != nil {
+		rows := slices.Clone(d.mb.Tokens)
+		slices.Sort(rows)
+		rows = slices.Compact(rows)
+		d.rowsN = len(rows)
+		d.p.do(func() error {
+			dst, err := d.io.rows.t.Flat(0, len(rows))
+			if err != nil {
+				return err
+			}
+			return d.b().UploadI32(dst, rows)
+		})
+	}
+	return d.io.rows
+}
+
+// holdTied is reduce's planning of the held staging: at the head's
+// reduction (staging d2h) it records the tied slot's staging as held; at
+// the embedding's it returns the held buffer, extended (with the rows) to
+// op, and forgets it. It returns nil otherwise.
+func (d *decoder) holdTied(op int, u *Unit, d2h *ref) *ref {
+	if d2h == nil || d.io.rows == nil {
+		return nil
+	}
+	switch {
+	case u.Kind == model.UnitHead:
+		for k, s := range u.Slots {
+			if s.Tied {
+				d.tied, d.tiedSlot = d2h, k
+			}
+		}
+	case u.ord == 0 && d.tied != nil:
+		held := d.tied
+		d.tied = nil
+		until(op, held, d.io.rows)
+		return held
+	}
+	return nil
+}
+
+// addHeld adds the head's held grads of the tied embedding to stg, the
+// embedding's staged grads (the embedding unit's only slot).
+func (d *decoder) addHeld(b gpu.Backend, stg gpu.Tensor, held *ref) error {
+	h := d.st.Units[len(d.st.Units)-1]
+	hv, err := h.sliceOf(held.t, d.tiedSlot)
+	if err != nil {
+		return err
+	}
+	return b.AddScaled(stg, hv, 1)
+}
+
+// sendRows copies the touched rows of the staged total src into the
+// embedding's grad shard dst in host memory, on b.
+func (d *decoder) sendRows(b gpu.Backend, dst, src gpu.Tensor, s model.Slot) error {
+	rows, h := int(s.Rows()), int(s.RowElems())
+	dv, err := dst.Reshape(rows, h)
+	if err != nil {
+		return err
+	}
+	sv, err := src.Reshape(rows, h)
+	if err != nil {
+		return err
+	}
+	ids, err := d.io.rows.t.Flat(0, d.rowsN)
+	if err != nil {
+		return err
+	}
+	return b.CopyRows(dv, sv, ids)
+}
