@@ -299,3 +299,16 @@ func TestSleepWakeCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestTiedRowsCUDA is TestTiedRows on GPU 0, without the run on the device
+// (whose AdamW and sums of squares are the device's): the touched rows
+// cross into pinned host memory from a kernel (CopyRows).
+func TestTiedRowsCUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	testTiedRows(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false)
+}

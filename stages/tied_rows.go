@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"os"
 	"slices"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -25,10 +26,14 @@ import (
 // host as before. The plan keeps the head's staging buffer and the rows
 // until the embedding's reduction either way.
 
+// tiedRowsOn is RLPIPE_TIED_ROWS=0's switch (on by default), to time the
+// path against the host's add and to test the two against each other.
+var tiedRowsOn = os.Getenv("RLPIPE_TIED_ROWS") != "0"
+
 // tiedRows reports whether a training decoder's model takes that path:
 // one rank, its optimizer offloaded, a head with a tied embedding slot.
 func (d *decoder) tiedRows() bool {
-	if d.world != 1 || !d.st.Model.OffloadOptimizer {
+	if !tiedRowsOn || d.world != 1 || !d.st.Model.OffloadOptimizer {
 		return false
 	}
 	h := d.st.Units[len(d.st.Units)-1]
