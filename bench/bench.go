@@ -55,6 +55,7 @@ type Options struct {
 	OffloadRef      bool    // the ref's params in pinned host memory
 	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
 	HostBF16Copy    bool    // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
+	NoGradClip      bool    // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
 	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
 	Prefetch        int     // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
 	KLCoef          float64 // low_var_kl coefficient
@@ -157,6 +158,7 @@ type Workload struct {
 	OffloadRef   bool          `json:"offload_ref"`
 	NoReshard    bool          `json:"no_reshard,omitempty"`
 	HostBF16Copy bool          `json:"host_bf16_copy,omitempty"`
+	NoGradClip   bool          `json:"no_grad_clip,omitempty"`
 	// OverlapReduce is Options.OverlapReduce.
 	OverlapReduce bool `json:"overlap_reduce,omitempty"`
 	// Prefetch is Options.Prefetch.
@@ -319,7 +321,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
+		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -529,7 +531,11 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	fmt.Fprintf(&b, "mesh:\n  gpus_per_node: %d\n", max(o.DP, 1))
 	fmt.Fprintf(&b, "data:\n  rollouts: %s\n  global_batch_size: %d\n  samples_per_prompt: %d\n  max_tokens_per_gpu: %d\n  max_seq_len: %d\n",
 		q(rollouts), o.Seqs, o.Seqs, mtpg, o.TokensPerSeq)
-	fmt.Fprintf(&b, "train:\n  steps: %d\n  lr: 1e-6\n  betas: [0.9, 0.95]\n  grad_clip: 1.0\n", steps)
+	clip := "1.0"
+	if o.NoGradClip {
+		clip = "0"
+	}
+	fmt.Fprintf(&b, "train:\n  steps: %d\n  lr: 1e-6\n  betas: [0.9, 0.95]\n  grad_clip: %s\n", steps, clip)
 	rc := fmt.Sprintf("'%t'", o.Recompute)
 	if o.RecomputeAuto {
 		rc = "auto"

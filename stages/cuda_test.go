@@ -312,3 +312,16 @@ func TestTiedRowsCUDA(t *testing.T) {
 	}
 	testTiedRows(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false)
 }
+
+// TestEarlyUpdateCUDA is TestEarlyUpdate on GPU 0, without the run on the
+// device (whose AdamW is the device's): the early updater polls the Down
+// stream's events (waitOff) while the rank issues the backward.
+func TestEarlyUpdateCUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false)
+}

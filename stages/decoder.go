@@ -68,6 +68,9 @@ type decoder struct {
 	tied     *ref
 	tiedSlot int
 	rowsN    int
+	// early is the update's host AdamW started before its backward
+	// (host_update_early.go); nil when none.
+	early *earlyUpdate
 
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
@@ -1036,6 +1039,17 @@ func (d *decoder) reduce(i int, grad *ref) {
 			}
 			if err := b.AddScaled(dst, src, 1); err != nil {
 				return fmt.Errorf("accumulating %s: %w", s.Name, err)
+			}
+		}
+		if d.early != nil {
+			// The shards this reduction wrote last are final once the
+			// stream that stored them gets here.
+			s := rs
+			if s == nil {
+				s = b.DefaultStream()
+			}
+			if err := d.arrive(s, u); err != nil {
+				return err
 			}
 		}
 		if rs != nil {

@@ -3,6 +3,7 @@ package stages
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/spec"
@@ -47,4 +48,19 @@ func writeTemp(t *testing.T, name, src string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// sameUpdates fails the test unless two runs' steps logged the same
+// updates (grad norms, LRs, tokens, metrics), bit for bit; what names
+// the two runs.
+func sameUpdates(t *testing.T, what string, a, b []StepResult) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%s: %d and %d steps", what, len(a), len(b))
+	}
+	for k := range a {
+		if !reflect.DeepEqual(a[k].Stats.Updates, b[k].Stats.Updates) {
+			t.Errorf("step %d: %s: updates %+v and %+v", a[k].Step, what, a[k].Stats.Updates, b[k].Stats.Updates)
+		}
+	}
 }

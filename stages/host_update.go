@@ -3,6 +3,9 @@ package stages
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
 )
 
 // hostUpdate is an optimizer update running on the host's cores in the
@@ -81,4 +84,26 @@ func (r *Rank) settle() error {
 		}
 	}
 	return nil
+}
+
+// querier is an event that can be asked whether it has completed without
+// waiting (the CUDA backend's).
+type querier interface{ Query() (bool, error) }
+
+// waitOff waits for ev on a goroutine other than the rank's. An event that
+// can be queried is polled: the CUDA backend's Sync holds the device's
+// driver thread for as long as it waits, and the rank could issue no work
+// meanwhile.
+func waitOff(ev gpu.Event) error {
+	q, ok := ev.(querier)
+	if !ok {
+		return ev.Sync()
+	}
+	for d := 10 * time.Microsecond; ; d = min(2*d, 400*time.Microsecond) {
+		done, err := q.Query()
+		if err != nil || done {
+			return err
+		}
+		time.Sleep(d)
+	}
 }

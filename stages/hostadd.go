@@ -58,7 +58,7 @@ func (a *hostAdder) add(k int, ev gpu.Event, dst, src gpu.Tensor) {
 		defer a.wg.Done()
 		defer close(done)
 		defer func() { a.free[k] <- struct{}{} }()
-		err := ev.Sync()
+		err := waitOff(ev)
 		ev.Close()
 		if prev != nil {
 			<-prev

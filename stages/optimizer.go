@@ -29,7 +29,11 @@ const (
 // step's grads, and AdamW goes on in the background, unit by unit, while the
 // device runs what comes next (host_update.go); when only the optimizer
 // state is offloaded, the device updates each unit through staging buffers.
-func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
+//
+// Without clipping, an update whose AdamW started early (early; see
+// host_update_early.go) is left running: the op computes the norm and
+// the metrics only.
+func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early bool) {
 	st := d.st
 	p.op("grad norm + AdamW")
 	red := p.buf(p.stage.ID+".opt.reduce", plan.Comm, gpu.F32, redLen)
@@ -51,8 +55,11 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 		r, b, ob := p.r, p.r.B, p.r.B
 		// The previous update's AdamW has finished on every unit this
 		// rank's micro-batches gathered; a rank with none gathered none.
-		if err := st.settle(); err != nil {
-			return err
+		// An early update is this update's own, left running.
+		if !early {
+			if err := st.settle(); err != nil {
+				return err
+			}
 		}
 		if d.adder != nil {
 			if err := d.adder.wait(); err != nil {
@@ -118,10 +125,16 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums) {
 		coef := rl.ClipCoef(norm, tr.GradClip)
 		lr := schedule(tr).At(up.Index)
 		if math.IsNaN(norm) || math.IsInf(norm, 0) {
+			if early {
+				return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v (without grad_clip, AdamW had already started on the host; the weights in memory are not to be used)", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
+			}
 			return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
 		}
 		step := func(u *Unit) error { return adamw(ob, p, st, u, stage, coef, lr, up.Index+1) }
 		switch {
+		case early:
+			// Running since the backward began, each unit as its grads
+			// arrived (coef is 1: no clipping).
 		case onHost && (r.Profile != nil || r.syncHostOptimizer):
 			r.startHostUpdate(p.ctx, st, step)
 			if err := st.settle(); err != nil {

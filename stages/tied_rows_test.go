@@ -1,7 +1,6 @@
 package stages
 
 import (
-	"reflect"
 	"sync"
 	"testing"
 )
@@ -63,19 +62,11 @@ func testTiedRows(t *testing.T, base RunOptions, resident bool) {
 				}
 				return out.steps, served
 			}
-			same := func(what string, a, b []StepResult) {
-				t.Helper()
-				for k := range a {
-					if !reflect.DeepEqual(a[k].Stats.Updates, b[k].Stats.Updates) {
-						t.Errorf("step %d: %s: updates %+v and %+v", a[k].Step, what, a[k].Stats.Updates, b[k].Stats.Updates)
-					}
-				}
-			}
 			// The host's sums throughout: the grads in host memory are the
 			// same either way.
 			on, _ := run(true, true, false)
 			off, _ := run(true, false, false)
-			same("offloaded, rows against host adds, host sums", on, off)
+			sameUpdates(t, "offloaded, rows against host adds, host sums", on, off)
 			withNorms, served := run(true, true, true)
 			updates := 0
 			for _, sr := range withNorms {
@@ -89,8 +80,8 @@ func testTiedRows(t *testing.T, base RunOptions, resident bool) {
 			}
 			if resident {
 				dev, _ := run(false, true, true)
-				same("offloaded with the device's sums, and on the device", withNorms, dev)
-				same("offloaded with the host's sums, and on the device", on, dev)
+				sameUpdates(t, "offloaded with the device's sums, and on the device", withNorms, dev)
+				sameUpdates(t, "offloaded with the host's sums, and on the device", on, dev)
 			}
 		})
 	}

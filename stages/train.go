@@ -228,6 +228,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	}
 	sq := d.planDeviceNorms()
 	d.onlyMicro = len(up.micro) == 1
+	early := s.early(p, d, up)
 	start := p.now() + 1
 	for mb, pk := range up.micro {
 		if mb > 0 {
@@ -236,6 +237,9 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		d.setBatch(pk)
 		io := d.inputs(true, true)
 		d.forward(true)
+		if early {
+			d.startEarly(up)
+		}
 		if s.headInOnePass(d, in) {
 			cl := &chunkLoss{}
 			d.backwardFrom(d.headStep(func(lo, hi int) error { return s.chunkGrads(p, d, in, up, pk, cl, lo, hi) }))
@@ -255,7 +259,8 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 			acc.tokens += int64(pk.NumTokens())
 		}
 	}
-	s.optimize(p, d, up, &acc)
+	d.endEarly()
+	s.optimize(p, d, up, &acc, early)
 	until(p.now(), ring, sq)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not

@@ -580,6 +580,25 @@ func (e *Event) Sync() error {
 	return e.d.do(func() error { return cuErr("cuEventSynchronize", C.cuEventSynchronize_(e.h)) })
 }
 
+// Query reports whether the event has completed, without waiting: a
+// goroutine that must not hold the device's driver thread while it waits
+// (Sync does) polls it.
+func (e *Event) Query() (bool, error) {
+	var done bool
+	err := e.d.do(func() error {
+		switch r := C.cuEventQuery_(e.h); r {
+		case 0:
+			done = true
+			return nil
+		case cudaErrorNotReady:
+			return nil
+		default:
+			return cuErr("cuEventQuery", r)
+		}
+	})
+	return done, err
+}
+
 // Close releases the event.
 func (e *Event) Close() error {
 	return e.d.do(func() error {

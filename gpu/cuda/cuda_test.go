@@ -1065,6 +1065,30 @@ func TestStreams(t *testing.T) {
 	e.compare("gemm on a side stream", gc, cc, tolHeavy)
 }
 
+// TestEventQuery: an event behind 50 ms of spinning on the stream is not
+// done when recorded, and is once Sync returns.
+func TestEventQuery(t *testing.T) {
+	b := backend(t)
+	if err := b.Delay(50 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := b.DefaultStream().Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	q := ev.(*Event)
+	if done, err := q.Query(); err != nil || done {
+		t.Errorf("query behind the spin: done %v, %v; want not done", done, err)
+	}
+	if err := ev.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := q.Query(); err != nil || !done {
+		t.Errorf("query after sync: done %v, %v; want done", done, err)
+	}
+}
+
 // TestTimedEvents checks RecordTimed and Since: products between two
 // timed events take positive time, and an event without timing is
 // refused.

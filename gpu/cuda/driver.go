@@ -23,6 +23,7 @@ const (
 	funcAttrMaxDynSmem      = 8
 	streamNonBlocking       = 1
 	eventDisableTiming      = 2
+	cudaErrorNotReady       = 600 // CUDA_ERROR_NOT_READY: queried work has not completed
 )
 
 // cuErr converts a driver result into an error naming the call.

@@ -15,7 +15,7 @@ enum {
 	CU_CtxSetCurrent, CU_CtxSynchronize, CU_MemAlloc, CU_MemFree, CU_MemAllocHost,
 	CU_MemFreeHost, CU_MemGetInfo, CU_MemcpyHtoDAsync, CU_MemcpyDtoHAsync, CU_MemcpyAsync,
 	CU_StreamCreate, CU_StreamCreateWithPriority, CU_StreamDestroy, CU_StreamSynchronize, CU_StreamWaitEvent,
-	CU_EventCreate, CU_EventRecord, CU_EventSynchronize, CU_EventDestroy, CU_EventElapsedTime,
+	CU_EventCreate, CU_EventRecord, CU_EventSynchronize, CU_EventQuery, CU_EventDestroy, CU_EventElapsedTime,
 	CU_ModuleLoadData, CU_ModuleUnload, CU_ModuleGetFunction, CU_FuncSetAttribute, CU_FuncGetAttribute,
 	CU_LaunchKernel, CU_GetErrorName, CU_GetErrorString, CU_N
 };
@@ -25,7 +25,7 @@ static const char* rl_cu_names[CU_N] = {
 	"cuCtxSetCurrent", "cuCtxSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocHost_v2",
 	"cuMemFreeHost", "cuMemGetInfo_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
 	"cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent",
-	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2", "cuEventElapsedTime",
+	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventDestroy_v2", "cuEventElapsedTime",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
 	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
 };
@@ -111,6 +111,7 @@ CUresult cuStreamWaitEvent_(uint64_t s, uint64_t e) { return CUF(CU_StreamWaitEv
 CUresult cuEventCreate_(uint64_t* e, unsigned f) { CUevent x = 0; CUresult r = CUF(CU_EventCreate, (CUevent*, unsigned))(&x, f); *e = (uint64_t)x; return r; }
 CUresult cuEventRecord_(uint64_t e, uint64_t s) { return CUF(CU_EventRecord, (CUevent, CUstream))((CUevent)e, (CUstream)s); }
 CUresult cuEventSynchronize_(uint64_t e) { return CUF(CU_EventSynchronize, (CUevent))((CUevent)e); }
+CUresult cuEventQuery_(uint64_t e) { return CUF(CU_EventQuery, (CUevent))((CUevent)e); }
 CUresult cuEventDestroy_(uint64_t e) { return CUF(CU_EventDestroy, (CUevent))((CUevent)e); }
 CUresult cuEventElapsedTime_(float* ms, uint64_t start, uint64_t end) { return CUF(CU_EventElapsedTime, (float*, CUevent, CUevent))(ms, (CUevent)start, (CUevent)end); }
 CUresult cuModuleLoadData_(uint64_t* m, const void* img) { CUmodule x = 0; CUresult r = CUF(CU_ModuleLoadData, (CUmodule*, const void*))(&x, img); *m = (uint64_t)x; return r; }

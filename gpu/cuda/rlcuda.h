@@ -79,6 +79,7 @@ CUresult cuStreamWaitEvent_(uint64_t s, uint64_t e);
 CUresult cuEventCreate_(uint64_t* e, unsigned f);
 CUresult cuEventRecord_(uint64_t e, uint64_t s);
 CUresult cuEventSynchronize_(uint64_t e);
+CUresult cuEventQuery_(uint64_t e);
 CUresult cuEventDestroy_(uint64_t e);
 CUresult cuEventElapsedTime_(float* ms, uint64_t start, uint64_t end);
 CUresult cuModuleLoadData_(uint64_t* m, const void* img);

@@ -1,0 +1,136 @@
+package stages
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestEarlyUpdate runs the tiny recipe without gradient clipping on one
+// rank with the actor and its optimizer offloaded, each unit's host AdamW
+// starting as its grads reach the host (host_update_early.go), against the
+// same run with AdamW started by the optimizer op and against the run on
+// the device: the same updates (grad norms, losses, metrics of three
+// steps, each from the previous one's weights), bit for bit.
+func TestEarlyUpdate(t *testing.T) {
+	testEarlyUpdate(t, RunOptions{}, true)
+}
+
+// testEarlyUpdate runs TestEarlyUpdate on base's backend, against the
+// resident run if resident is set.
+func testEarlyUpdate(t *testing.T, base RunOptions, resident bool) {
+	const steps = 3
+	edits := []string{"  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 4096\n", "  steps: 2\n", "  steps: 3\n",
+		"  grad_clip: 1.0\n", "  grad_clip: 0\n"}
+	offload := []string{"  recompute: 'layer.index % 2 == 0'\n",
+		"  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"}
+	run := func(off, early bool) ([]StepResult, int) {
+		defer func(v bool) { earlyOn, earlyStarted = v, nil }(earlyOn)
+		var mu sync.Mutex
+		started := 0
+		earlyOn = early
+		earlyStarted = func() {
+			mu.Lock()
+			started++
+			mu.Unlock()
+		}
+		e := edits
+		if off {
+			e = append(append([]string(nil), edits...), offload...)
+		}
+		sp := tinyVariant(t, e...)
+		sp.Mesh.GPUsPerNode, sp.Mesh.DP = 1, 1
+		if sp.Train.GradClip != 0 {
+			t.Fatalf("grad_clip %v: the test checks nothing", sp.Train.GradClip)
+		}
+		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend})
+		if len(out.steps) != steps {
+			t.Fatalf("%d steps, want %d", len(out.steps), steps)
+		}
+		return out.steps, started
+	}
+	early, started := run(true, true)
+	updates := 0
+	for _, sr := range early {
+		updates += len(sr.Stats.Updates)
+	}
+	if updates == 0 || started != updates {
+		t.Errorf("%d early updates started over %d updates", started, updates)
+	}
+	late, n := run(true, false)
+	if n != 0 {
+		t.Errorf("%d early updates started with the switch off", n)
+	}
+	sameUpdates(t, "AdamW started early and by the optimizer op", early, late)
+	if resident {
+		dev, n := run(false, true)
+		if n != 0 {
+			t.Errorf("%d early updates started on the device", n)
+		}
+		sameUpdates(t, "offloaded with AdamW started early, and on the device", early, dev)
+	}
+}
+
+// fakeEvent is a gpu.Event that completes when its channel closes.
+type fakeEvent chan struct{}
+
+func (e fakeEvent) Sync() error  { <-e; return nil }
+func (e fakeEvent) Close() error { return nil }
+
+// TestHostUpdateAsArrived drives the early updater by hand: a unit is
+// updated only once its event completes; of the units that have arrived
+// the lowest goes first; a unit that never arrives fails the update,
+// whose other units are still released.
+func TestHostUpdateAsArrived(t *testing.T) {
+	st := &ShardState{}
+	for k := range 5 {
+		st.Units = append(st.Units, &Unit{ord: k})
+		st.Units[k].Name = "u" + string(rune('0'+k))
+	}
+	r := &Rank{}
+	var mu sync.Mutex
+	var order []int
+	gate := make(chan struct{})
+	evs := make(chan arrived, 5)
+	h := r.startHostUpdateAsArrived(t.Context(), st, evs, func(u *Unit) error {
+		if u.ord == 4 {
+			<-gate // hold the first update while 3, 1 and 2 arrive
+		}
+		mu.Lock()
+		order = append(order, u.ord)
+		mu.Unlock()
+		return nil
+	})
+	ev := func(ord int) fakeEvent {
+		e := make(fakeEvent)
+		evs <- arrived{ord: ord, ev: e}
+		return e
+	}
+	close(ev(4))
+	pending := ev(3) // recorded, not complete: 3 must wait
+	select {
+	case <-h.done[3]:
+		t.Fatal("unit 3 updated before its grads arrived")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(pending)
+	close(ev(1))
+	close(ev(2))
+	time.Sleep(20 * time.Millisecond) // 3, 1, 2 have arrived
+	close(gate)
+	<-h.done[2]
+	close(evs) // unit 0 never arrives
+	<-h.all
+	if want := []int{4, 1, 2, 3}; !reflect.DeepEqual(order, want) {
+		t.Errorf("update order %v, want %v", order, want)
+	}
+	if h.err == nil || !strings.Contains(h.err.Error(), "u0") || !strings.Contains(h.err.Error(), "never reached") {
+		t.Errorf("error %v, want u0's grads never reached the host", h.err)
+	}
+	if h.updated[0] || !h.updated[1] {
+		t.Errorf("updated %v", h.updated)
+	}
+	r.bg.Wait()
+}
