@@ -14,9 +14,11 @@
 # OFFLOAD_RUNS (the runs to make per model, of "overlap sync peer resident";
 # all four by default; also "noreshard", rlpipe overlapped with the actor's
 # units kept gathered from forward to backward, "bf16copy", rlpipe
-# overlapped with apply_fsdp2's host_bf16_copy, and "peer-noreshard", the
+# overlapped with apply_fsdp2's host_bf16_copy, "peer-noreshard", the
 # peer likewise, reshard_after_forward=False, with activation checkpointing
-# only if it fails without),
+# only if it fails without, and "noclip" and "resident-noclip", rlpipe
+# offloaded (overlapped) and resident with train.grad_clip 0, where each
+# unit's host AdamW starts as its grads reach the host),
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
 # from a branch: its overlapped offload run is added to each model's rows).
 # JSON, logs (tarred) and summary.md to $OUT.
@@ -49,6 +51,8 @@ for m in $MODELS; do
 	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
 	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
 		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
+	want noclip && budgeted "rlpipe-$m-offload-noclip" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-offload-noclip.json"
+	want resident-noclip && budgeted "rlpipe-$m-resident-noclip" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-resident-noclip.json"
 	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
@@ -88,6 +92,7 @@ for m in models:
     nr = runs.get(f"rlpipe-{m}-offload-noreshard")
     bc = runs.get(f"rlpipe-{m}-offload-bf16copy")
     pnr = runs.get(f"peer-{m}-offload-noreshard-noac") or runs.get(f"peer-{m}-offload-noreshard-ac")
+    nc, rnc = runs.get(f"rlpipe-{m}-offload-noclip"), runs.get(f"rlpipe-{m}-resident-noclip")
     # (label, numerator, denominator, whether ref+train is compared too)
     for label, a, b, both in [
         ("noreshard / overlap", nr, ov, True),
@@ -99,6 +104,7 @@ for m in models:
         ("overlap / sync", ov, sy, True),
         ("offloaded, rlpipe overlap / peer", ov, peer, True),
         ("resident / offloaded (overlap)", res, ov, True),
+        ("without clipping, resident / offloaded", rnc, nc, True),
     ]:
         # step (wall) is the fairest figure: it counts the time between
         # steps in which the host AdamW also goes on.
