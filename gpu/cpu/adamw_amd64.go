@@ -85,3 +85,21 @@ func bf16Vector(dst []uint16, src []float32) int {
 	bf16FromF32AVX2(&dst[0], &src[0], n)
 	return n
 }
+
+// addScaledAVX2 adds s*x into dst over the first n elements (n a multiple
+// of 8), with Go's float32 roundings.
+//
+//go:noescape
+func addScaledAVX2(dst, x *float32, n int, s float32)
+
+// addScaledVector adds s*x into dst over the longest prefix of whole
+// vectors and returns its length (0 without AVX2).
+func addScaledVector(dst, x []float32, s float32) int {
+	n := len(dst) &^ 7
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	x = x[:n]
+	addScaledAVX2(&dst[0], &x[0], n, s)
+	return n
+}

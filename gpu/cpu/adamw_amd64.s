@@ -231,3 +231,44 @@ cvloop:
 cvdone:
 	VZEROUPPER
 	RET
+
+// func addScaledAVX2(dst, x *float32, n int, s float32)
+// dst[i] += s*x[i] over the first n elements (n a multiple of 8), rounding
+// the product, then the sum, as Go's float32 arithmetic does: VMULPS then
+// VADDPS, not a fused multiply-add.
+TEXT ·addScaledAVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y15
+
+asloop:
+	CMPQ CX, $16
+	JLT  astail
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMULPS  Y0, Y15, Y0   // s*x
+	VMULPS  Y1, Y15, Y1
+	VMOVUPS (DI), Y2
+	VMOVUPS 32(DI), Y3
+	VADDPS  Y0, Y2, Y2    // dst + s*x
+	VADDPS  Y1, Y3, Y3
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     asloop
+
+astail:
+	CMPQ CX, $8
+	JLT  asdone
+	VMOVUPS (SI), Y0
+	VMULPS  Y0, Y15, Y0
+	VMOVUPS (DI), Y2
+	VADDPS  Y0, Y2, Y2
+	VMOVUPS Y2, (DI)
+
+asdone:
+	VZEROUPPER
+	RET

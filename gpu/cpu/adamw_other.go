@@ -16,3 +16,6 @@ func sumSquaresVector(x []float32) (float64, int) { return 0, 0 }
 
 // bf16Vector has no vector kernel off amd64.
 func bf16Vector(dst []uint16, src []float32) int { return 0 }
+
+// addScaledVector has no vector kernel off amd64.
+func addScaledVector(dst, x []float32, s float32) int { return 0 }

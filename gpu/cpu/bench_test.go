@@ -120,3 +120,26 @@ func BenchmarkAdamW(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAddScaled times the host add of offloaded grads (stages'
+// hostAdder): dst += x over 32M float32s, 12 bytes an element.
+func BenchmarkAddScaled(b *testing.B) {
+	const n = 32 << 20
+	be, mk := benchEnv(b, 2*4*n+4096)
+	d, x := mk(gpu.F32, n), mk(gpu.F32, n)
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i%1000) * 1e-3
+	}
+	for _, t := range []gpu.Tensor{d, x} {
+		if err := be.Upload(t, vals); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(12 * n)
+	for b.Loop() {
+		if err := be.AddScaled(d, x, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

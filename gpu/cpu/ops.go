@@ -476,6 +476,18 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 		return err
 	}
 	dv, xv := vs[0], vs[1]
+	if dv.dt == gpu.F32 && xv.dt == gpu.F32 {
+		// In place, in 8-wide vectors where the CPU has AVX2 (the same
+		// bits), over spans handed out to the workers: the host adds of
+		// offloaded grads (stages' hostAdder) move hundreds of MB.
+		spans(b, dv.n, addSpan, func(lo, hi int) {
+			o, p := dv.f[lo:hi], xv.f[lo:hi]
+			for i := addScaledVector(o, p, s); i < len(o); i++ {
+				o[i] += float32(s * p[i])
+			}
+		})
+		return nil
+	}
 	b.elementwise(dv.n, func(off, l int, bufs [][]float32) {
 		p := xv.get(bufs[0], off, l)
 		o := dv.get(bufs[1], off, l)
@@ -486,6 +498,9 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 	})
 	return nil
 }
+
+// addSpan is the elements of AddScaled's float32 tasks (256 KiB of dst).
+const addSpan = 1 << 16
 
 // AddRMSNorm runs its steps (gpu.AddRMSNormSteps): the CPU backend has no
 // fused kernel.

@@ -715,3 +715,41 @@ func TestCopyRows(t *testing.T) {
 		}
 	}
 }
+
+// TestAddScaledF32 holds float32 AddScaled (vectors where the CPU has
+// AVX2, over spans handed out to the workers) to Go's arithmetic bit for
+// bit: lengths around the vector widths and a span, several scales, and
+// signed zeros, infinities and NaNs (a NaN for a NaN: Go's compiler may
+// take either operand's payload when two meet).
+func TestAddScaledF32(t *testing.T) {
+	e := newEnv(t)
+	r := rng()
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.Float32frombits(0x7fc00123), math.Float32frombits(0xffc00456), 1e-45, 3.4e38}
+	for _, n := range []int{1, 7, 8, 15, 16, 17, 40, addSpan + 9} {
+		for _, s := range []float32{1, 0.37, -2} {
+			d, x := randn(r, n, 1, f32), randn(r, n, 1, f32)
+			for k := range min(n, len(specials)) {
+				d[k], x[k] = specials[k], specials[k^1]
+			}
+			want := append([]float32(nil), d...)
+			for i := range want {
+				want[i] += float32(s * x[i])
+			}
+			dt := e.up(f32, d, n)
+			if err := e.b.AddScaled(dt, e.up(f32, x, n), s); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, n)
+			if err := e.b.Download(got, dt); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				nan := math.IsNaN(float64(got[i])) && math.IsNaN(float64(want[i])) // Go picks either NaN operand
+				if !nan && math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n %d, s %v: [%d] = %#x, want %#x", n, s, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
