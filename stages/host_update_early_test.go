@@ -1,11 +1,15 @@
 package stages
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlpipe/rlpipe/gpu"
 )
 
 // TestEarlyUpdate runs the tiny recipe without gradient clipping on one
@@ -133,4 +137,53 @@ func TestHostUpdateAsArrived(t *testing.T) {
 		t.Errorf("updated %v", h.updated)
 	}
 	r.bg.Wait()
+}
+
+// TestEarlyUpdateFails cuts an early update's backward short: the
+// staging of the third unit's grads fails. The run returns that error
+// (not a hang waiting for grads that never come, nor the updater's own
+// error in its place).
+func TestEarlyUpdateFails(t *testing.T) {
+	defer func(v bool) { earlyOn, stagingHook, earlyStarted = v, nil, nil }(earlyOn)
+	earlyOn = true
+	var mu sync.Mutex
+	calls, started := 0, 0
+	earlyStarted = func() {
+		mu.Lock()
+		started++
+		mu.Unlock()
+	}
+	stagingHook = func(gpu.Backend, gpu.Tensor) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 3 {
+			return errors.New("staging refused by the test")
+		}
+		return nil
+	}
+	sp := tinyVariant(t, "  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 4096\n", "  grad_clip: 1.0\n", "  grad_clip: 0\n",
+		"  recompute: 'layer.index % 2 == 0'\n",
+		"  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n")
+	sp.Mesh.GPUsPerNode, sp.Mesh.DP = 1, 1
+	j := resolveSpec(t, sp)
+	p, err := Plan(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), j, p, RunOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "staging refused by the test") {
+			t.Errorf("run error %v, want the staging's", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run hung after its backward failed")
+	}
+	if calls < 3 || started == 0 {
+		t.Fatalf("%d stagings, %d early updates: the failure was not injected into one", calls, started)
+	}
 }
