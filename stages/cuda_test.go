@@ -323,5 +323,5 @@ func TestEarlyUpdateCUDA(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false)
+	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false, 1)
 }

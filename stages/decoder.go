@@ -1005,6 +1005,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
+		added := false // host adds queued (addOnHost)
 		for k, s := range u.Slots {
 			dst, src := dsts[k], srcs[k]
 			// The step's first reduction into the shard writes it, the
@@ -1035,6 +1036,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err := d.addOnHost(b, rs, dst, src); err != nil {
 					return fmt.Errorf("accumulating %s: %w", s.Name, err)
 				}
+				added = true
 				continue
 			}
 			if err := b.AddScaled(dst, src, 1); err != nil {
@@ -1048,7 +1050,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 			if s == nil {
 				s = b.DefaultStream()
 			}
-			if err := d.arrive(s, u); err != nil {
+			if err := d.arrive(s, u, added); err != nil {
 				return err
 			}
 		}

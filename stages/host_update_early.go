@@ -30,10 +30,13 @@ var earlyOn = os.Getenv("RLPIPE_EARLY_ADAMW") != "0"
 // earlyStarted, when set (by tests), is called as each early update starts.
 var earlyStarted func()
 
-// arrived is a unit whose shard's grads are final once ev completes.
+// arrived is a unit whose shard's grads are final once ev completes and,
+// when the reduction added into host memory (the host adds of a tied
+// slot on several ranks), once after, the last of those adds, is closed.
 type arrived struct {
-	ord int
-	ev  gpu.Event
+	ord   int
+	ev    gpu.Event
+	after <-chan struct{}
 }
 
 // earlyUpdate is an update's host AdamW started before the backward.
@@ -90,11 +93,17 @@ func (d *decoder) startEarly(up *update) {
 }
 
 // arrive records, on s (the stream that stored unit u's grads), that the
-// shards whose last writer u is are final (running, with an early update).
-func (d *decoder) arrive(s gpu.Stream, u *Unit) error {
+// shards whose last writer u is are final (running, with an early update);
+// added says the reduction queued host adds (hostAdder), which must be
+// done too.
+func (d *decoder) arrive(s gpu.Stream, u *Unit, added bool) error {
 	e := d.early
 	if e == nil {
 		return nil
+	}
+	var after <-chan struct{}
+	if added {
+		after = d.adder.last
 	}
 	for o, w := range e.last {
 		if w != u.ord {
@@ -104,7 +113,7 @@ func (d *decoder) arrive(s gpu.Stream, u *Unit) error {
 		if err != nil {
 			return err
 		}
-		e.evs <- arrived{ord: o, ev: ev}
+		e.evs <- arrived{ord: o, ev: ev, after: after}
 	}
 	return nil
 }
@@ -140,6 +149,9 @@ func (r *Rank) startHostUpdateAsArrived(ctx context.Context, st *ShardState, evs
 			err := waitOff(a.ev)
 			if cerr := a.ev.Close(); err == nil {
 				err = cerr
+			}
+			if a.after != nil {
+				<-a.after
 			}
 			if err != nil && syncErr == nil {
 				syncErr = fmt.Errorf("waiting for %s's grads: %w", st.Units[a.ord].Name, err)

@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,24 +14,32 @@ import (
 )
 
 // TestEarlyUpdate runs the tiny recipe without gradient clipping on one
-// rank with the actor and its optimizer offloaded, each unit's host AdamW
+// and two ranks with the actor and its optimizer offloaded, each unit's host AdamW
 // starting as its grads reach the host (host_update_early.go), against the
 // same run with AdamW started by the optimizer op and against the run on
 // the device: the same updates (grad norms, losses, metrics of three
-// steps, each from the previous one's weights), bit for bit.
+// steps, each from the previous one's weights), bit for bit, with and
+// without the tied rows (tied_rows.go).
 func TestEarlyUpdate(t *testing.T) {
-	testEarlyUpdate(t, RunOptions{}, true)
+	testEarlyUpdate(t, RunOptions{}, true, 1, 2)
+	// Without the tied rows, the embedding's grads reach the host through
+	// the host's adds (hostAdder), as on two ranks: its AdamW must wait
+	// for them.
+	defer func(v bool) { tiedRowsOn = v }(tiedRowsOn)
+	tiedRowsOn = false
+	testEarlyUpdate(t, RunOptions{}, true, 1)
 }
 
-// testEarlyUpdate runs TestEarlyUpdate on base's backend, against the
-// resident run if resident is set.
-func testEarlyUpdate(t *testing.T, base RunOptions, resident bool) {
+// testEarlyUpdate runs TestEarlyUpdate on base's backend at each of dps
+// ranks (loopback on the CPU), against the resident run if resident is
+// set.
+func testEarlyUpdate(t *testing.T, base RunOptions, resident bool, dps ...int) {
 	const steps = 3
 	edits := []string{"  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 4096\n", "  steps: 2\n", "  steps: 3\n",
 		"  grad_clip: 1.0\n", "  grad_clip: 0\n"}
 	offload := []string{"  recompute: 'layer.index % 2 == 0'\n",
 		"  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"}
-	run := func(off, early bool) ([]StepResult, int) {
+	run := func(off, early bool, dp int) ([]StepResult, int) {
 		defer func(v bool) { earlyOn, earlyStarted = v, nil }(earlyOn)
 		var mu sync.Mutex
 		started := 0
@@ -45,7 +54,7 @@ func testEarlyUpdate(t *testing.T, base RunOptions, resident bool) {
 			e = append(append([]string(nil), edits...), offload...)
 		}
 		sp := tinyVariant(t, e...)
-		sp.Mesh.GPUsPerNode, sp.Mesh.DP = 1, 1
+		sp.Mesh.GPUsPerNode, sp.Mesh.DP = dp, dp
 		if sp.Train.GradClip != 0 {
 			t.Fatalf("grad_clip %v: the test checks nothing", sp.Train.GradClip)
 		}
@@ -55,25 +64,27 @@ func testEarlyUpdate(t *testing.T, base RunOptions, resident bool) {
 		}
 		return out.steps, started
 	}
-	early, started := run(true, true)
-	updates := 0
-	for _, sr := range early {
-		updates += len(sr.Stats.Updates)
-	}
-	if updates == 0 || started != updates {
-		t.Errorf("%d early updates started over %d updates", started, updates)
-	}
-	late, n := run(true, false)
-	if n != 0 {
-		t.Errorf("%d early updates started with the switch off", n)
-	}
-	sameUpdates(t, "AdamW started early and by the optimizer op", early, late)
-	if resident {
-		dev, n := run(false, true)
-		if n != 0 {
-			t.Errorf("%d early updates started on the device", n)
+	for _, dp := range dps {
+		early, started := run(true, true, dp)
+		updates := 0
+		for _, sr := range early {
+			updates += len(sr.Stats.Updates)
 		}
-		sameUpdates(t, "offloaded with AdamW started early, and on the device", early, dev)
+		if updates == 0 || started != dp*updates {
+			t.Errorf("dp %d: %d early updates started over %d updates", dp, started, updates)
+		}
+		late, n := run(true, false, dp)
+		if n != 0 {
+			t.Errorf("dp %d: %d early updates started with the switch off", dp, n)
+		}
+		sameUpdates(t, fmt.Sprintf("dp %d: AdamW started early and by the optimizer op", dp), early, late)
+		if resident {
+			dev, n := run(false, true, dp)
+			if n != 0 {
+				t.Errorf("dp %d: %d early updates started on the device", dp, n)
+			}
+			sameUpdates(t, fmt.Sprintf("dp %d: offloaded with AdamW started early, and on the device", dp), early, dev)
+		}
 	}
 }
 
