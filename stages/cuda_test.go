@@ -323,5 +323,17 @@ func TestEarlyUpdateCUDA(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false, 1)
+	opts := RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}
+	testEarlyUpdate(t, opts, false, 1)
+	defer func(v bool) { tiedRowsOn = v }(tiedRowsOn)
+	tiedRowsOn = false // the embedding's grads through the host's adds
+	testEarlyUpdate(t, opts, false, 1)
+}
+
+// TestEarlyUpdateCUDADP2 is TestEarlyUpdate on GPUs 0 and 1 (NCCL): the
+// tied embedding's grads reach the host through the host's adds, which
+// its early AdamW waits for. It needs two GPUs and NCCL.
+func TestEarlyUpdateCUDADP2(t *testing.T) {
+	needGPUs(t, 2, "dp 2")
+	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, Comms: libnccl.NewComms}, false, 2)
 }

@@ -58,7 +58,7 @@ func testEarlyUpdate(t *testing.T, base RunOptions, resident bool, dps ...int) {
 		if sp.Train.GradClip != 0 {
 			t.Fatalf("grad_clip %v: the test checks nothing", sp.Train.GradClip)
 		}
-		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend})
+		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend, Comms: base.Comms})
 		if len(out.steps) != steps {
 			t.Fatalf("%d steps, want %d", len(out.steps), steps)
 		}
