@@ -9,11 +9,11 @@ import (
 )
 
 // Without gradient clipping (train.grad_clip 0) AdamW of a unit needs only
-// that unit's grads, not the global norm. An update of one micro-batch on
-// a rank whose trained model has its params and optimizer state offloaded
-// then starts each unit's host AdamW as soon as its grads have reached
-// host memory, while the device goes on with the backward of earlier
-// layers: earlyUpdate. The norm is still computed, for the metrics, after
+// that unit's grads, not the global norm. On a rank whose trained model has
+// its params and optimizer state offloaded, an update then starts each
+// unit's host AdamW as soon as its grads have reached host memory in the
+// update's last micro-batch (copied, or added by the host's cores), while
+// the device goes on with the backward of earlier layers: earlyUpdate. The norm is still computed, for the metrics, after
 // the backward. With clipping every unit's update waits for the norm, in
 // the optimizer op (optimize).
 //
@@ -50,12 +50,15 @@ type earlyUpdate struct {
 // AdamW early (see above).
 func (s *Train) early(p *prog, d *decoder, up *update) bool {
 	m := d.st.Model
-	return earlyOn && p.job.Spec.Train.GradClip == 0 && m.Offload && m.OffloadOptimizer && len(up.micro) == 1 &&
+	return earlyOn && p.job.Spec.Train.GradClip == 0 && m.Offload && m.OffloadOptimizer && len(up.micro) > 0 &&
 		(!p.running() || (p.r.Profile == nil && !p.r.syncHostOptimizer))
 }
 
 // startEarly starts update up's host AdamW, each unit waiting for its
-// grads (running). The previous update must be over: it settles it. The
+// grads (running), before the backward of the update's last micro-batch,
+// whose reductions make them final. The previous update must be over: it
+// settles it (earlier micro-batches' reductions waited for it unit by
+// unit). The
 // update becomes the shard's pending one only when its reductions have
 // all been issued (endEarly): the backward's gathers and reductions must
 // not wait for it.

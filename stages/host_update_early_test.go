@@ -13,13 +13,15 @@ import (
 	"github.com/rlpipe/rlpipe/gpu"
 )
 
-// TestEarlyUpdate runs the tiny recipe without gradient clipping on one
-// and two ranks with the actor and its optimizer offloaded, each unit's host AdamW
-// starting as its grads reach the host (host_update_early.go), against the
-// same run with AdamW started by the optimizer op and against the run on
-// the device: the same updates (grad norms, losses, metrics of three
-// steps, each from the previous one's weights), bit for bit, with and
-// without the tied rows (tied_rows.go).
+// TestEarlyUpdate runs the tiny recipe without gradient clipping with the
+// actor and its optimizer offloaded, each unit's host AdamW starting as
+// its grads reach the host (host_update_early.go), against the same run
+// with AdamW started by the optimizer op and against the run on the
+// device: the same updates (grad norms, losses, metrics of three steps,
+// each from the previous one's weights), bit for bit. Updates of one
+// micro-batch on one and two ranks, of several on one rank (the last
+// micro-batch's grads added in by the host's cores), with and without the
+// tied rows (tied_rows.go).
 func TestEarlyUpdate(t *testing.T) {
 	testEarlyUpdate(t, RunOptions{}, true, 1, 2)
 	// Without the tied rows, the embedding's grads reach the host through
@@ -64,6 +66,20 @@ func testEarlyUpdate(t *testing.T, base RunOptions, resident bool, dps ...int) {
 		}
 		return out.steps, started
 	}
+	for _, c := range []struct {
+		tokens string // max_tokens_per_gpu
+		dps    []int
+	}{
+		{"  max_tokens_per_gpu: 4096\n", dps},    // one micro-batch an update
+		{"  max_tokens_per_gpu: 768\n", dps[:1]}, // several: the last one's host adds
+	} {
+		edits[1] = c.tokens
+		testEarlyRuns(t, run, resident, c.dps)
+	}
+}
+
+// testEarlyRuns is testEarlyUpdate's comparisons at each of dps ranks.
+func testEarlyRuns(t *testing.T, run func(off, early bool, dp int) ([]StepResult, int), resident bool, dps []int) {
 	for _, dp := range dps {
 		early, started := run(true, true, dp)
 		updates := 0

@@ -237,7 +237,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		d.setBatch(pk)
 		io := d.inputs(true, true)
 		d.forward(true)
-		if early {
+		if early && mb == len(up.micro)-1 {
 			d.startEarly(up)
 		}
 		if s.headInOnePass(d, in) {
