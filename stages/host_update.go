@@ -26,10 +26,7 @@ type hostUpdate struct {
 // that the rank's run waits for before it frees its memory, and records it
 // as st's pending update. The caller must have settled any earlier update.
 func (r *Rank) startHostUpdate(ctx context.Context, st *ShardState, step func(u *Unit) error) {
-	h := &hostUpdate{done: make([]chan struct{}, len(st.Units)), updated: make([]bool, len(st.Units)), all: make(chan struct{})}
-	for i := range h.done {
-		h.done[i] = make(chan struct{})
-	}
+	h := newHostUpdate(len(st.Units))
 	st.pending = h
 	r.Background(func() {
 		defer close(h.all)
@@ -46,6 +43,15 @@ func (r *Rank) startHostUpdate(ctx context.Context, st *ShardState, step func(u 
 			close(h.done[i])
 		}
 	})
+}
+
+// newHostUpdate returns the update of n units, none done.
+func newHostUpdate(n int) *hostUpdate {
+	h := &hostUpdate{done: make([]chan struct{}, n), updated: make([]bool, n), all: make(chan struct{})}
+	for i := range h.done {
+		h.done[i] = make(chan struct{})
+	}
+	return h
 }
 
 // settleUnit waits until unit u's shard is no longer written by a pending

@@ -140,10 +140,7 @@ func (d *decoder) endEarly() {
 // update.
 func (r *Rank) startHostUpdateAsArrived(ctx context.Context, st *ShardState, evs <-chan arrived, step func(u *Unit) error) *hostUpdate {
 	n := len(st.Units)
-	h := &hostUpdate{done: make([]chan struct{}, n), updated: make([]bool, n), all: make(chan struct{})}
-	for i := range h.done {
-		h.done[i] = make(chan struct{})
-	}
+	h := newHostUpdate(n)
 	ready := make(chan int, n)
 	var syncErr error // set before ready is closed
 	r.Background(func() {
