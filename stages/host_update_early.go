@@ -13,9 +13,10 @@ import (
 // its params and optimizer state offloaded, an update then starts each
 // unit's host AdamW as soon as its grads have reached host memory in the
 // update's last micro-batch (copied, or added by the host's cores), while
-// the device goes on with the backward of earlier layers: earlyUpdate. The norm is still computed, for the metrics, after
-// the backward. With clipping every unit's update waits for the norm, in
-// the optimizer op (optimize).
+// the device goes on with the backward of earlier layers: earlyUpdate.
+// The norm is still computed, for the metrics, after the backward. With
+// clipping every unit's update waits for the norm, in the optimizer op
+// (optimize).
 //
 // Units' grads reach the host in the backward's order, last layer first,
 // and the next step's forward wants them in the other order; the updater
@@ -31,8 +32,9 @@ var earlyOn = os.Getenv("RLPIPE_EARLY_ADAMW") != "0"
 var earlyStarted func()
 
 // arrived is a unit whose shard's grads are final once ev completes and,
-// when the reduction added into host memory (the host adds of a tied
-// slot on several ranks), once after, the last of those adds, is closed.
+// when the reduction added into host memory (a later micro-batch's grads,
+// or a tied slot's on several ranks), once after, the done channel of the
+// last of those adds, is closed.
 type arrived struct {
 	ord   int
 	ev    gpu.Event
@@ -58,10 +60,9 @@ func (s *Train) early(p *prog, d *decoder, up *update) bool {
 // grads (running), before the backward of the update's last micro-batch,
 // whose reductions make them final. The previous update must be over: it
 // settles it (earlier micro-batches' reductions waited for it unit by
-// unit). The
-// update becomes the shard's pending one only when its reductions have
-// all been issued (endEarly): the backward's gathers and reductions must
-// not wait for it.
+// unit). The update becomes the shard's pending one only when its
+// reductions have all been issued (endEarly): the backward's gathers and
+// reductions must not wait for it.
 func (d *decoder) startEarly(up *update) {
 	p := d.p
 	p.do(func() error {
