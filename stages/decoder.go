@@ -68,6 +68,7 @@ type decoder struct {
 	tied     *ref
 	tiedSlot int
 	rowsN    int
+	rowsHost gpu.Tensor // io.rows' values in host memory (running)
 	// early is the update's host AdamW started before its backward
 	// (host_update_early.go); nil when none.
 	early *earlyUpdate
@@ -888,7 +889,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 		if rsIn != nil {
 			pr.bufs = append(pr.bufs, grad, rsIn)
 		}
-		for _, r := range []*ref{rsOut, d2h} {
+		for _, r := range []*ref{rsOut, d2h, held} {
 			if r != nil {
 				pr.bufs = append(pr.bufs, r)
 			}
@@ -1030,6 +1031,13 @@ func (d *decoder) reduce(i int, grad *ref) {
 				if err := d.sendRows(b, dst, src, s); err != nil {
 					return fmt.Errorf("storing %s's rows: %w", s.Name, err)
 				}
+				continue
+			}
+			if held != nil && d.ring != nil {
+				if err := d.addRowsOnHost(b, rs, dst, src, s, held); err != nil {
+					return fmt.Errorf("accumulating %s's rows: %w", s.Name, err)
+				}
+				added = true
 				continue
 			}
 			if d.ring != nil {

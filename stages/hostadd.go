@@ -51,6 +51,19 @@ func (a *hostAdder) acquire() int {
 
 // add queues dst += src (src is slot k of the ring) after event ev.
 func (a *hostAdder) add(k int, ev gpu.Event, dst, src gpu.Tensor) {
+	a.queue(k, ev, func() error { return a.host.AddScaled(dst, src, 1) })
+}
+
+// addRows queues dst[rows[j]] += src[j] for the rows of src (slot k of
+// the ring), rows a host I32 tensor of distinct rows, after event ev: each
+// row's sum is dst's plus src's, as add's.
+func (a *hostAdder) addRows(k int, ev gpu.Event, dst, src, rows gpu.Tensor) {
+	a.queue(k, ev, func() error { return a.host.EmbeddingBackward(dst, src, rows) })
+}
+
+// queue runs op, which reads slot k, once event ev has completed and the
+// op queued before it is done, and then frees the slot.
+func (a *hostAdder) queue(k int, ev gpu.Event, op func() error) {
 	prev, done := a.last, make(chan struct{})
 	a.last = done
 	a.wg.Add(1)
@@ -64,7 +77,7 @@ func (a *hostAdder) add(k int, ev gpu.Event, dst, src gpu.Tensor) {
 			<-prev
 		}
 		if err == nil {
-			err = a.host.AddScaled(dst, src, 1)
+			err = op()
 		}
 		if err != nil {
 			a.mu.Lock()

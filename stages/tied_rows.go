@@ -21,10 +21,14 @@ import (
 // added into host memory there, and the host summed their squares, before
 // the optimizer could start.
 //
-// Only an update of one micro-batch on the rank takes it (onlyMicro): with
-// several, the embedding's grads of every micro-batch are added on the
-// host as before. The plan keeps the head's staging buffer and the rows
-// until the embedding's reduction either way.
+// In an update of several micro-batches the host adds every micro-batch's
+// grads to the earlier ones' (hostAdder): the head's as before, and then
+// of the embedding's own only the touched rows, gathered on the device
+// into the head's staging buffer, which the head's grads have left by
+// then, and added row by row on the host (addRows). The device does not
+// see the totals there, and the host sums their squares. The plan keeps
+// the head's staging buffer and the rows until the embedding's reduction
+// has crossed.
 
 // tiedRowsOn is RLPIPE_TIED_ROWS=0's switch (on by default), to time the
 // path against the host's add and to test the two against each other.
@@ -57,7 +61,18 @@ func (d *decoder) planTiedRows() *ref {
 			if err != nil {
 				return err
 			}
-			return d.b().UploadI32(dst, rows)
+			if err := d.b().UploadI32(dst, rows); err != nil {
+				return err
+			}
+			// The host's copy, for the host's adds (addRows).
+			mem, err := d.p.r.Host.Alloc(int64(4 * len(rows)))
+			if err != nil {
+				return err
+			}
+			if d.rowsHost, err = gpu.NewTensor(mem, 0, gpu.I32, len(rows)); err != nil {
+				return err
+			}
+			return d.p.r.Host.UploadI32(d.rowsHost, rows)
 		})
 	}
 	return d.io.rows
@@ -115,4 +130,75 @@ func (d *decoder) sendRows(b gpu.Backend, dst, src gpu.Tensor, s model.Slot) err
 		return err
 	}
 	return b.CopyRows(dv, sv, ids)
+}
+
+// addRowsOnHost queues the host's adds of the touched rows of src, the
+// embedding's staged grads of a later micro-batch or of one that follows
+// the head's share into its shard, into dst, the shard in host memory: b
+// (issuing on s) gathers the rows into the held staging buffer, whose
+// head's grads have crossed on s before, and copies them through the
+// ring in chunks of whole rows.
+func (d *decoder) addRowsOnHost(b gpu.Backend, s gpu.Stream, dst, src gpu.Tensor, sl model.Slot, held *ref) error {
+	if s == nil {
+		s = b.DefaultStream()
+	}
+	rows, h := int(sl.Rows()), int(sl.RowElems())
+	n := d.rowsN
+	hv, err := d.st.Units[len(d.st.Units)-1].sliceOf(held.t, d.tiedSlot)
+	if err != nil {
+		return err
+	}
+	cv, err := hv.Flat(0, n*h)
+	if err != nil {
+		return err
+	}
+	compact, err := cv.Reshape(n, h)
+	if err != nil {
+		return err
+	}
+	sv, err := src.Reshape(rows, h)
+	if err != nil {
+		return err
+	}
+	dv, err := dst.Reshape(rows, h)
+	if err != nil {
+		return err
+	}
+	ids, err := d.io.rows.t.Flat(0, n)
+	if err != nil {
+		return err
+	}
+	if err := b.Embedding(compact, sv, ids); err != nil {
+		return err
+	}
+	per := max(d.ringElems/h, 1) // rows a ring slot holds
+	for j := 0; j < n; j += per {
+		m := min(per, n-j)
+		k := d.adder.acquire()
+		slot, err := d.ring.t.Flat(k*d.ringElems, k*d.ringElems+m*h)
+		if err != nil {
+			return err
+		}
+		part, err := compact.Flat(j*h, (j+m)*h)
+		if err != nil {
+			return err
+		}
+		if err := b.Copy(slot, part); err != nil {
+			return err
+		}
+		ev, err := s.Record()
+		if err != nil {
+			return err
+		}
+		sr, err := slot.Reshape(m, h)
+		if err != nil {
+			return err
+		}
+		rv, err := d.rowsHost.Flat(j, j+m)
+		if err != nil {
+			return err
+		}
+		d.adder.addRows(k, ev, dv, sr, rv)
+	}
+	return nil
 }

@@ -10,7 +10,8 @@ import (
 // against the run on the device. With one micro-batch an update, the
 // head's grads of the embedding stay staged on the device, the embedding's
 // reduction adds its own to them and sends the touched rows to host memory;
-// with several, the host adds as before. Either way the updates (grad
+// with several, the host adds the embedding's touched rows to the earlier
+// grads row by row. Either way the updates (grad
 // norms, losses, metrics of two steps, the second from the first's
 // weights) are those of the device run, bit for bit; in updates of one
 // micro-batch the device serves the embedding's sum of squares with the
