@@ -133,11 +133,11 @@ func (d *decoder) sendRows(b gpu.Backend, dst, src gpu.Tensor, s model.Slot) err
 }
 
 // addRowsOnHost queues the host's adds of the touched rows of src, the
-// embedding's staged grads of a later micro-batch or of one that follows
-// the head's share into its shard, into dst, the shard in host memory: b
-// (issuing on s) gathers the rows into the held staging buffer, whose
-// head's grads have crossed on s before, and copies them through the
-// ring in chunks of whole rows.
+// embedding's staged grads, into dst, its shard in host memory, which
+// already holds the head's share (and earlier micro-batches' grads): b,
+// issuing on s, gathers the rows into the held staging buffer, whose
+// head's grads crossed on s before, and copies them through the ring in
+// chunks of whole rows.
 func (d *decoder) addRowsOnHost(b gpu.Backend, s gpu.Stream, dst, src gpu.Tensor, sl model.Slot, held *ref) error {
 	if s == nil {
 		s = b.DefaultStream()
