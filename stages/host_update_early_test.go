@@ -104,10 +104,17 @@ func testEarlyRuns(t *testing.T, run func(off, early bool, dp int) ([]StepResult
 	}
 }
 
-// fakeEvent is a gpu.Event that completes when its channel closes.
-type fakeEvent chan struct{}
+// fakeEvent is a gpu.Event that completes when done closes; Sync closes
+// reached (when set) first, to tell the test that the waiter got to it.
+type fakeEvent struct{ done, reached chan struct{} }
 
-func (e fakeEvent) Sync() error  { <-e; return nil }
+func (e fakeEvent) Sync() error {
+	if e.reached != nil {
+		close(e.reached)
+	}
+	<-e.done
+	return nil
+}
 func (e fakeEvent) Close() error { return nil }
 
 // TestHostUpdateAsArrived drives the early updater by hand: a unit is
@@ -116,7 +123,7 @@ func (e fakeEvent) Close() error { return nil }
 // whose other units are still released.
 func TestHostUpdateAsArrived(t *testing.T) {
 	st := &ShardState{}
-	for k := range 5 {
+	for k := range 6 {
 		st.Units = append(st.Units, &Unit{ord: k})
 		st.Units[k].Name = "u" + string(rune('0'+k))
 	}
@@ -124,7 +131,7 @@ func TestHostUpdateAsArrived(t *testing.T) {
 	var mu sync.Mutex
 	var order []int
 	gate := make(chan struct{})
-	evs := make(chan arrived, 5)
+	evs := make(chan arrived, 6)
 	h := r.startHostUpdateAsArrived(t.Context(), st, evs, func(u *Unit) error {
 		if u.ord == 4 {
 			<-gate // hold the first update while 3, 1 and 2 arrive
@@ -134,33 +141,39 @@ func TestHostUpdateAsArrived(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	ev := func(ord int) fakeEvent {
-		e := make(fakeEvent)
+	ev := func(ord int, reached chan struct{}) fakeEvent {
+		e := fakeEvent{done: make(chan struct{}), reached: reached}
 		evs <- arrived{ord: ord, ev: e}
 		return e
 	}
-	close(ev(4))
-	pending := ev(3) // recorded, not complete: 3 must wait
+	close(ev(4, nil).done)
+	pending := ev(3, nil) // recorded, not complete: 3 must wait
 	select {
 	case <-h.done[3]:
 		t.Fatal("unit 3 updated before its grads arrived")
 	case <-time.After(20 * time.Millisecond):
 	}
-	close(pending)
-	close(ev(1))
-	close(ev(2))
-	time.Sleep(20 * time.Millisecond) // 3, 1, 2 have arrived
+	close(pending.done)
+	close(ev(1, nil).done)
+	close(ev(2, nil).done)
+	// The waiter takes events in order: once it waits for unit 5's, 3, 1
+	// and 2 have arrived.
+	reached := make(chan struct{})
+	last := ev(5, reached)
+	<-reached
 	close(gate)
-	<-h.done[2]
+	<-h.done[3]
+	close(last.done)
+	<-h.done[5]
 	close(evs) // unit 0 never arrives
 	<-h.all
-	if want := []int{4, 1, 2, 3}; !reflect.DeepEqual(order, want) {
+	if want := []int{4, 1, 2, 3, 5}; !reflect.DeepEqual(order, want) {
 		t.Errorf("update order %v, want %v", order, want)
 	}
 	if h.err == nil || !strings.Contains(h.err.Error(), "u0") || !strings.Contains(h.err.Error(), "never reached") {
 		t.Errorf("error %v, want u0's grads never reached the host", h.err)
 	}
-	if h.updated[0] || !h.updated[1] {
+	if h.updated[0] || !h.updated[1] || !h.updated[5] {
 		t.Errorf("updated %v", h.updated)
 	}
 	r.bg.Wait()

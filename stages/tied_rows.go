@@ -64,7 +64,11 @@ func (d *decoder) planTiedRows() *ref {
 			if err := d.b().UploadI32(dst, rows); err != nil {
 				return err
 			}
-			// The host's copy, for the host's adds (addRows).
+			if d.onlyMicro {
+				return nil
+			}
+			// The host's copy, for the host's adds of several
+			// micro-batches (addRowsOnHost).
 			mem, err := d.p.r.Host.Alloc(int64(4 * len(rows)))
 			if err != nil {
 				return err
@@ -102,30 +106,39 @@ func (d *decoder) holdTied(op int, u *Unit, d2h *ref) *ref {
 	return nil
 }
 
+// heldSlice is the tied slot's part of the head's held staging buffer.
+func (d *decoder) heldSlice(held *ref) (gpu.Tensor, error) {
+	return d.st.Units[len(d.st.Units)-1].sliceOf(held.t, d.tiedSlot)
+}
+
 // addHeld adds the head's held grads of the tied embedding to stg, the
 // embedding's staged grads (the embedding unit's only slot).
 func (d *decoder) addHeld(b gpu.Backend, stg gpu.Tensor, held *ref) error {
-	h := d.st.Units[len(d.st.Units)-1]
-	hv, err := h.sliceOf(held.t, d.tiedSlot)
+	hv, err := d.heldSlice(held)
 	if err != nil {
 		return err
 	}
 	return b.AddScaled(stg, hv, 1)
 }
 
+// rowViews views dst and src, slot sl's grads in host memory and staged,
+// as [rows, H] matrices, with the micro-batch's distinct rows (io.rows).
+func (d *decoder) rowViews(dst, src gpu.Tensor, sl model.Slot) (dv, sv, ids gpu.Tensor, err error) {
+	rows, h := int(sl.Rows()), int(sl.RowElems())
+	if dv, err = dst.Reshape(rows, h); err != nil {
+		return
+	}
+	if sv, err = src.Reshape(rows, h); err != nil {
+		return
+	}
+	ids, err = d.io.rows.t.Flat(0, d.rowsN)
+	return
+}
+
 // sendRows copies the touched rows of the staged total src into the
 // embedding's grad shard dst in host memory, on b.
-func (d *decoder) sendRows(b gpu.Backend, dst, src gpu.Tensor, s model.Slot) error {
-	rows, h := int(s.Rows()), int(s.RowElems())
-	dv, err := dst.Reshape(rows, h)
-	if err != nil {
-		return err
-	}
-	sv, err := src.Reshape(rows, h)
-	if err != nil {
-		return err
-	}
-	ids, err := d.io.rows.t.Flat(0, d.rowsN)
+func (d *decoder) sendRows(b gpu.Backend, dst, src gpu.Tensor, sl model.Slot) error {
+	dv, sv, ids, err := d.rowViews(dst, src, sl)
 	if err != nil {
 		return err
 	}
@@ -142,9 +155,12 @@ func (d *decoder) addRowsOnHost(b gpu.Backend, s gpu.Stream, dst, src gpu.Tensor
 	if s == nil {
 		s = b.DefaultStream()
 	}
-	rows, h := int(sl.Rows()), int(sl.RowElems())
-	n := d.rowsN
-	hv, err := d.st.Units[len(d.st.Units)-1].sliceOf(held.t, d.tiedSlot)
+	n, h := d.rowsN, int(sl.RowElems())
+	dv, sv, ids, err := d.rowViews(dst, src, sl)
+	if err != nil {
+		return err
+	}
+	hv, err := d.heldSlice(held)
 	if err != nil {
 		return err
 	}
@@ -153,18 +169,6 @@ func (d *decoder) addRowsOnHost(b gpu.Backend, s gpu.Stream, dst, src gpu.Tensor
 		return err
 	}
 	compact, err := cv.Reshape(n, h)
-	if err != nil {
-		return err
-	}
-	sv, err := src.Reshape(rows, h)
-	if err != nil {
-		return err
-	}
-	dv, err := dst.Reshape(rows, h)
-	if err != nil {
-		return err
-	}
-	ids, err := d.io.rows.t.Flat(0, n)
 	if err != nil {
 		return err
 	}
