@@ -34,6 +34,12 @@ type ApplyFSDP2 struct {
 	// its units computed in bf16 copy to the device instead of the fp32
 	// masters.
 	HostBF16Copy bool `yaml:"host_bf16_copy"`
+	// AccumulateGradsOnDevice keeps the rank's fp32 grad shards of a model
+	// whose optimizer state is offloaded on the device as well, through
+	// each update of several micro-batches: their grads are summed there,
+	// as on a model that is not offloaded, and only the sum crosses to
+	// host memory, in the update's last micro-batch (grad_accumulation.go).
+	AccumulateGradsOnDevice bool `yaml:"accumulate_grads_on_device"`
 }
 
 // Ports declares the checkpoint input and the weights output. A model
@@ -56,7 +62,9 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 }
 
 // Validate checks the model, the prefetch depth, that overlap_reduce does
-// not meet an offloaded optimizer, and that the model is sharded once.
+// not meet an offloaded optimizer, that host_bf16_copy and
+// accumulate_grads_on_device have the offloaded model they need, and that
+// the model is sharded once.
 func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	m, errs := vc.model("model", s.Model)
 	if s.Prefetch < 0 || s.Prefetch > 2 {
@@ -67,6 +75,9 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	}
 	if s.HostBF16Copy && m != nil && !(m.Trainable && m.Offload && m.OffloadOptimizer) {
 		errs = append(errs, vc.Errorf("host_bf16_copy", "host_bf16_copy needs a trained model whose params and optimizer state are both offloaded (model %q: trained %v, offload %v, offload_optimizer %v): the copy is written by the host's AdamW", s.Model, m.Trainable, m.Offload, m.OffloadOptimizer))
+	}
+	if s.AccumulateGradsOnDevice && m != nil && !(m.Trainable && m.OffloadOptimizer) {
+		errs = append(errs, vc.Errorf("accumulate_grads_on_device", "accumulate_grads_on_device needs a trained model whose optimizer state is offloaded (model %q: trained %v, offload_optimizer %v): otherwise its grads stay on the device anyway", s.Model, m.Trainable, m.OffloadOptimizer))
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
 		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))

@@ -330,6 +330,19 @@ func TestEarlyUpdateCUDA(t *testing.T) {
 	testEarlyUpdate(t, opts, false, 1)
 }
 
+// TestGradAccumulationCUDA is TestGradAccumulation on GPU 0, without the
+// run on the device (whose AdamW is the device's): the sums on the device
+// against the host's adds of the later micro-batches' grads.
+func TestGradAccumulationCUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	testGradAccumulation(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false, 1)
+}
+
 // TestEarlyUpdateCUDADP2 is TestEarlyUpdate on GPUs 0 and 1 (NCCL): the
 // tied embedding's grads reach the host through the host's adds, which
 // its early AdamW waits for. It needs two GPUs and NCCL.

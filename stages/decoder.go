@@ -53,6 +53,15 @@ type decoder struct {
 	ring      *ref
 	ringElems int
 	adder     *hostAdder
+	// acc holds the update's fp32 grad sums on the device under
+	// accumulate_grads_on_device (grad_accumulation.go); accOn is set in
+	// an update of several micro-batches, which sums into it, accLast in
+	// its last one, whose reductions copy the sums to host memory, and
+	// accStored marks, by device offset, the shards of acc written so far.
+	acc       *ref
+	accOn     bool
+	accLast   bool
+	accStored map[int64]bool
 
 	// pend is the grad reduction still running on the side stream
 	// (apply_fsdp2 overlap_reduce); nil when none.
@@ -950,6 +959,8 @@ func (d *decoder) reduce(i int, grad *ref) {
 				}
 				rsDst, rsSrc = append(rsDst, out), append(rsSrc, in)
 				srcs[k] = out
+			case d2h != nil && d.accOn:
+				// Summed on the device from the grads themselves.
 			case d2h != nil:
 				stg, err := u.sliceOf(d2h.t, k)
 				if err != nil {
@@ -971,7 +982,16 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
-		if d.devNorms != nil {
+		var send []bool // with accOn: the slots whose sums cross now
+		if d.accOn {
+			var err error
+			if send, err = d.accumulate(b, u, srcs); err != nil {
+				return err
+			}
+			if err := d.accSums(b, u); err != nil {
+				return err
+			}
+		} else if d.devNorms != nil {
 			sv, stores := d2h, true
 			if rsOut != nil {
 				sv = rsOut
@@ -988,7 +1008,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
-		if down {
+		if down && (!d.accOn || d.accLast) {
 			// The Down stream waits for the stream that staged the grads.
 			staged := b.DefaultStream()
 			if rs != nil {
@@ -1013,8 +1033,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 			// others add to it. Into host memory the write is a DMA copy,
 			// where an add would read and write across PCIe. An empty
 			// shard (a rank with no rows of the slot) may share its offset
-			// with the next slot's: it must not mark it.
-			if dst.Numel() == 0 {
+			// with the next slot's: it must not mark it. Grads summed on
+			// the device cross only when accumulate says.
+			if dst.Numel() == 0 || (d.accOn && !send[k]) {
 				continue
 			}
 			if o := d.st.owner(u, s); d.devNorms != nil && o != u {

@@ -68,15 +68,25 @@ func stagedWhole(u *Unit) bool {
 // update's only micro-batch, and every slot a store (stores). It marks the
 // sum valid; a later write to the shard (wrote) clears it.
 func (n *deviceNorms) sumStaged(b gpu.Backend, u *Unit, staged gpu.Tensor, only, stores bool) error {
+	if !only || !stores || !stagedWhole(u) {
+		n.valid[u.ord] = false
+		return nil
+	}
+	return n.sumShard(b, u, staged)
+}
+
+// sumShard queues, on b, the sum of squares of shard, unit u's whole fp32
+// grads, into u's entry.
+func (n *deviceNorms) sumShard(b gpu.Backend, u *Unit, shard gpu.Tensor) error {
 	n.valid[u.ord] = false
-	if !only || !stores || !stagedWhole(u) || u.ShardElems == 0 {
+	if u.ShardElems == 0 {
 		return nil
 	}
 	dst, err := n.buf.t.Flat(2*u.ord, 2*u.ord+2)
 	if err != nil {
 		return err
 	}
-	if err := b.SumSquaresTo(dst, staged); err != nil {
+	if err := b.SumSquaresTo(dst, shard); err != nil {
 		return err
 	}
 	n.valid[u.ord] = true

@@ -222,12 +222,14 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	if p.running() {
 		d.beginUpdate()
 	}
-	var ring *ref
+	var ring, gacc *ref
 	if d.st.Model.OffloadOptimizer {
 		ring = d.planHostAdds()
+		gacc = d.planGradAccumulation()
 	}
 	sq := d.planDeviceNorms()
 	d.onlyMicro = len(up.micro) == 1
+	d.beginAccumulation(len(up.micro))
 	early := s.early(p, d, up)
 	start := p.now() + 1
 	for mb, pk := range up.micro {
@@ -235,6 +237,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 			p.rewind(start)
 		}
 		d.setBatch(pk)
+		d.accLast = mb == len(up.micro)-1
 		io := d.inputs(true, true)
 		d.forward(true)
 		if early && mb == len(up.micro)-1 {
@@ -261,7 +264,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	}
 	d.endEarly()
 	s.optimize(p, d, up, &acc, early)
-	until(p.now(), ring, sq)
+	until(p.now(), ring, sq, gacc)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not
 		// run, and adds still queued must finish before the ring and the
