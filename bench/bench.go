@@ -55,6 +55,7 @@ type Options struct {
 	OffloadRef      bool    // the ref's params in pinned host memory
 	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
 	HostBF16Copy    bool    // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
+	GatherOnce      bool    // the actor's apply_fsdp2 with gather_once: the train stage gathers each unit once an update and keeps it through the update's micro-batches
 	AccumulateGrads bool    // with Offload, the actor's apply_fsdp2 with accumulate_grads_on_device: an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host
 	NoGradClip      bool    // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
 	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
@@ -161,6 +162,7 @@ type Workload struct {
 	HostBF16Copy    bool          `json:"host_bf16_copy,omitempty"`
 	NoGradClip      bool          `json:"no_grad_clip,omitempty"`
 	AccumulateGrads bool          `json:"accumulate_grads_on_device,omitempty"`
+	GatherOnce      bool          `json:"gather_once,omitempty"`
 	// OverlapReduce is Options.OverlapReduce.
 	OverlapReduce bool `json:"overlap_reduce,omitempty"`
 	// Prefetch is Options.Prefetch.
@@ -323,7 +325,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
+		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, GatherOnce: o.GatherOnce, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -572,6 +574,9 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	}
 	if o.AccumulateGrads {
 		reshard += ", accumulate_grads_on_device: true"
+	}
+	if o.GatherOnce {
+		reshard += ", gather_once: true"
 	}
 	ahead := ""
 	if o.Prefetch != 1 {

@@ -343,6 +343,17 @@ func TestGradAccumulationCUDA(t *testing.T) {
 	testGradAccumulation(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, false, 1)
 }
 
+// TestGatherOnceCUDA is TestGatherOnce on GPU 0.
+func TestGatherOnceCUDA(t *testing.T) {
+	if _, err := cuda.Versions(); err != nil {
+		if errors.Is(err, cuda.ErrNoDriver) {
+			t.Skipf("cuda: no driver, GPU test skipped: %v", err)
+		}
+		t.Fatal(err)
+	}
+	testGatherOnce(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }}, 1)
+}
+
 // TestEarlyUpdateCUDADP2 is TestEarlyUpdate on GPUs 0 and 1 (NCCL): the
 // tied embedding's grads reach the host through the host's adds, which
 // its early AdamW waits for. It needs two GPUs and NCCL.

@@ -82,6 +82,13 @@ type decoder struct {
 	// (host_update_early.go); nil when none.
 	early *earlyUpdate
 
+	// kept is, under gather_once, every unit's compute copy for the whole
+	// update, and keptFilled is set once the update's first micro-batch
+	// has gathered them (gather_once.go); nil when the units are gathered
+	// for each use.
+	kept       []*ref
+	keptFilled bool
+
 	gathered  []*ref
 	bwdAhead  map[int]*ref           // decoder units gathered for the backward ahead of their turn, by unit
 	bwdIssued int                    // the lowest unit gathered for the backward so far
@@ -262,7 +269,12 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 		}
 	}
 	p.op(what)
-	g := p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(hi-lo))
+	var g *ref
+	if d.kept != nil {
+		g = d.kept[i] // declared before the update's micro-batches
+	} else {
+		g = p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(hi-lo))
+	}
 	var h2d, send *ref
 	var h2dOff []int64
 	if d.st.Model.Offload {
@@ -297,6 +309,9 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 	}
 	issue := d.gatherIssue(u, what, g, lo, hi, h2d, send, h2dOff)
 	p.do(func() error {
+		if d.kept != nil && d.keptFilled {
+			return nil // gathered in the update's first micro-batch
+		}
 		if late && d.p.r.Side != nil {
 			d.deferred = append(d.deferred, deferredGather{g, issue})
 			return nil
@@ -423,6 +438,9 @@ func (d *decoder) flushGathers(g *ref) error {
 // slots in span [lo, hi) of the gathered layout into g, which starts at lo.
 func (d *decoder) gatherIssue(u *Unit, what string, g *ref, lo, hi int64, h2d, send *ref, h2dOff []int64) func() error {
 	return func() error {
+		if gatherIssued != nil {
+			gatherIssued(d.prefix, u)
+		}
 		b, comm := d.b(), d.p.r.Comm
 		side := d.p.r.Side
 		if side != nil {
@@ -1223,7 +1241,7 @@ func (d *decoder) headScatter(grad, drows *ref) *ref {
 	p := d.p
 	h := len(d.st.Units) - 1
 	d.bwdAhead, d.bwdIssued = map[int]*ref{}, h
-	if d.st.Fsdp.ReshardAfterForward {
+	if d.regather() {
 		d.gatherBackTo(h - d.st.Fsdp.Prefetch)
 	}
 	sc := p.op("head backward scatter")
@@ -1367,7 +1385,7 @@ func (d *decoder) backwardFrom(dres *ref) {
 	p := d.p
 	h := len(d.st.Units) - 1
 	for i := h - 1; i >= 1; i-- {
-		if !d.st.Fsdp.ReshardAfterForward {
+		if !d.regather() {
 			d.layerBackward(i, d.gathered[i], dres)
 			continue
 		}

@@ -228,6 +228,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		gacc = d.planGradAccumulation()
 	}
 	sq := d.planDeviceNorms()
+	kept := d.planKept()
 	d.onlyMicro = len(up.micro) == 1
 	d.beginAccumulation(len(up.micro))
 	early := s.early(p, d, up)
@@ -238,6 +239,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 		}
 		d.setBatch(pk)
 		d.accLast = mb == len(up.micro)-1
+		d.keptFilled = mb > 0
 		io := d.inputs(true, true)
 		d.forward(true)
 		if early && mb == len(up.micro)-1 {
@@ -264,7 +266,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	}
 	d.endEarly()
 	s.optimize(p, d, up, &acc, early)
-	until(p.now(), ring, sq, gacc)
+	until(p.now(), append(kept, ring, sq, gacc)...)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not
 		// run, and adds still queued must finish before the ring and the

@@ -57,6 +57,7 @@ func run(args []string) int {
 	fs.BoolVar(&o.OffloadRef, "offload-ref", false, "ref params in pinned host memory too")
 	fs.BoolVar(&o.NoReshard, "no-reshard", false, "the actor's apply_fsdp2 with reshard_after_forward false: its units stay gathered from forward to backward")
 	fs.BoolVar(&o.NoGradClip, "no-grad-clip", false, "train.grad_clip 0 (no clipping) instead of 1.0; with --offload each unit's host AdamW then starts as soon as its grads reach the host")
+	fs.BoolVar(&o.GatherOnce, "gather-once", false, "the actor's apply_fsdp2 with gather_once: the train stage gathers each unit once an update, in its first micro-batch, and keeps the copies on the GPU through the update")
 	fs.BoolVar(&o.AccumulateGrads, "accumulate-grads-on-device", false, "with --offload, the actor's apply_fsdp2 with accumulate_grads_on_device: an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host, in the last one")
 	fs.BoolVar(&o.HostBF16Copy, "host-bf16-copy", false, "with --offload, the actor's apply_fsdp2 with host_bf16_copy: the host AdamW writes a bf16 copy of the masters, which the gathers copy to the GPU instead of the fp32 masters")
 	fs.IntVar(&o.Prefetch, "prefetch", o.Prefetch, "both models' apply_fsdp2 prefetch: units gathered ahead of the one computing (0, 1 or 2)")
