@@ -1026,7 +1026,9 @@ func (d *decoder) reduce(i int, grad *ref) {
 				return err
 			}
 		}
-		if down && (!d.accOn || d.accLast) {
+		// Grads summed on the device cross only in the last micro-batch.
+		onDown := down && (!d.accOn || d.accLast)
+		if onDown {
 			// The Down stream waits for the stream that staged the grads.
 			staged := b.DefaultStream()
 			if rs != nil {
@@ -1103,7 +1105,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 		}
 		if rs != nil {
 			end := markSideEnd
-			if toHost {
+			if onDown {
 				end = markDownEnd
 			}
 			if err := d.p.r.timelineMark(rs, end, ""); err != nil {
