@@ -64,11 +64,12 @@ func (d *decoder) planTiedRows() *ref {
 			if err := d.b().UploadI32(dst, rows); err != nil {
 				return err
 			}
-			if d.onlyMicro {
+			if d.onlyMicro || d.accOn {
 				return nil
 			}
 			// The host's copy, for the host's adds of several
-			// micro-batches (addRowsOnHost).
+			// micro-batches (addRowsOnHost), which grads summed on the
+			// device do not need.
 			mem, err := d.p.r.Host.Alloc(int64(4 * len(rows)))
 			if err != nil {
 				return err
