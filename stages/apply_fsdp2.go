@@ -40,9 +40,10 @@ type ApplyFSDP2 struct {
 	// as on a model that is not offloaded, and only the sum crosses to
 	// host memory, in the update's last micro-batch (grad_accumulation.go).
 	AccumulateGradsOnDevice bool `yaml:"accumulate_grads_on_device"`
-	// GatherOnce has the train stage gather each unit once an update, in
-	// its first micro-batch's forward, and keep every unit's compute copy
-	// on the device until the update's last backward (gather_once.go).
+	// GatherOnce has every stage that computes with the model gather each
+	// unit once (the train stage once an update), in its first
+	// micro-batch's forward, and keep every unit's compute copy on the
+	// device until its last micro-batch is done (gather_once.go).
 	GatherOnce bool `yaml:"gather_once"`
 }
 
@@ -67,8 +68,8 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 
 // Validate checks the model, the prefetch depth, that overlap_reduce does
 // not meet an offloaded optimizer, that host_bf16_copy and
-// accumulate_grads_on_device have the offloaded model they need, that
-// gather_once has a trained one, and that the model is sharded once.
+// accumulate_grads_on_device have the offloaded model they need, and that
+// the model is sharded once.
 func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	m, errs := vc.model("model", s.Model)
 	if s.Prefetch < 0 || s.Prefetch > 2 {
@@ -82,9 +83,6 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	}
 	if s.AccumulateGradsOnDevice && m != nil && !(m.Trainable && m.OffloadOptimizer) {
 		errs = append(errs, vc.Errorf("accumulate_grads_on_device", "accumulate_grads_on_device needs a trained model whose optimizer state is offloaded (model %q: trained %v, offload_optimizer %v): otherwise its grads stay on the device anyway", s.Model, m.Trainable, m.OffloadOptimizer))
-	}
-	if s.GatherOnce && m != nil && !m.Trainable {
-		errs = append(errs, vc.Errorf("gather_once", "gather_once applies to the train stage's updates, and model %q is not trained", s.Model))
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
 		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))

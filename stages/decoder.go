@@ -82,10 +82,10 @@ type decoder struct {
 	// (host_update_early.go); nil when none.
 	early *earlyUpdate
 
-	// kept is, under gather_once, every unit's compute copy for the whole
-	// update, and keptFilled is set once the update's first micro-batch
-	// has gathered them (gather_once.go); nil when the units are gathered
-	// for each use.
+	// kept is, under gather_once, every unit's compute copy for the
+	// stage's micro-batches (an update's, in train), and keptFilled is set
+	// once the first of them has gathered them (gather_once.go); nil when
+	// the units are gathered for each use.
 	kept       []*ref
 	keptFilled bool
 

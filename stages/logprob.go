@@ -93,6 +93,7 @@ func (s *LogProb) program(p *prog) {
 		}
 		return p.r.B.Zero(vals.t)
 	})
+	kept := d.planKept()
 	start := p.now() + 1
 	micro := d.microBatches(b)
 	for mb := range micro {
@@ -100,6 +101,7 @@ func (s *LogProb) program(p *prog) {
 			p.rewind(start)
 		}
 		d.setBatch(micro[mb])
+		d.keptFilled = mb > 0
 		io := d.inputs(false, s.Entropy)
 		d.forward(false)
 		last := d.headForward(false)
@@ -128,7 +130,7 @@ func (s *LogProb) program(p *prog) {
 		})
 	}
 	p.op("share values")
-	until(p.now(), vals)
+	until(p.now(), append(kept, vals)...)
 	outs := make([]*TokenValues, outputs)
 	for k := range outs {
 		outs[k] = &TokenValues{}
