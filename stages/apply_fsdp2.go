@@ -153,7 +153,7 @@ func (s *ApplyFSDP2) program(p *prog) {
 	} else {
 		p.op("shard " + s.Model)
 	}
-	st := &ShardState{Model: m, Units: units, Fsdp: s}
+	st := &ShardState{Model: m, Units: units, Fsdp: s, GradBytes: gradBytes}
 	var staging *ref
 	if from == nil {
 		staging = p.hostBuf(p.stage.ID+".staging", plan.Comm, gpu.F32, int(largest))

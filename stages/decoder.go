@@ -260,18 +260,14 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 	if tag != "" {
 		what += " for backward"
 	}
-	lo, hi := int64(0), u.Elems
-	if d.inPlace(i) {
-		// Only the fused projection's span is copied (see inPlace); a
-		// unit without one has no gathered buffer and no op.
-		if lo, hi = model.FusedSpan(u.Slots); lo == hi {
-			return &ref{}
-		}
+	lo, hi := d.gatherSpan(i)
+	if lo == hi {
+		return &ref{} // read in place, with no fused projection: no op
 	}
 	p.op(what)
 	var g *ref
 	if d.kept != nil {
-		g = d.kept[i] // declared before the update's micro-batches
+		g = d.kept[i] // declared before the stage's micro-batches
 	} else {
 		g = p.buf(d.name(tag+"gathered", u.Name), plan.Gathered, dt, int(hi-lo))
 	}
@@ -319,6 +315,16 @@ func (d *decoder) gather(i int, tag string, late bool) *ref {
 		return issue()
 	})
 	return g
+}
+
+// gatherSpan is the span [lo, hi) of unit i's gathered layout its gather
+// copies: all of it, or for a unit read in place (inPlace) only the fused
+// projection's span, which may be empty.
+func (d *decoder) gatherSpan(i int) (lo, hi int64) {
+	if d.inPlace(i) {
+		return model.FusedSpan(d.st.Units[i].Slots)
+	}
+	return 0, d.st.Units[i].Elems
 }
 
 // fromBF16 reports whether a gather of unit u in dtype dt reads slot s

@@ -1,9 +1,6 @@
 package stages
 
-import (
-	"github.com/rlpipe/rlpipe/model"
-	"github.com/rlpipe/rlpipe/runtime/plan"
-)
+import "github.com/rlpipe/rlpipe/runtime/plan"
 
 // With apply_fsdp2's gather_once a stage that computes with the model
 // gathers each unit once over its micro-batches (the train stage once an
@@ -36,10 +33,7 @@ func (d *decoder) planKept() []*ref {
 	}
 	d.kept = make([]*ref, len(d.st.Units))
 	for i, u := range d.st.Units {
-		lo, hi := int64(0), u.Elems
-		if d.inPlace(i) {
-			lo, hi = model.FusedSpan(u.Slots)
-		}
+		lo, hi := d.gatherSpan(i)
 		if lo == hi {
 			d.kept[i] = &ref{} // read in place: gather declares nothing
 			continue

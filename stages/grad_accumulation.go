@@ -23,16 +23,6 @@ import (
 // micro-batch.
 var gradAccumulated func(u *Unit, last bool)
 
-// gradBytes is the size of st's fp32 grad shards (ShardState.Grads): a
-// section per unit at its GradOff.
-func gradBytes(st *ShardState) int64 {
-	var n int64
-	for _, u := range st.Units {
-		n = max(n, u.GradOff+plan.AlignUp(4*u.ShardElems))
-	}
-	return n
-}
-
 // planGradAccumulation declares acc, live from now to the op the caller
 // extends it to, when the model accumulates its grads on the device; nil
 // otherwise.
@@ -41,7 +31,7 @@ func (d *decoder) planGradAccumulation() *ref {
 	if !d.st.Fsdp.AccumulateGradsOnDevice || !d.st.Model.OffloadOptimizer {
 		return nil
 	}
-	d.acc = d.p.buf(d.p.stage.ID+".grad_acc", plan.Grads, gpu.F32, int(gradBytes(d.st)/4))
+	d.acc = d.p.buf(d.p.stage.ID+".grad_acc", plan.Grads, gpu.F32, int(d.st.GradBytes/4))
 	return d.acc
 }
 

@@ -28,14 +28,7 @@ func testGradAccumulation(t *testing.T, base RunOptions, resident bool, dps ...i
 	offload := "  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"
 	onlyOpt := "  offload_optimizer: 'model.trainable'\n"
 	on := []string{"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, accumulate_grads_on_device: true}\n    - id: shard_ref"}
-	type key struct {
-		policy   string
-		clip     string
-		acc      bool
-		dp       int
-		resident bool
-	}
-	run := func(k key) ([]StepResult, int, int) {
+	run := func(policy, clip string, acc bool, dp int) ([]StepResult, int, int) {
 		var mu sync.Mutex
 		sums, last := 0, 0
 		gradAccumulated = func(_ *Unit, l bool) {
@@ -48,16 +41,16 @@ func testGradAccumulation(t *testing.T, base RunOptions, resident bool, dps ...i
 		}
 		defer func() { gradAccumulated = nil }()
 		e := append([]string(nil), edits...)
-		e[5] += k.policy
-		e = append(e, "  grad_clip: 1.0\n", "  grad_clip: "+k.clip+"\n")
-		if k.acc {
+		e[5] += policy
+		e = append(e, "  grad_clip: 1.0\n", "  grad_clip: "+clip+"\n")
+		if acc {
 			e = append(e, on...)
 		}
 		sp := tinyVariant(t, e...)
-		sp.Mesh.GPUsPerNode, sp.Mesh.DP = k.dp, k.dp
+		sp.Mesh.GPUsPerNode, sp.Mesh.DP = dp, dp
 		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend, Comms: base.Comms})
 		if len(out.steps) != steps {
-			t.Fatalf("%+v: %d steps, want %d", k, len(out.steps), steps)
+			t.Fatalf("%q, grad_clip %s, dp %d: %d steps, want %d", policy, clip, dp, len(out.steps), steps)
 		}
 		return out.steps, sums, last
 	}
@@ -73,18 +66,18 @@ func testGradAccumulation(t *testing.T, base RunOptions, resident bool, dps ...i
 	} {
 		for _, dp := range c.dps {
 			what := fmt.Sprintf("dp %d, grad_clip %s, %s", dp, c.clip, strings.TrimSpace(strings.ReplaceAll(c.policy, "\n", ";")))
-			acc, sums, last := run(key{c.policy, c.clip, true, dp, false})
+			acc, sums, last := run(c.policy, c.clip, true, dp)
 			// Updates of several micro-batches: some sums are not the last.
 			if sums == 0 || last == 0 || last == sums {
 				t.Errorf("%s: %d reductions summed into the device's grads, %d of them in a last micro-batch", what, sums, last)
 			}
-			host, n, _ := run(key{c.policy, c.clip, false, dp, false})
+			host, n, _ := run(c.policy, c.clip, false, dp)
 			if n != 0 {
 				t.Errorf("%s: %d reductions summed on the device without the option", what, n)
 			}
 			sameUpdates(t, what+": summed on the device and on the host", acc, host)
 			if resident {
-				dev, _, _ := run(key{"", c.clip, false, dp, true})
+				dev, _, _ := run("", c.clip, false, dp)
 				sameUpdates(t, what+": summed on the device, and the run on the device", acc, dev)
 			}
 		}

@@ -16,6 +16,9 @@ type ShardState struct {
 	Grads  *ref // fp32, one section per unit; nil unless trainable
 	AdamM  *ref
 	AdamV  *ref
+	// GradBytes is the size of Grads, AdamM and AdamV: a section per unit
+	// at its GradOff.
+	GradBytes int64
 	// Snapshot is pinned host memory holding a copy of Params, AdamM and
 	// AdamV (at offsets 0, SnapM and SnapV) for a checkpoint written in
 	// the background (train.checkpoint_async); nil without.
