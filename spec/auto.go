@@ -59,3 +59,61 @@ func (d *decoder) autoIntValue(n *yaml.Node, path string) (AutoInt, bool) {
 	}
 	return AutoInt(v), true
 }
+
+// AutoBool is a boolean parameter that may also be written `auto`: rlpipe
+// chooses the value when it plans the job, and the plan says what it chose
+// and why. Its zero value is false.
+type AutoBool int8
+
+// BoolAuto is the AutoBool written `auto`.
+const BoolAuto AutoBool = -1
+
+// AutoBoolOf returns the AutoBool written as b.
+func AutoBoolOf(b bool) AutoBool {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// IsAuto reports whether the parameter was written `auto` (or left to its
+// auto default).
+func (a AutoBool) IsAuto() bool { return a == BoolAuto }
+
+// IsTrue reports whether the parameter was written true.
+func (a AutoBool) IsTrue() bool { return a == 1 }
+
+// String returns "auto", "true" or "false".
+func (a AutoBool) String() string {
+	switch {
+	case a.IsAuto():
+		return "auto"
+	case a.IsTrue():
+		return "true"
+	}
+	return "false"
+}
+
+// MarshalJSON writes "auto", true or false.
+func (a AutoBool) MarshalJSON() ([]byte, error) {
+	if a.IsAuto() {
+		return []byte(`"auto"`), nil
+	}
+	return []byte(a.String()), nil
+}
+
+var autoBoolType = reflect.TypeFor[AutoBool]()
+
+// autoBoolValue decodes `auto` or a boolean.
+func (d *decoder) autoBoolValue(n *yaml.Node, path string) (AutoBool, bool) {
+	n = resolve(n)
+	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == "auto" {
+		return BoolAuto, true
+	}
+	var v bool
+	if n == nil || n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
+		d.errorf(n, "%s", label(path, "want true, false or auto, got "+describe(n)))
+		return 0, false
+	}
+	return AutoBoolOf(v), true
+}

@@ -458,6 +458,11 @@ func (d *decoder) value(n, at *yaml.Node, v reflect.Value, path string, depth in
 			v.Set(reflect.ValueOf(a))
 		}
 		return
+	case autoBoolType:
+		if a, ok := d.autoBoolValue(n, path); ok {
+			v.Set(reflect.ValueOf(a))
+		}
+		return
 	}
 	switch v.Kind() {
 	case reflect.Pointer:

@@ -327,6 +327,15 @@ func (r *reflector) value(t reflect.Type, def reflect.Value, path string) (*json
 			s.Default, _ = plain(def)
 		}
 		return s, nil
+	case autoBoolType:
+		s := &jsonSchema{
+			Description: "true, false, or auto: rlpipe chooses it when it plans the job.",
+			AnyOf:       []*jsonSchema{{Type: jsonTypes{"boolean"}}, {Type: jsonTypes{"string"}, Enum: []any{"auto"}}},
+		}
+		if def.IsValid() {
+			s.Default, _ = plain(def)
+		}
+		return s, nil
 	}
 	if r.open[t] {
 		// A recursive type: DecodeStrict follows it as deep as the YAML
@@ -474,10 +483,13 @@ func defaultOf(v reflect.Value) any {
 }
 
 // plain returns v as the scalar DecodeStrict decodes into it (auto for an
-// AutoInt that is Auto), and whether v is a scalar with a finite value.
+// AutoInt or AutoBool that is auto), and whether v is a scalar with a finite value.
 func plain(v reflect.Value) (any, bool) {
-	if v.Type() == autoIntType && AutoInt(v.Int()).IsAuto() {
+	switch {
+	case v.Type() == autoIntType && AutoInt(v.Int()).IsAuto(), v.Type() == autoBoolType && AutoBool(v.Int()).IsAuto():
 		return "auto", true
+	case v.Type() == autoBoolType:
+		return AutoBool(v.Int()).IsTrue(), true
 	}
 	switch v.Kind() {
 	case reflect.Bool:

@@ -198,7 +198,9 @@ func TestParamsSchemaTypes(t *testing.T) {
 		{"auto", &struct {
 			N AutoInt  `yaml:"n"`
 			P *AutoInt `yaml:"p"`
-		}{N: Auto}, ""},
+			B AutoBool `yaml:"b"`
+			F AutoBool `yaml:"f"`
+		}{N: Auto, B: BoolAuto}, ""},
 		{"recursive", &recursive{}, ""},
 		{"doc tag", &struct {
 			Dir string `yaml:"dir" doc:"Where the checkpoint goes."`
@@ -236,8 +238,12 @@ func TestParamsSchemaTypes(t *testing.T) {
 			case "auto":
 				const n = `"n":{"description":"An integer, or auto: rlpipe chooses it when it plans the job.","default":"auto","anyOf":[{"type":"integer","minimum":0,"maximum":9223372036854775807},{"type":"string","enum":["auto"]}]}`
 				const p = `"p":{"description":"An integer, or auto: rlpipe chooses it when it plans the job.","anyOf":[{"type":"integer","minimum":0,"maximum":9223372036854775807},{"type":"string","enum":["auto"]},{"type":"null"}]}`
-				if !strings.Contains(string(out), n) || !strings.Contains(string(out), p) {
-					t.Errorf("got %s\nwant %s and %s", out, n, p)
+				const b = `"b":{"description":"true, false, or auto: rlpipe chooses it when it plans the job.","default":"auto","anyOf":[{"type":"boolean"},{"type":"string","enum":["auto"]}]}`
+				const f = `"f":{"description":"true, false, or auto: rlpipe chooses it when it plans the job.","default":false,"anyOf":[{"type":"boolean"},{"type":"string","enum":["auto"]}]}`
+				for _, want := range []string{n, p, b, f} {
+					if !strings.Contains(string(out), want) {
+						t.Errorf("got %s\nwant %s", out, want)
+					}
 				}
 			case "doc tag":
 				if want := `"dir":{"description":"Where the checkpoint goes.","type":"string"}`; !strings.Contains(string(out), want) {
