@@ -43,24 +43,25 @@ type Options struct {
 	Threads int    // CPU backend workers (0: all cores)
 	DP      int    // data-parallel ranks, one GPU each (0: 1); the step's sequences are split over them
 
-	Seqs            int     // sequences per step (one GRPO group)
-	TokensPerSeq    int     // tokens per sequence, prompt included
-	PromptTokens    int     // prompt tokens per sequence
-	Chunk           int     // log-prob chunk (chunk_tokens of both stages)
-	MaxTokensPerGPU int     // micro-batch budget; 0: Seqs·TokensPerSeq (one micro-batch)
-	Precision       string  // "bf16" or "fp32"
-	Recompute       bool    // activation recomputation of decoder layers
-	RecomputeAuto   bool    // policies.recompute auto: the plan picks the layers (Recompute is then ignored)
-	Offload         bool    // the actor's params and optimizer state in pinned host memory
-	OffloadRef      bool    // the ref's params in pinned host memory
-	NoReshard       bool    // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
-	HostBF16Copy    bool    // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
-	GatherOnce      bool    // the actor's apply_fsdp2 with gather_once: the train stage gathers each unit once an update and keeps it through the update's micro-batches
-	AccumulateGrads bool    // with Offload, the actor's apply_fsdp2 with accumulate_grads_on_device: an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host
-	NoGradClip      bool    // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
-	OverlapReduce   bool    // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
-	Prefetch        int     // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
-	KLCoef          float64 // low_var_kl coefficient
+	Seqs            int           // sequences per step (one GRPO group)
+	TokensPerSeq    int           // tokens per sequence, prompt included
+	PromptTokens    int           // prompt tokens per sequence
+	Chunk           int           // log-prob chunk (chunk_tokens of both stages)
+	MaxTokensPerGPU int           // micro-batch budget; 0: Seqs·TokensPerSeq (one micro-batch)
+	Precision       string        // "bf16" or "fp32"
+	Recompute       bool          // activation recomputation of decoder layers
+	RecomputeAuto   bool          // policies.recompute auto: the plan picks the layers (Recompute is then ignored)
+	Offload         bool          // the actor's params and optimizer state in pinned host memory
+	OffloadRef      bool          // the ref's params in pinned host memory
+	NoReshard       bool          // the actor's apply_fsdp2 with reshard_after_forward false: units stay gathered from forward to backward
+	HostBF16Copy    bool          // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
+	GatherOnce      spec.AutoBool // the actor's apply_fsdp2 gather_once (written unless auto): the train stage gathers each unit once an update and keeps it through the update's micro-batches
+	RefGatherOnce   spec.AutoBool // the ref's apply_fsdp2 gather_once (written unless auto): the log-prob stage gathers each unit once a step
+	AccumulateGrads spec.AutoBool // the actor's apply_fsdp2 accumulate_grads_on_device (written unless auto; true needs Offload): an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host
+	NoGradClip      bool          // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
+	OverlapReduce   bool          // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
+	Prefetch        int           // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
+	KLCoef          float64       // low_var_kl coefficient
 	EntropyCoef     float64
 
 	Warmup, Steps int     // untimed and timed steps
@@ -92,7 +93,8 @@ type Options struct {
 // response), one micro-batch of 16384 tokens, chunk 2048, bf16, recompute.
 func DefaultOptions() Options {
 	return Options{Backend: "cpu", Seqs: 8, TokensPerSeq: 2048, PromptTokens: 64, Chunk: 2048, Precision: "bf16",
-		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1, Prefetch: 1}
+		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1, Prefetch: 1,
+		GatherOnce: spec.BoolAuto, RefGatherOnce: spec.BoolAuto, AccumulateGrads: spec.BoolAuto}
 }
 
 // Timing is one measured quantity over the timed steps.
@@ -155,14 +157,17 @@ type Workload struct {
 	Recompute             bool   `json:"recompute"`
 	RecomputeAuto         bool   `json:"recompute_auto"`
 	// Auto are the plan's choices for what the spec left to it.
-	Auto            []plan.Choice `json:"auto,omitempty"`
-	Offload         bool          `json:"offload"`
-	OffloadRef      bool          `json:"offload_ref"`
-	NoReshard       bool          `json:"no_reshard,omitempty"`
-	HostBF16Copy    bool          `json:"host_bf16_copy,omitempty"`
-	NoGradClip      bool          `json:"no_grad_clip,omitempty"`
-	AccumulateGrads bool          `json:"accumulate_grads_on_device,omitempty"`
-	GatherOnce      bool          `json:"gather_once,omitempty"`
+	Auto         []plan.Choice `json:"auto,omitempty"`
+	Offload      bool          `json:"offload"`
+	OffloadRef   bool          `json:"offload_ref"`
+	NoReshard    bool          `json:"no_reshard,omitempty"`
+	HostBF16Copy bool          `json:"host_bf16_copy,omitempty"`
+	NoGradClip   bool          `json:"no_grad_clip,omitempty"`
+	// AccumulateGrads and GatherOnce are the options as written: "auto"
+	// leaves them to the plan (Auto says what it chose).
+	AccumulateGrads spec.AutoBool `json:"accumulate_grads_on_device"`
+	GatherOnce      spec.AutoBool `json:"gather_once"`
+	RefGatherOnce   spec.AutoBool `json:"ref_gather_once"`
 	// OverlapReduce is Options.OverlapReduce.
 	OverlapReduce bool `json:"overlap_reduce,omitempty"`
 	// Prefetch is Options.Prefetch.
@@ -325,7 +330,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, GatherOnce: o.GatherOnce, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
+		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, GatherOnce: o.GatherOnce, RefGatherOnce: o.RefGatherOnce, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -572,15 +577,19 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	if o.HostBF16Copy {
 		reshard += ", host_bf16_copy: true"
 	}
-	if o.AccumulateGrads {
-		reshard += ", accumulate_grads_on_device: true"
+	if !o.AccumulateGrads.IsAuto() {
+		reshard += ", accumulate_grads_on_device: " + o.AccumulateGrads.String()
 	}
-	if o.GatherOnce {
-		reshard += ", gather_once: true"
+	if !o.GatherOnce.IsAuto() {
+		reshard += ", gather_once: " + o.GatherOnce.String()
 	}
 	ahead := ""
 	if o.Prefetch != 1 {
 		ahead = fmt.Sprintf(", prefetch: %d", o.Prefetch)
+	}
+	refOnce := ""
+	if !o.RefGatherOnce.IsAuto() {
+		refOnce = ", gather_once: " + o.RefGatherOnce.String()
 	}
 	fmt.Fprintf(&b, `stages:
   setup:
@@ -594,7 +603,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
     - id: shard_ref
       uses: apply_fsdp2
       needs: load
-      with: {model: ref%[7]s}
+      with: {model: ref%[7]s%[8]s}
   step:
     - id: pack
       uses: pack
@@ -624,7 +633,7 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
       uses: %[1]s
       needs: train
       with: {run: %[2]s, mark: train}
-`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef, reshard, ahead)
+`, markKind, q(runID), chunk, o.KLCoef, o.EntropyCoef, reshard, ahead, refOnce)
 	return b.String()
 }
 

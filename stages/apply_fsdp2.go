@@ -12,7 +12,9 @@ import (
 func init() {
 	Register(Kind{Name: "apply_fsdp2", Phase: spec.Setup,
 		Doc: "shard a model FSDP2-style: fp32 master shards, per-unit gather for compute, grads and AdamW state",
-		New: func() Stage { return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1} }})
+		New: func() Stage {
+			return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1, AccumulateGradsOnDevice: spec.BoolAuto, GatherOnce: spec.BoolAuto}
+		}})
 }
 
 var _ Stage = (*ApplyFSDP2)(nil)
@@ -39,12 +41,14 @@ type ApplyFSDP2 struct {
 	// each update of several micro-batches: their grads are summed there,
 	// as on a model that is not offloaded, and only the sum crosses to
 	// host memory, in the update's last micro-batch (grad_accumulation.go).
-	AccumulateGradsOnDevice bool `yaml:"accumulate_grads_on_device"`
+	// Auto by default: planning chooses (auto_options.go).
+	AccumulateGradsOnDevice spec.AutoBool `yaml:"accumulate_grads_on_device"`
 	// GatherOnce has every stage that computes with the model gather each
 	// unit once (the train stage once an update), in its first
 	// micro-batch's forward, and keep every unit's compute copy on the
-	// device until its last micro-batch is done (gather_once.go).
-	GatherOnce bool `yaml:"gather_once"`
+	// device until its last micro-batch is done (gather_once.go). Auto by
+	// default: planning chooses (auto_options.go).
+	GatherOnce spec.AutoBool `yaml:"gather_once"`
 }
 
 // Ports declares the checkpoint input and the weights output. A model
@@ -81,7 +85,7 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	if s.HostBF16Copy && m != nil && !(m.Trainable && m.Offload && m.OffloadOptimizer) {
 		errs = append(errs, vc.Errorf("host_bf16_copy", "host_bf16_copy needs a trained model whose params and optimizer state are both offloaded (model %q: trained %v, offload %v, offload_optimizer %v): the copy is written by the host's AdamW", s.Model, m.Trainable, m.Offload, m.OffloadOptimizer))
 	}
-	if s.AccumulateGradsOnDevice && m != nil && !(m.Trainable && m.OffloadOptimizer) {
+	if s.AccumulateGradsOnDevice.IsTrue() && m != nil && !(m.Trainable && m.OffloadOptimizer) {
 		errs = append(errs, vc.Errorf("accumulate_grads_on_device", "accumulate_grads_on_device needs a trained model whose optimizer state is offloaded (model %q: trained %v, offload_optimizer %v): otherwise its grads stay on the device anyway", s.Model, m.Trainable, m.OffloadOptimizer))
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
@@ -154,6 +158,14 @@ func (s *ApplyFSDP2) program(p *prog) {
 		p.op("shard " + s.Model)
 	}
 	st := &ShardState{Model: m, Units: units, Fsdp: s, GradBytes: gradBytes}
+	var err error
+	if st.GatherOnce, err = p.job.fsdpOption(s.GatherOnce, s.Model, func(o fsdpOptions) bool { return o.gatherOnce }); err == nil {
+		st.AccumulateGrads, err = p.job.fsdpOption(s.AccumulateGradsOnDevice, s.Model, func(o fsdpOptions) bool { return o.accumulateGrads })
+	}
+	if err != nil {
+		p.fail(err)
+		return
+	}
 	var staging *ref
 	if from == nil {
 		staging = p.hostBuf(p.stage.ID+".staging", plan.Comm, gpu.F32, int(largest))

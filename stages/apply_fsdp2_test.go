@@ -77,7 +77,7 @@ func TestPrefetch(t *testing.T) {
 	short := func(s *spec.Spec) { s.Train.Steps = 2 }
 	outs := make([]runOut, 3)
 	for k := range outs {
-		s := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, prefetch: "+string(rune('0'+k))+"}\n    - id: shard_ref")
+		s := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, gather_once: false, prefetch: "+string(rune('0'+k))+"}\n    - id: shard_ref")
 		outs[k] = runParsed(t, s, short, nil, RunOptions{})
 		for r, hw := range outs[k].peak {
 			if hw != outs[k].plan {

@@ -13,13 +13,14 @@ import (
 
 // autoChoices are the decisions a spec leaves to planning: the decoder
 // layers each trained model recomputes under policies.recompute auto (the
-// default), and the log-prob chunk of each stage whose chunk_tokens is
-// auto (the default). Plan makes them and Run reads them: what the plan
+// default), the log-prob chunk of each stage whose chunk_tokens is auto
+// (the default), and apply_fsdp2's options left to auto (the default). Plan makes them and Run reads them: what the plan
 // prints is what runs.
 type autoChoices struct {
-	recompute map[string]int // by model: its decoder layers with index < n recompute
-	lean      map[string]int // by model: its decoder layers with index < n that do not recompute are lean
-	chunks    map[string]int // by stage id: the chunk's rows
+	recompute map[string]int         // by model: its decoder layers with index < n recompute
+	lean      map[string]int         // by model: its decoder layers with index < n that do not recompute are lean
+	chunks    map[string]int         // by stage id: the chunk's rows
+	options   map[string]fsdpOptions // by model: apply_fsdp2's auto options (auto_options.go)
 }
 
 // errAutoUnplanned is returned where a decision left to planning is read
@@ -119,16 +120,19 @@ func (j *Job) autoChunkStages() []string {
 // fewest decoder layers of each trained model recompute (layers 0 to k-1)
 // such that the job fits the GPU, and then each stage with chunk_tokens
 // auto gets the largest log-prob chunk (1024 doubled, up to the rows of a
-// micro-batch) that still fits. Fewer recomputed layers save a forward
-// per layer in the backward; larger chunks mean fewer, larger GEMMs and
-// passes over the logits. The plan's Auto entries say what was chosen and
-// why.
+// micro-batch) that still fits; last, apply_fsdp2's gather_once and
+// accumulate_grads_on_device, where auto, are turned on where they save
+// transfers and still fit (auto_options.go). Fewer recomputed layers save
+// a forward per layer in the backward; larger chunks mean fewer, larger
+// GEMMs and passes over the logits. The plan's Auto entries say what was
+// chosen and why.
 func Plan(j *Job) (*plan.Plan, error) {
-	a := &autoChoices{recompute: map[string]int{}, lean: map[string]int{}, chunks: map[string]int{}}
+	a := &autoChoices{recompute: map[string]int{}, lean: map[string]int{}, chunks: map[string]int{}, options: map[string]fsdpOptions{}}
 	j.auto = a
 	trained := j.autoModels()
 	chunked := j.autoChunkStages()
-	if len(trained) == 0 && len(chunked) == 0 {
+	opts := j.autoOptions()
+	if len(trained) == 0 && len(chunked) == 0 && len(opts) == 0 {
 		return planOnce(j)
 	}
 	rows := cpRows(j)
@@ -150,6 +154,13 @@ func Plan(j *Job) (*plan.Plan, error) {
 			return nil, err
 		}
 		choices = append(choices, c)
+	}
+	if len(opts) > 0 {
+		c, err := sr.chooseOptions(opts)
+		if err != nil {
+			return nil, err
+		}
+		choices = append(choices, c...)
 	}
 	p, err := sr.plan()
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -30,9 +32,10 @@ func written(l, k int) autoPol {
 
 // autoSpec writes the tiny job with a 7-layer model and 4096-token
 // micro-batches, the recompute policies pol and the stages' chunk_tokens
-// as chunks ("" leaves it out: auto), and resolves it for planning on a
-// GPU of budget bytes.
-func autoSpec(t *testing.T, budget int64, pol autoPol, chunks map[string]string) *Job {
+// as chunks ("" leaves it out: auto), and apply_fsdp2's options written
+// false, then makes the edits (pairs of old and new text, as variant),
+// and resolves it for planning on a GPU of budget bytes.
+func autoSpec(t *testing.T, budget int64, pol autoPol, chunks map[string]string, edits ...string) *Job {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := strings.Replace(readFile(t, filepath.Join("testdata", "tiny", "config.json")), `"num_hidden_layers": 2`, fmt.Sprintf(`"num_hidden_layers": %d`, autoLayers), 1)
@@ -73,14 +76,20 @@ train:
 %sstages:
   setup:
     - {id: load, uses: load_hf, with: {model: actor}}
-    - {id: shard_actor, uses: apply_fsdp2, needs: load, with: {model: actor}}
-    - {id: shard_ref, uses: apply_fsdp2, needs: load, with: {model: ref}}
+    - {id: shard_actor, uses: apply_fsdp2, needs: load, with: {model: actor, gather_once: false, accumulate_grads_on_device: false}}
+    - {id: shard_ref, uses: apply_fsdp2, needs: load, with: {model: ref, gather_once: false}}
   step:
     - {id: pack, uses: pack}
     - {id: ref, uses: ref_logprob, needs: pack, with: {model: ref%s}}
     - {id: old, uses: actor_logprob, needs: pack, with: {model: actor%s}}
     - {id: train, uses: train, needs: [ref, old], with: {kl: k3, kl_coef: 0.1%s}}
 `, policies, with("ref"), with("old"), with("train"))
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(src, edits[i]) {
+			t.Fatalf("the job has no %q to replace", edits[i])
+		}
+		src = strings.Replace(src, edits[i], edits[i+1], 1)
+	}
 	path := filepath.Join(dir, "auto.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -255,5 +264,157 @@ func TestRunUnplanned(t *testing.T) {
 	j := autoSpec(t, 1<<40, autoPol{}, nil)
 	if _, err := Run(t.Context(), j, &plan.Plan{}, RunOptions{}); err == nil || !strings.Contains(err.Error(), "not planned") {
 		t.Fatalf("err = %v, want the job refused as not planned", err)
+	}
+}
+
+// TestPlanAutoOptions checks what Plan chooses for apply_fsdp2's
+// gather_once and accumulate_grads_on_device left to auto (the default),
+// on the 7-layer job in micro-batches of two samples, where each option
+// costs memory: both where they save transfers and the job fits with
+// both; the one of smaller plan where only one fits; neither where
+// neither fits, or where they would save nothing (gathers on the device,
+// one micro-batch a step or an update); and that the plan of the choices
+// is that of the options written out.
+func TestPlanAutoOptions(t *testing.T) {
+	const (
+		actorFalse = "{model: actor, gather_once: false, accumulate_grads_on_device: false}"
+		refFalse   = "{model: ref, gather_once: false}"
+		huge       = 1 << 40
+	)
+	offload := []string{"policies:\n", "policies:\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"}
+	twoSamples := []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 16"} // of 4, at most 8 tokens each
+	actor := func(with string) []string { return []string{actorFalse, "{model: actor" + with + "}"} }
+	ref := func(with string) []string { return []string{refFalse, "{model: ref" + with + "}"} }
+	twoRanks := []string{"data:\n", "mesh:\n  gpus_per_node: 2\ndata:\n"}
+	cat := func(parts ...[]string) []string {
+		var out []string
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	plans := func(budget int64, edits ...string) *plan.Plan {
+		t.Helper()
+		p, err := Plan(autoSpec(t, budget, written(0, 0), map[string]string{"ref": "16", "old": "16", "train": "16"}, edits...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The offloaded actor's totals with the options written.
+	total := func(g, a bool) int64 {
+		p := plans(huge, cat(offload, twoSamples, actor(fmt.Sprintf(", gather_once: %v, accumulate_grads_on_device: %v", g, a)))...)
+		if len(p.Auto) != 0 {
+			t.Fatalf("a job with nothing auto made choices: %+v", p.Auto)
+		}
+		return p.DeviceTotal()
+	}
+	none, gather, acc, both := total(false, false), total(true, false), total(false, true), total(true, true)
+	if !(none < gather && none < acc && max(gather, acc) < both) || gather == acc {
+		t.Fatalf("totals: none %d, gather_once %d, accumulate %d, both %d: the options cost no memory, or the same", none, gather, acc, both)
+	}
+	gatherSmaller := gather < acc
+	onDevice := "ref gather_once false: its gathers stay on the device"
+	auto := cat(actor(""), ref(""))
+	for _, c := range []struct {
+		name   string
+		budget int64
+		edits  []string
+		want   []string // "model key value: why's start", in order
+		total  int64    // the plan's device total; 0: not checked
+	}{
+		{"offloaded, room for both", huge, cat(offload, twoSamples, auto), []string{
+			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update; with it the job needs",
+			"actor accumulate_grads_on_device true: an update may have several micro-batches",
+			onDevice}, both},
+		{"offloaded, room for one", min(gather, acc), cat(offload, twoSamples, auto), []string{
+			fmt.Sprint("actor gather_once ", gatherSmaller),
+			fmt.Sprint("actor accumulate_grads_on_device ", !gatherSmaller),
+			onDevice}, min(gather, acc)},
+		{"offloaded, room for neither", min(gather, acc) - 1, cat(offload, twoSamples, auto), []string{
+			"actor gather_once false: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update, but with it the job would need",
+			"actor accumulate_grads_on_device false: an update may have several micro-batches, whose grads would each cross to the host and be added there, but with it the job would need",
+			onDevice}, none},
+		{"offloaded, one micro-batch an update", huge, cat(offload, twoSamples, []string{"global_batch_size: 4", "global_batch_size: 2\n  rollout_batch_size: 4"}, auto), []string{
+			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step;",
+			"actor accumulate_grads_on_device false: an update has one micro-batch",
+			onDevice}, 0},
+		{"offloaded, one micro-batch a step", huge, cat(offload, auto), []string{
+			"actor gather_once false: no stage computing with it may have several micro-batches",
+			"actor accumulate_grads_on_device false: an update has one micro-batch",
+			onDevice}, 0},
+		{"on the device, one rank", huge, cat(twoSamples, auto), []string{
+			"actor gather_once false: its gathers stay on the device",
+			onDevice}, 0},
+		{"on the device, two ranks", huge, cat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
+			"actor gather_once true: its units are gathered from 2 ranks by old in each micro-batch of a step, train in each micro-batch of an update",
+			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step"}, 0},
+		{"written", huge, cat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
+			"actor accumulate_grads_on_device true"}, both},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := plans(c.budget, c.edits...)
+			var got []string
+			for _, ch := range p.Auto {
+				got = append(got, fmt.Sprintf("%s %s %s: %s", strings.TrimPrefix(ch.Subject, "model "), ch.Key, ch.Value, ch.Why))
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("choices %q, want %d starting %q", got, len(c.want), c.want)
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("choice %d: %q, want it to start %q", i, got[i], w)
+				}
+			}
+			if c.total != 0 && p.DeviceTotal() != c.total {
+				t.Errorf("device total %d, want %d (the options written out)", p.DeviceTotal(), c.total)
+			}
+		})
+	}
+}
+
+// TestAutoOptionsRun runs the offloaded tiny job with apply_fsdp2's
+// options left to auto, which its plan turns on for the actor, and checks
+// that the run does what the plan chose: each of the actor's units
+// gathered once an update by train and once a step by old_logp, and the
+// update's grads summed on the device.
+func TestAutoOptionsRun(t *testing.T) {
+	var mu sync.Mutex
+	gathers := map[string]int{} // by stage and unit
+	sums := 0
+	gatherIssued = func(stage string, u *Unit) {
+		mu.Lock()
+		defer mu.Unlock()
+		gathers[stage+" "+u.Name]++
+	}
+	gradAccumulated = func(*Unit, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		sums++
+	}
+	defer func() { gatherIssued, gradAccumulated = nil, nil }()
+	s := tinyVariant(t, "  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n")
+	out := runParsed(t, s, nil, nil, RunOptions{})
+	var chose []string
+	for _, c := range out.p.Auto {
+		chose = append(chose, c.Subject+" "+c.Key+" "+c.Value)
+	}
+	if want := []string{"model actor gather_once true", "model actor accumulate_grads_on_device true", "model ref gather_once false"}; !slices.Equal(chose, want) {
+		t.Fatalf("plan chose %q, want %q", chose, want)
+	}
+	updates := 0
+	for _, sr := range out.steps {
+		updates += len(sr.Stats.Updates)
+	}
+	for _, u := range []string{"embed", "layer0", "layer1", "head"} {
+		if n := gathers["train "+u]; n != updates {
+			t.Errorf("train gathered %s %d times in %d updates, want once an update", u, n, updates)
+		}
+		if n := gathers["old_logp "+u]; n != len(out.steps) {
+			t.Errorf("old_logp gathered %s %d times in %d steps, want once a step", u, n, len(out.steps))
+		}
+	}
+	if sums == 0 {
+		t.Error("no reduction summed into the device's grads")
 	}
 }

@@ -579,10 +579,15 @@ func reduceScatterSlots(ctx context.Context, comm nccl.Comm, u *Unit, dst, src [
 }
 
 // untilGathered extends gathered buffer g, and the staging buffers its
-// gather reads, to op i.
+// gather reads, to op i. A kept unit's (gather_once) first use awaits its
+// gather, so its staging buffers end there while the unit lives on: later
+// uses do not extend them.
 func (d *decoder) untilGathered(i int, g *ref) {
 	until(i, g)
 	until(i, d.staging[g]...)
+	if d.kept != nil {
+		delete(d.staging, g)
+	}
 }
 
 // await makes the compute stream wait until gathered buffer g is filled.

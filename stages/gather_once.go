@@ -28,7 +28,7 @@ func (d *decoder) regather() bool { return d.kept == nil && d.st.Fsdp.ReshardAft
 // them for the caller to extend to the last one's end; nil otherwise.
 func (d *decoder) planKept() []*ref {
 	d.kept, d.keptFilled = nil, false
-	if !d.st.Fsdp.GatherOnce {
+	if !d.st.GatherOnce {
 		return nil
 	}
 	d.kept = make([]*ref, len(d.st.Units))

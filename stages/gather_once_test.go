@@ -37,12 +37,9 @@ func testGatherOnce(t *testing.T, base RunOptions, dps ...int) {
 		}
 		e := []string{"  steps: 2\n", "  steps: 3\n", "  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 256\n",
 			"  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n" + policy}
-		if with != "" {
-			e = append(e, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor"+with+"}\n    - id: shard_ref")
-		}
-		if strings.Contains(with, "gather_once") {
-			e = append(e, "      with: {model: ref}\n  step:", "      with: {model: ref, gather_once: true}\n  step:")
-		}
+		once := strings.Contains(with, "gather_once: true")
+		e = append(e, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor"+with+"}\n    - id: shard_ref",
+			"      with: {model: ref}\n  step:", fmt.Sprintf("      with: {model: ref, gather_once: %v}\n  step:", once))
 		sp := tinyVariant(t, e...)
 		sp.Mesh.GPUsPerNode, sp.Mesh.DP = dp, dp
 		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend, Comms: base.Comms})
@@ -55,14 +52,14 @@ func testGatherOnce(t *testing.T, base RunOptions, dps ...int) {
 		name, policy, with string
 		dps                []int
 	}{
-		{"on the device", "", "", dps[len(dps)-1:]},
-		{"offloaded", offload, "", dps[:1]},
+		{"on the device", "", ", accumulate_grads_on_device: false", dps[len(dps)-1:]},
+		{"offloaded", offload, ", accumulate_grads_on_device: false", dps[:1]},
 		{"offloaded, grads summed on the device", offload, ", accumulate_grads_on_device: true", dps},
 	} {
 		for _, dp := range c.dps {
 			what := fmt.Sprintf("%s, dp %d", c.name, dp)
 			once, n1 := run(c.policy, c.with+", gather_once: true", dp)
-			each, n2 := run(c.policy, c.with, dp)
+			each, n2 := run(c.policy, c.with+", gather_once: false", dp)
 			sameUpdates(t, what+": gathered once an update, and for each use", once, each)
 			updates := 0
 			for _, sr := range once {
@@ -84,5 +81,39 @@ func testGatherOnce(t *testing.T, base RunOptions, dps ...int) {
 				}
 			}
 		}
+	}
+}
+
+// TestGatherOnceStaging plans the offloaded tiny job with gather_once and
+// checks that each gather's staging buffers (<stage>.h2d.<unit>) end by
+// the unit's first use, in the forward, though the kept copy lives on to
+// the backward: the staging is read only until the gather completes, which
+// the first use awaits.
+func TestGatherOnceStaging(t *testing.T) {
+	s := tinyVariant(t, "  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n",
+		"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, gather_once: true}\n    - id: shard_ref")
+	p, err := Plan(resolveSpec(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := -1 // the train stage's first backward op: the head's
+	for _, o := range p.Ops {
+		if o.Stage == "train" && strings.Contains(o.Name, "backward") {
+			first = o.Index
+			break
+		}
+	}
+	staging := 0
+	for _, b := range p.Buffers {
+		if b.Stage != "train" || !strings.Contains(b.Name, ".h2d.") {
+			continue
+		}
+		staging++
+		if b.End > first {
+			t.Errorf("%s lives to op %d (%s), past the first backward op %d", b.Name, b.End, p.Ops[b.End].Name, first)
+		}
+	}
+	if first < 0 || staging == 0 {
+		t.Fatalf("first backward op %d, %d staging buffers: the test checks nothing", first, staging)
 	}
 }

@@ -27,7 +27,10 @@ func testGradAccumulation(t *testing.T, base RunOptions, resident bool, dps ...i
 	edits := []string{"  steps: 2\n", "  steps: 3\n", "  max_tokens_per_gpu: 768\n", "  max_tokens_per_gpu: 256\n", "  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n"}
 	offload := "  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"
 	onlyOpt := "  offload_optimizer: 'model.trainable'\n"
-	on := []string{"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, accumulate_grads_on_device: true}\n    - id: shard_ref"}
+	// Both options written: neither is left to planning's auto choice.
+	with := func(acc bool) []string {
+		return []string{"      with: {model: actor}\n    - id: shard_ref", fmt.Sprintf("      with: {model: actor, accumulate_grads_on_device: %v, gather_once: false}\n    - id: shard_ref", acc)}
+	}
 	run := func(policy, clip string, acc bool, dp int) ([]StepResult, int, int) {
 		var mu sync.Mutex
 		sums, last := 0, 0
@@ -43,9 +46,7 @@ func testGradAccumulation(t *testing.T, base RunOptions, resident bool, dps ...i
 		e := append([]string(nil), edits...)
 		e[5] += policy
 		e = append(e, "  grad_clip: 1.0\n", "  grad_clip: "+clip+"\n")
-		if acc {
-			e = append(e, on...)
-		}
+		e = append(e, with(acc)...)
 		sp := tinyVariant(t, e...)
 		sp.Mesh.GPUsPerNode, sp.Mesh.DP = dp, dp
 		out := runParsed(t, sp, nil, nil, RunOptions{Backend: base.Backend, Comms: base.Comms})

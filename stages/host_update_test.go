@@ -48,6 +48,9 @@ func testHostUpdateOverlap(t *testing.T, more []string, wantDev int) {
 		"  steps: 12\n", "  steps: 3\n",
 		"when: step % 6 == 0", "when: step % 2 == 0",
 		"  recompute: 'layer.index % 2 == 0'\n", "  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n",
+		// The paths without apply_fsdp2's options: every micro-batch's
+		// grads cross to the host, and every gather reads the masters.
+		"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, gather_once: false, accumulate_grads_on_device: false}\n    - id: shard_ref",
 	}
 	edits = append(edits, more...)
 	const dp = 2

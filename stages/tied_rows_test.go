@@ -34,7 +34,11 @@ func testTiedRows(t *testing.T, base RunOptions, resident bool) {
 		{"several micro-batches", "  max_tokens_per_gpu: 768\n", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			edits := []string{"  max_tokens_per_gpu: 768\n", c.tokens, "  steps: 2\n", "  steps: 2\n"}
+			// Without apply_fsdp2's options, which the offloaded actor
+			// would otherwise take: its grads cross to the host each
+			// micro-batch.
+			edits := []string{"  max_tokens_per_gpu: 768\n", c.tokens, "  steps: 2\n", "  steps: 2\n",
+				"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, gather_once: false, accumulate_grads_on_device: false}\n    - id: shard_ref"}
 			policies := []string{"  recompute: 'layer.index % 2 == 0'\n",
 				"  recompute: 'layer.index % 2 == 0'\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"}
 			run := func(offload, rows, norms bool) ([]StepResult, int) {

@@ -22,9 +22,9 @@ import (
 func TestTimeline(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
 	short := func(s *spec.Spec) { s.Train.Steps = 2 }
-	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
+	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true, gather_once: false}\n    - id: shard_ref")
 	base := runParsed(t, on, short, nil, RunOptions{})
-	on = variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
+	on = variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true, gather_once: false}\n    - id: shard_ref")
 	out := runParsed(t, on, short, nil, RunOptions{TimelineEvery: 1})
 	if len(out.steps) != 2 {
 		t.Fatalf("%d steps", len(out.steps))

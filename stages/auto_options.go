@@ -1,0 +1,260 @@
+package stages
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rlpipe/rlpipe/runtime/plan"
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// apply_fsdp2's gather_once and accumulate_grads_on_device are auto by
+// default. Neither changes a bit of what a step computes; each saves
+// transfers for device memory. After the recompute and chunk choices,
+// planning turns them on, model by model in the order of the apply_fsdp2
+// stages, where they save transfers and the job still fits:
+//
+//   - gather_once where the model's gathers cross PCIe (offloaded params)
+//     or the ranks (a mesh of several), and some stage computing with it
+//     would gather each unit in each of several micro-batches: a train
+//     stage whose updates may have several, or a log-prob stage whose
+//     steps may. An update of one micro-batch is not reason enough,
+//     though its backward gathers again (reshard_after_forward): on an
+//     H100 and an H200 that gather hid behind the backward, and keeping
+//     the units saved no time (docs/performance.md);
+//   - accumulate_grads_on_device where the model's optimizer state is
+//     offloaded and its updates may have several micro-batches.
+//
+// Both are taken if the job fits with both; otherwise the one of them
+// whose plan is smaller, if it fits. They never cost a recomputed layer
+// or a smaller chunk: those are chosen first, with both off.
+
+// fsdpOptions are what planning chose for one model's auto options.
+type fsdpOptions struct {
+	gatherOnce, accumulateGrads bool
+}
+
+// fsdpOption is one of apply_fsdp2's auto options of model as it runs: as
+// written (a), or what planning chose (the field of fsdpOptions that
+// chosen reads).
+func (j *Job) fsdpOption(a spec.AutoBool, model string, chosen func(fsdpOptions) bool) (bool, error) {
+	if !a.IsAuto() {
+		return a.IsTrue(), nil
+	}
+	if j.auto == nil {
+		return false, errAutoUnplanned
+	}
+	return chosen(j.auto.options[model]), nil
+}
+
+// autoOption is one auto option of one model that planning decides.
+type autoOption struct {
+	key   string // the apply_fsdp2 key
+	model string
+	use   string // why it would save transfers; "" when it would not
+	set   func(o *fsdpOptions, on bool)
+}
+
+// autoOptions returns, in the order of the apply_fsdp2 stages, each
+// model's auto options that apply to it, with what they would save.
+// accumulate_grads_on_device applies only to a trained model whose
+// optimizer state is offloaded; gather_once to every model.
+func (j *Job) autoOptions() [][]autoOption {
+	var out [][]autoOption
+	for _, st := range j.stagesOfKind("apply_fsdp2", nil) {
+		s := j.Stages[st.ID].(*ApplyFSDP2)
+		m := j.Models[s.Model]
+		if m == nil {
+			continue
+		}
+		var opts []autoOption
+		if s.GatherOnce.IsAuto() {
+			opts = append(opts, autoOption{key: "gather_once", model: s.Model, use: j.gatherOnceUse(m),
+				set: func(o *fsdpOptions, on bool) { o.gatherOnce = on }})
+		}
+		if s.AccumulateGradsOnDevice.IsAuto() && m.Trainable && m.OffloadOptimizer {
+			use := ""
+			if j.severalMicroBatches(j.Spec.Data.GlobalBatchSize) {
+				use = "an update may have several micro-batches, whose grads would each cross to the host and be added there"
+			}
+			opts = append(opts, autoOption{key: "accumulate_grads_on_device", model: s.Model, use: use,
+				set: func(o *fsdpOptions, on bool) { o.accumulateGrads = on }})
+		}
+		if len(opts) > 0 {
+			out = append(out, opts)
+		}
+	}
+	return out
+}
+
+// gatherOnceUse says what gather_once would save model m: the stages that
+// may gather its units in each of several micro-batches, when its gathers
+// leave the device; "" when it would save nothing worth its memory.
+func (j *Job) gatherOnceUse(m *Model) string {
+	var from string
+	switch w := j.Spec.Mesh.WorldSize(); {
+	case m.Offload:
+		from = "over PCIe"
+	case w > 1:
+		from = fmt.Sprintf("from %d ranks", w)
+	default:
+		return ""
+	}
+	var again []string
+	for _, st := range j.Order {
+		switch x := j.Stages[st.ID].(type) {
+		case *Train:
+			if x.Model != m.Name() {
+				continue
+			}
+			if j.severalMicroBatches(j.Spec.Data.GlobalBatchSize) {
+				again = append(again, fmt.Sprintf("%s in each micro-batch of an update", st.ID))
+			}
+		case *RefLogProb:
+			if x.Model == m.Name() && j.severalMicroBatches(j.Spec.Data.RolloutSamples()) {
+				again = append(again, fmt.Sprintf("%s in each micro-batch of a step", st.ID))
+			}
+		case *ActorLogProb:
+			if x.Model == m.Name() && j.severalMicroBatches(j.Spec.Data.RolloutSamples()) {
+				again = append(again, fmt.Sprintf("%s in each micro-batch of a step", st.ID))
+			}
+		}
+	}
+	if len(again) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("its units are gathered %s by %s", from, strings.Join(again, ", "))
+}
+
+// severalMicroBatches reports whether n samples over the dp ranks may need
+// more than one micro-batch on a rank: a rank's share, of up to
+// data.max_seq_len tokens each, against the rows of the smallest
+// micro-batch a pack stage makes. Only the data decides how many there are.
+func (j *Job) severalMicroBatches(n int) bool {
+	m := j.Spec.Mesh
+	dp := max(m.DP, 1)
+	rows := 0
+	for _, st := range j.Order {
+		if pk, ok := j.Stages[st.ID].(*Pack); ok {
+			if t := pk.Tokens(j.Spec); rows == 0 || t < rows {
+				rows = t
+			}
+		}
+	}
+	if rows == 0 {
+		rows = j.Spec.Data.MaxTokensPerGPU
+	}
+	return (n+dp-1)/dp*spec.SeqRows(j.Spec.Data.MaxSeqLen, m.CPSize()) > rows
+}
+
+// chooseOptions decides each model's auto options (autoOptions) against
+// the budget, on top of the choices made so far.
+func (s *search) chooseOptions(all [][]autoOption) ([]plan.Choice, error) {
+	var out []plan.Choice
+	for _, opts := range all {
+		name := opts[0].model
+		why := map[string]plan.Choice{} // by key
+		var useful []autoOption
+		for _, o := range opts {
+			if o.use == "" {
+				why[o.key] = plan.Choice{Key: o.key, Subject: "model " + name, Value: "false", Why: o.noUse(s.j)}
+				continue
+			}
+			useful = append(useful, o)
+		}
+		if len(useful) == 0 {
+			for _, o := range opts {
+				out = append(out, why[o.key])
+			}
+			continue
+		}
+		base, err := s.plan()
+		if err != nil {
+			return nil, err
+		}
+		try := func(on ...autoOption) (*plan.Plan, error) {
+			var o fsdpOptions
+			for _, x := range on {
+				x.set(&o, true)
+			}
+			s.a.options[name], s.cur = o, nil
+			return s.plan()
+		}
+		// The sets to try, in order: all of them, then each alone, the
+		// one with the smaller plan first.
+		sets := [][]autoOption{useful}
+		var alone []*plan.Plan
+		if len(useful) == 2 {
+			for _, o := range useful {
+				p, err := try(o)
+				if err != nil {
+					return nil, err
+				}
+				alone = append(alone, p)
+			}
+			a, b := useful[0], useful[1]
+			if alone[1].DeviceTotal() < alone[0].DeviceTotal() {
+				a, b = b, a
+			}
+			sets = append(sets, []autoOption{a}, []autoOption{b})
+		}
+		var chosen []autoOption
+		var plans []*plan.Plan // each set's plan, as tried
+		for _, set := range sets {
+			p, err := try(set...)
+			if err != nil {
+				return nil, err
+			}
+			plans = append(plans, p)
+			if p.DeviceTotal() <= s.budget {
+				chosen = set
+				break
+			}
+		}
+		p, err := try(chosen...)
+		if err != nil {
+			return nil, err
+		}
+		s.cur = p
+		budget := plan.GiB(s.budget)
+		for _, o := range useful {
+			c := plan.Choice{Key: o.key, Subject: "model " + name, Value: "false"}
+			on := false
+			for _, x := range chosen {
+				on = on || x.key == o.key
+			}
+			switch {
+			case on:
+				c.Value = "true"
+				c.Why = fmt.Sprintf("%s; with it the job needs %s of %s GiB (%s without)", o.use, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()))
+			case chosen != nil:
+				c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(plans[0].DeviceTotal()), budget)
+			default:
+				need := plans[len(plans)-1].DeviceTotal()
+				for i, x := range useful {
+					if x.key == o.key && alone != nil {
+						need = alone[i].DeviceTotal()
+					}
+				}
+				c.Why = fmt.Sprintf("%s, but with it the job would need %s of %s GiB", o.use, plan.GiB(need), budget)
+			}
+			why[o.key] = c
+		}
+		for _, o := range opts {
+			out = append(out, why[o.key])
+		}
+	}
+	return out, nil
+}
+
+// noUse says why option o would save model o.model nothing.
+func (o autoOption) noUse(j *Job) string {
+	if o.key == "accumulate_grads_on_device" {
+		return "an update has one micro-batch: a rank's share of data.global_batch_size fits in one"
+	}
+	m := j.Models[o.model]
+	if !m.Offload && j.Spec.Mesh.WorldSize() == 1 {
+		return "its gathers stay on the device: one rank, params on the device"
+	}
+	return "no stage computing with it may have several micro-batches a step or an update"
+}
