@@ -383,6 +383,11 @@ func abort(c nccl.Comm, err error) {
 
 func runRank(ctx context.Context, j *Job, p *plan.Plan, b gpu.Backend, comm, control, cp nccl.Comm, id, first, steps int, opts RunOptions, res *Result) error {
 	g := j.Graph
+	if opts.Control != nil { // ranks in other processes, which planned the job themselves
+		if err := agreePlan(ctx, id, control, p); err != nil {
+			return err
+		}
+	}
 	arena, err := NewArena(b, p)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", id, err)

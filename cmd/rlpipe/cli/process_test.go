@@ -67,6 +67,12 @@ func startRanks(t *testing.T, n int, extraEnv []string, args ...string) []*rank 
 // the first host's address.
 func startNodes(t *testing.T, nodes, perNode int, extraEnv []string, args ...string) []*rank {
 	t.Helper()
+	return startNodesArgs(t, nodes, perNode, extraEnv, func(int) []string { return args })
+}
+
+// startNodesArgs is startNodes with rank r running rlpipe argsOf(r).
+func startNodesArgs(t *testing.T, nodes, perNode int, extraEnv []string, argsOf func(r int) []string) []*rank {
+	t.Helper()
 	n := nodes * perNode
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,7 +83,7 @@ func startNodes(t *testing.T, nodes, perNode int, extraEnv []string, args ...str
 	ranks := make([]*rank, n)
 	for r := range ranks {
 		p := &rank{cmd: exec.Command(os.Args[0])}
-		p.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\n"),
+		p.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(argsOf(r), "\n"),
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r%perNode), "LOCAL_WORLD_SIZE="+strconv.Itoa(perNode),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GOMAXPROCS=1")
 		if nodes > 1 {
@@ -300,6 +306,24 @@ func TestProcessFailures(t *testing.T) {
 		for r, code := range wait(t, ranks, time.Minute) {
 			if code != exitInvalid || !strings.Contains(ranks[r].stderr.String(), "dp × cp is 4 × 1 = 4 ranks, but env started 2 processes") {
 				t.Errorf("rank %d: exit %d\n%v", r, code, ranks[r])
+			}
+		}
+	})
+	t.Run("the ranks plan differently", func(t *testing.T) {
+		// With micro-batches of 256 tokens the plan takes gather_once for
+		// both models where it fits; rank 1 plans for a GPU of the bytes
+		// the job needs without it.
+		spec := exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "gpus_per_node: 2", "steps: 12", "steps: 3", "max_tokens_per_gpu: 768", "max_tokens_per_gpu: 256")
+		gpus := []string{"h100-80g", "2461343232"}
+		root := t.TempDir()
+		ranks := startNodesArgs(t, 1, 2, nil, func(r int) []string {
+			return []string{"run", "--backend", "cpu", "--gpu", gpus[r], "--runs", root, spec}
+		})
+		codes := wait(t, ranks, time.Minute)
+		for r, want := range []string{"rank 0: 1 rank(s) planned the job differently from rank 0",
+			`rank 1 planned the job differently from rank 0 ("gather_once of model actor: false" here, "gather_once of model actor: true" on rank 0)`} {
+			if codes[r] != exitFailed || !strings.Contains(ranks[r].stderr.String(), want) {
+				t.Errorf("rank %d: exit %d, want %d and %q\n%v", r, codes[r], exitFailed, want, ranks[r])
 			}
 		}
 	})
