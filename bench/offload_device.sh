@@ -20,7 +20,9 @@
 # offloaded (overlapped) and resident with train.grad_clip 0, where each
 # unit's host AdamW starts as its grads reach the host),
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
-# from a branch: its overlapped offload run is added to each model's rows).
+# from a branch: its overlapped offload run is added to each model's rows),
+# OFFLOAD_MICRO (1: updates of M micro-batches of 8/M sequences on both
+# sides, rlbench's --max-tokens-per-gpu and the peer's --micro-batches).
 # JSON, logs (tarred) and summary.md to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -33,27 +35,35 @@ want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+# OFFLOAD_MICRO=M splits each update into M micro-batches on both sides:
+# rlbench's --max-tokens-per-gpu, the peer's --micro-batches.
+MICRO=${OFFLOAD_MICRO:-1}
+RW=() PW=()
+if ((MICRO > 1)); then
+	RW=(--max-tokens-per-gpu $((8 * 2048 / MICRO)))
+	PW=(--micro-batches "$MICRO")
+fi
 . bench/device_lib.sh # budgeted
 nproc >"$OUT/logs/host.txt"
 free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
-	want overlap && budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-offload-overlap.json"
+	want overlap && budgeted "rlpipe-$m-offload-overlap" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-offload-overlap.json"
 	# The peers start from that run's random checkpoint and rollouts.
 	mapfile -t P < <(peer_inputs "$OUT/rlpipe-$m-offload-overlap.json" "$OUT/work-$m")
 	if [[ -n ${OFFLOAD_CANDIDATE:-} ]]; then
-		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
+		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
 	fi
-	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
-	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
-		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
-	want bf16copy && budgeted "rlpipe-$m-offload-bf16copy" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --host-bf16-copy --cache "$C" --out "$OUT/rlpipe-$m-offload-bf16copy.json"
-	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
-	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
-		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
-	want noclip && budgeted "rlpipe-$m-offload-noclip" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-offload-noclip.json"
-	want resident-noclip && budgeted "rlpipe-$m-resident-noclip" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-resident-noclip.json"
-	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
+	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
+	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
+		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
+	want bf16copy && budgeted "rlpipe-$m-offload-bf16copy" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --host-bf16-copy --cache "$C" --out "$OUT/rlpipe-$m-offload-bf16copy.json"
+	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
+	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
+		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
+	want noclip && budgeted "rlpipe-$m-offload-noclip" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-offload-noclip.json"
+	want resident-noclip && budgeted "rlpipe-$m-resident-noclip" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-resident-noclip.json"
+	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"
 done
 python3 - "$OUT" $MODELS >"$OUT/summary.md" 2>&1 <<'PY'
 import glob, json, os, sys

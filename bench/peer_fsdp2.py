@@ -408,22 +408,35 @@ def run(args, res):
         rewards = torch.rand(S_all, generator=g, dtype=torch.float64)
     adv = grpo_advantages(rewards, S_all).float()
     ids, adv = ids[rank * S:(rank + 1) * S], adv[rank * S:(rank + 1) * S]
-    starts = torch.arange(S) * N
-    rows = (starts[:, None] + (N - 1 - R) + torch.arange(R)[None, :]).reshape(-1)  # logit positions
-    targets = ids.reshape(-1)[rows + 1]
-    sample_of = torch.arange(S).repeat_interleave(R)
-    if args.layout == "batch":
-        input_ids = ids
-        position_ids = torch.arange(N).expand(S, N).contiguous()
-    else:
-        input_ids = ids.reshape(1, S * N)
-        position_ids = torch.arange(N).repeat(S).reshape(1, S * N)
+    # Micro-batches: the rank's sequences in M groups of S/M, each a
+    # forward and backward of its own whose grads add up (gradient
+    # accumulation, as FSDP2 users write it); the loss of each is its
+    # samples' share of the update's, normalised by all S.
+    M = args.micro_batches
+    if M < 1 or S % M:
+        raise ValueError(f"--micro-batches {M} does not divide a rank's {S} sequences")
+    s = S // M
     to = lambda t: t.to(dev)  # noqa: E731
-    input_ids, position_ids, rows, targets, sample_of = map(to, (input_ids, position_ids, rows, targets, sample_of))
-    adv_tok = to(adv)[sample_of]
-    lens = torch.full((S,), float(R), device=dev)
+
+    def micro(k):
+        mids = ids[k * s:(k + 1) * s]
+        starts = torch.arange(s) * N
+        rows = (starts[:, None] + (N - 1 - R) + torch.arange(R)[None, :]).reshape(-1)  # logit positions
+        targets = mids.reshape(-1)[rows + 1]
+        sample_of = torch.arange(s).repeat_interleave(R)
+        if args.layout == "batch":
+            input_ids = mids
+            position_ids = torch.arange(N).expand(s, N).contiguous()
+        else:
+            input_ids = mids.reshape(1, s * N)
+            position_ids = torch.arange(N).repeat(s).reshape(1, s * N)
+        input_ids, position_ids, rows, targets, sample_of = map(to, (input_ids, position_ids, rows, targets, sample_of))
+        return {"args": (input_ids, position_ids, rows, targets), "sample_of": sample_of,
+                "adv_tok": to(adv[k * s:(k + 1) * s])[sample_of], "lens": torch.full((s,), float(R), device=dev)}
+
+    mbs = [micro(k) for k in range(M)]
     tokens = S_all * N
-    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S_all * R, "dp": nranks})
+    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S_all * R, "dp": nranks, "micro_batches": M})
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -434,14 +447,14 @@ def run(args, res):
     ref_logp = None
     for i in range(args.warmup + args.steps):
         with torch.no_grad(), Timer(cuda) as t:
-            ref_logp, _ = ref(input_ids, position_ids, rows, targets)
+            ref_logp = [ref(*mb["args"])[0] for mb in mbs]
         if i >= args.warmup:
             ref_times.append(t.s)
             res["ref_logprob"] = timing(ref_times, tokens)  # kept if a later step is interrupted
         log(args, f"ref step {i + 1}/{args.warmup + args.steps}: {t.s:.4f}s")
     res["ref_logprob"] = timing(ref_times, tokens)
     res["memory"]["ref"] = mem_snapshot(cuda)
-    ref_logp = ref_logp.detach()
+    ref_logp = [x.detach() for x in ref_logp]
 
     # train: forward + backward + clip + AdamW.
     if cuda:
@@ -450,10 +463,13 @@ def run(args, res):
     last = {}
     for i in range(args.warmup + args.steps):
         with Timer(cuda) as t:
-            logp, ent = actor(input_ids, position_ids, rows, targets)
-            loss = grpo_loss(logp, ent, ref_logp, adv_tok, sample_of, lens, S, gbs=S,
-                             kl_coef=args.kl_coef, ent_coef=args.entropy_coef)
-            loss.backward()
+            loss, logps = 0.0, []
+            for mb, rl in zip(mbs, ref_logp):
+                logp, ent = actor(*mb["args"])
+                part = grpo_loss(logp, ent, rl, mb["adv_tok"], mb["sample_of"], mb["lens"], s, gbs=S,
+                                 kl_coef=args.kl_coef, ent_coef=args.entropy_coef)
+                part.backward()
+                loss, logps = loss + part.detach(), logps + [logp.detach()]
             gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt_step()
         if i >= args.warmup:
@@ -462,7 +478,7 @@ def run(args, res):
             res["train"] = timing(train_times, tokens)
         if hasattr(gn, "full_tensor"):
             gn = gn.full_tensor()
-        last = {"loss": float(loss.detach()), "grad_norm": float(gn), "mean_logp": float(logp.detach().mean())}
+        last = {"loss": float(loss), "grad_norm": float(gn), "mean_logp": float(torch.cat(logps).mean())}
         log(args, f"train step {i + 1}/{args.warmup + args.steps}: {t.s:.4f}s loss {last['loss']:.4g} grad_norm {last['grad_norm']:.4g}")
     res["train"] = timing(train_times, tokens)
     res["train_wall"] = timing(walls, tokens)
@@ -575,6 +591,7 @@ def main(argv=None):
     ap.add_argument("--offload", action="store_true", help="CPUOffloadPolicy for the actor")
     ap.add_argument("--offload-ref", action="store_true", help="CPUOffloadPolicy for the reference")
     ap.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False for the actor: its layers stay gathered from forward to backward")
+    ap.add_argument("--micro-batches", type=int, default=1, help="split a rank's sequences into this many micro-batches, their grads accumulated (as rlbench --max-tokens-per-gpu)")
     ap.add_argument("--layout", choices=["batch", "packed"], default="batch")
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
     ap.add_argument("--kl-coef", type=float, default=0.01)

@@ -66,6 +66,19 @@ def main():
             assert r["ref_logprob"]["tokens_per_s"] > 0 and r["train"]["tokens_per_s"] > 0
             assert r["workload"]["response_tokens_per_step"] == 80
             assert all(map(lambda v: v == v, r["last_metrics"].values())), r["last_metrics"]
+        # Two micro-batches of 2 sequences: the same update, the grads
+        # accumulated (bf16 compute: the norms agree to rounding).
+        one = json.load(open(os.path.join(d, "peer-batch.json")))
+        out = os.path.join(d, "peer-micro.json")
+        code = peer_fsdp2.main(["--config", "examples/models/tiny-qwen2/config.json", "--device", "cpu", "--no-fsdp", "--ac", "none",
+                                "--seqs", "4", "--tokens-per-seq", "24", "--prompt-tokens", "4", "--chunk", "16",
+                                "--steps", "2", "--warmup", "1", "--entropy-coef", "0.001", "--micro-batches", "2", "-q", "--out", out])
+        r = json.load(open(out))
+        assert code == 0 and r["status"] == "ok", r.get("traceback", r)
+        assert r["workload"]["micro_batches"] == 2 and r["train"]["tokens"] == 96, r["workload"]
+        a, b = one["last_metrics"]["grad_norm"], r["last_metrics"]["grad_norm"]
+        assert abs(a - b) <= 0.02 * abs(a), (a, b)
+        assert abs(one["last_metrics"]["loss"] - r["last_metrics"]["loss"]) <= 0.02 * abs(one["last_metrics"]["loss"]) + 1e-6, (one["last_metrics"], r["last_metrics"])
     print("peer smoke test: ok")
 
 
