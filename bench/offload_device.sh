@@ -22,7 +22,9 @@
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
 # from a branch: its overlapped offload run is added to each model's rows),
 # OFFLOAD_MICRO (1: updates of M micro-batches of 8/M sequences on both
-# sides, rlbench's --max-tokens-per-gpu and the peer's --micro-batches).
+# sides, rlbench's --max-tokens-per-gpu and the peer's --micro-batches,
+# with its grads reduced only after the last one, FSDP2's fastest way:
+# OFFLOAD_PEER_SYNC=each reduces them after each).
 # JSON, logs (tarred) and summary.md to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ MICRO=${OFFLOAD_MICRO:-1}
 RW=() PW=()
 if ((MICRO > 1)); then
 	RW=(--max-tokens-per-gpu $((8 * 2048 / MICRO)))
-	PW=(--micro-batches "$MICRO")
+	PW=(--micro-batches "$MICRO" --grad-sync "${OFFLOAD_PEER_SYNC:-last}")
 fi
 . bench/device_lib.sh # budgeted
 nproc >"$OUT/logs/host.txt"

@@ -436,7 +436,8 @@ def run(args, res):
 
     mbs = [micro(k) for k in range(M)]
     tokens = S_all * N
-    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S_all * R, "dp": nranks, "micro_batches": M})
+    res["workload"].update({"tokens_per_step": tokens, "response_tokens_per_step": S_all * R, "dp": nranks, "micro_batches": M,
+                            "grad_sync": args.grad_sync})
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -464,7 +465,12 @@ def run(args, res):
     for i in range(args.warmup + args.steps):
         with Timer(cuda) as t:
             loss, logps = 0.0, []
-            for mb, rl in zip(mbs, ref_logp):
+            for k, (mb, rl) in enumerate(zip(mbs, ref_logp)):
+                if M > 1 and args.grad_sync == "last" and hasattr(actor, "set_requires_gradient_sync"):
+                    # FSDP2's gradient accumulation without communication:
+                    # the unsharded grads add up on the GPU, and only the
+                    # last micro-batch reduces (and, offloaded, copies) them.
+                    actor.set_requires_gradient_sync(k == M - 1)
                 logp, ent = actor(*mb["args"])
                 part = grpo_loss(logp, ent, rl, mb["adv_tok"], mb["sample_of"], mb["lens"], s, gbs=S,
                                  kl_coef=args.kl_coef, ent_coef=args.entropy_coef)
@@ -592,6 +598,8 @@ def main(argv=None):
     ap.add_argument("--offload-ref", action="store_true", help="CPUOffloadPolicy for the reference")
     ap.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False for the actor: its layers stay gathered from forward to backward")
     ap.add_argument("--micro-batches", type=int, default=1, help="split a rank's sequences into this many micro-batches, their grads accumulated (as rlbench --max-tokens-per-gpu)")
+    ap.add_argument("--grad-sync", choices=["each", "last"], default="each",
+                    help="with --micro-batches: reduce (and, offloaded, copy to the host) the grads after each micro-batch's backward, or only the last one's (FSDP2's set_requires_gradient_sync(False) before the others)")
     ap.add_argument("--layout", choices=["batch", "packed"], default="batch")
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
     ap.add_argument("--kl-coef", type=float, default=0.01)

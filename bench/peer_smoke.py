@@ -45,7 +45,7 @@ class _LM(nn.Module):
         self.lm_head.weight = self.model.embed_tokens.weight  # tied
 
 
-def fake_build_lm(config_path, device):
+def fake_build_lm(config_path, device, weights=None):
     cfg = types.SimpleNamespace(model_type="fake", num_hidden_layers=2, hidden_size=32, intermediate_size=64,
                                 num_attention_heads=4, num_key_value_heads=2, vocab_size=101, tie_word_embeddings=True)
     torch.manual_seed(0)
