@@ -172,13 +172,16 @@ func (s *search) chooseOptions(all [][]autoOption) ([]plan.Choice, error) {
 		if err != nil {
 			return nil, err
 		}
+		tried := map[fsdpOptions]*plan.Plan{{}: base} // the plans of the sets tried, each planned once
 		try := func(on ...autoOption) (*plan.Plan, error) {
 			var o fsdpOptions
 			for _, x := range on {
 				x.set(&o, true)
 			}
-			s.a.options[name], s.cur = o, nil
-			return s.plan()
+			s.a.options[name], s.cur = o, tried[o]
+			p, err := s.plan()
+			tried[o] = p
+			return p, err
 		}
 		// The sets to try, in order: all of them, then each alone, the
 		// one with the smaller plan first.
