@@ -14,8 +14,8 @@ import (
 // autoChoices are the decisions a spec leaves to planning: the decoder
 // layers each trained model recomputes under policies.recompute auto (the
 // default), the log-prob chunk of each stage whose chunk_tokens is auto
-// (the default), and apply_fsdp2's options left to auto (the default). Plan makes them and Run reads them: what the plan
-// prints is what runs.
+// (the default), and apply_fsdp2's options left to auto (the default).
+// Plan makes them and Run reads them: what the plan prints is what runs.
 type autoChoices struct {
 	recompute map[string]int         // by model: its decoder layers with index < n recompute
 	lean      map[string]int         // by model: its decoder layers with index < n that do not recompute are lean
