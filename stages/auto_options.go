@@ -227,6 +227,9 @@ func (s *search) chooseOptions(all [][]autoOption) ([]plan.Choice, error) {
 				on = on || x.key == o.key
 			}
 			switch {
+			case on && p.DeviceTotal() == base.DeviceTotal():
+				c.Value = "true"
+				c.Why = fmt.Sprintf("%s; it adds nothing to the job's peak: %s of %s GiB", o.use, plan.GiB(p.DeviceTotal()), budget)
 			case on:
 				c.Value = "true"
 				c.Why = fmt.Sprintf("%s; with it the job needs %s of %s GiB (%s without)", o.use, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()))

@@ -348,7 +348,7 @@ func TestPlanAutoOptions(t *testing.T) {
 			onDevice}, 0},
 		{"on the device, two ranks", huge, cat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
 			"actor gather_once true: its units are gathered from 2 ranks by old in each micro-batch of a step, train in each micro-batch of an update",
-			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step"}, 0},
+			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step; it adds nothing to the job's peak"}, 0},
 		{"written", huge, cat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
 			"actor accumulate_grads_on_device true"}, both},
 	} {
