@@ -421,6 +421,9 @@ func run(ctx context.Context, o Options, res *Result) error {
 	if !p.Fits(dev.Bytes) {
 		return fmt.Errorf("the plan needs %d bytes per device (arena %d + reserves %d) and %s has %d", p.DeviceTotal(), p.DeviceArena, p.ReserveBytes(), dev.Name, dev.Bytes)
 	}
+	for _, c := range p.Auto {
+		o.logf("plan: %s of %s: %s (%s)", c.Key, c.Subject, c.Value, c.Why)
+	}
 	if o.PlanOnly {
 		o.logf("plan only: peak %.2f GiB (%s), arena %.2f GiB, device total %.2f GiB, host pinned %.2f GiB",
 			gib(p.PeakBytes), p.PeakStage, gib(p.DeviceArena), gib(p.DeviceTotal()), gib(p.HostArena))
