@@ -2,6 +2,7 @@ package stages
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -152,103 +153,89 @@ func (j *Job) severalMicroBatches(n int) bool {
 func (s *search) chooseOptions(all [][]autoOption) ([]plan.Choice, error) {
 	var out []plan.Choice
 	for _, opts := range all {
-		name := opts[0].model
-		why := map[string]plan.Choice{} // by key
-		var useful []autoOption
-		for _, o := range opts {
-			if o.use == "" {
-				why[o.key] = plan.Choice{Key: o.key, Subject: "model " + name, Value: "false", Why: o.noUse(s.j)}
-				continue
-			}
-			useful = append(useful, o)
-		}
-		if len(useful) == 0 {
-			for _, o := range opts {
-				out = append(out, why[o.key])
-			}
-			continue
-		}
-		base, err := s.plan()
+		c, err := s.chooseModelOptions(opts)
 		if err != nil {
 			return nil, err
 		}
-		tried := map[fsdpOptions]*plan.Plan{{}: base} // the plans of the sets tried, each planned once
-		try := func(on ...autoOption) (*plan.Plan, error) {
-			var o fsdpOptions
-			for _, x := range on {
-				x.set(&o, true)
-			}
-			s.a.options[name], s.cur = o, tried[o]
-			p, err := s.plan()
-			tried[o] = p
-			return p, err
+		out = append(out, c...)
+	}
+	return out, nil
+}
+
+// chooseModelOptions decides one model's auto options opts: those that
+// would save transfers, all of them if the job fits with all, else (of
+// two) the one whose plan is smaller, if it fits. It leaves the search at
+// the plan of the choice and returns a choice per option, in opts' order.
+func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
+	name := opts[0].model
+	var useful []autoOption
+	for _, o := range opts {
+		if o.use != "" {
+			useful = append(useful, o)
 		}
-		// The sets to try, in order: all of them, then each alone, the
-		// one with the smaller plan first.
-		sets := [][]autoOption{useful}
-		var alone []*plan.Plan
-		if len(useful) == 2 {
+	}
+	base, err := s.plan()
+	if err != nil {
+		return nil, err
+	}
+	tried := map[fsdpOptions]*plan.Plan{{}: base} // the plans of the sets tried, each planned once
+	try := func(on ...autoOption) (*plan.Plan, error) {
+		var o fsdpOptions
+		for _, x := range on {
+			x.set(&o, true)
+		}
+		s.a.options[name], s.cur = o, tried[o]
+		p, err := s.plan()
+		tried[o] = p
+		return p, err
+	}
+	fits := func(p *plan.Plan) bool { return p.DeviceTotal() <= s.budget }
+	var chosen []autoOption
+	need := map[string]int64{} // by key: the device total with the option alone
+	if len(useful) > 0 {
+		both, err := try(useful...)
+		if err != nil {
+			return nil, err
+		}
+		if fits(both) {
+			chosen = useful
+		} else {
 			for _, o := range useful {
 				p, err := try(o)
 				if err != nil {
 					return nil, err
 				}
-				alone = append(alone, p)
-			}
-			a, b := useful[0], useful[1]
-			if alone[1].DeviceTotal() < alone[0].DeviceTotal() {
-				a, b = b, a
-			}
-			sets = append(sets, []autoOption{a}, []autoOption{b})
-		}
-		var chosen []autoOption
-		var plans []*plan.Plan // each set's plan, as tried
-		for _, set := range sets {
-			p, err := try(set...)
-			if err != nil {
-				return nil, err
-			}
-			plans = append(plans, p)
-			if p.DeviceTotal() <= s.budget {
-				chosen = set
-				break
-			}
-		}
-		p, err := try(chosen...)
-		if err != nil {
-			return nil, err
-		}
-		s.cur = p
-		budget := plan.GiB(s.budget)
-		for _, o := range useful {
-			c := plan.Choice{Key: o.key, Subject: "model " + name, Value: "false"}
-			on := false
-			for _, x := range chosen {
-				on = on || x.key == o.key
-			}
-			switch {
-			case on && p.DeviceTotal() == base.DeviceTotal():
-				c.Value = "true"
-				c.Why = fmt.Sprintf("%s; it adds nothing to the job's peak: %s of %s GiB", o.use, plan.GiB(p.DeviceTotal()), budget)
-			case on:
-				c.Value = "true"
-				c.Why = fmt.Sprintf("%s; with it the job needs %s of %s GiB (%s without)", o.use, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()))
-			case chosen != nil:
-				c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(plans[0].DeviceTotal()), budget)
-			default:
-				need := plans[len(plans)-1].DeviceTotal()
-				for i, x := range useful {
-					if x.key == o.key && alone != nil {
-						need = alone[i].DeviceTotal()
-					}
+				if need[o.key] = p.DeviceTotal(); fits(p) && (chosen == nil || need[o.key] < need[chosen[0].key]) {
+					chosen = []autoOption{o}
 				}
-				c.Why = fmt.Sprintf("%s, but with it the job would need %s of %s GiB", o.use, plan.GiB(need), budget)
 			}
-			why[o.key] = c
 		}
-		for _, o := range opts {
-			out = append(out, why[o.key])
+	}
+	p, err := try(chosen...)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = p
+	budget := plan.GiB(s.budget)
+	var out []plan.Choice
+	for _, o := range opts {
+		c := plan.Choice{Key: o.key, Subject: "model " + name, Value: "false"}
+		on := slices.ContainsFunc(chosen, func(x autoOption) bool { return x.key == o.key })
+		switch {
+		case o.use == "":
+			c.Why = o.noUse(s.j)
+		case on && p.DeviceTotal() == base.DeviceTotal():
+			c.Value = "true"
+			c.Why = fmt.Sprintf("%s; it adds nothing to the job's peak: %s of %s GiB", o.use, plan.GiB(p.DeviceTotal()), budget)
+		case on:
+			c.Value = "true"
+			c.Why = fmt.Sprintf("%s; with it the job needs %s of %s GiB (%s without)", o.use, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()))
+		case chosen != nil:
+			c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(tried[fsdpOptions{true, true}].DeviceTotal()), budget)
+		default:
+			c.Why = fmt.Sprintf("%s, but with it the job would need %s of %s GiB", o.use, plan.GiB(need[o.key]), budget)
 		}
+		out = append(out, c)
 	}
 	return out, nil
 }

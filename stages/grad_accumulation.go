@@ -28,7 +28,7 @@ var gradAccumulated func(u *Unit, last bool)
 // otherwise.
 func (d *decoder) planGradAccumulation() *ref {
 	d.acc = nil
-	if !d.st.AccumulateGrads || !d.st.Model.OffloadOptimizer {
+	if !d.st.AccumulateGrads { // only for offload_optimizer: validation and auto see to it
 		return nil
 	}
 	d.acc = d.p.buf(d.p.stage.ID+".grad_acc", plan.Grads, gpu.F32, int(d.st.GradBytes/4))
