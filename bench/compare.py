@@ -200,7 +200,7 @@ def main(argv=None):
         if r.get("impl") == "rlpipe":
             extra = f", backend {r.get('backend')} ({r.get('device')}), setup {r.get('setup_s') or 0:.1f}s, checkpoint {r.get('checkpoint_s') or 0:.1f}s"
         else:
-            extra = f", torch {r.get('torch')}, layout {(get(r, 'workload', 'layout') or '?').split(' ')[0]}, ac {get(r, 'workload', 'ac')}, setup {r.get('setup_s') or 0:.1f}s"
+            extra = f", torch {r.get('torch')}, layout {(get(r, 'workload', 'layout') or '?').split(' ')[0]}, ac {get(r, 'workload', 'ac')}, compile {get(r, 'workload', 'compile') or 'none'}, setup {r.get('setup_s') or 0:.1f}s"
         n = len(get(r, "train", "times_s") or [])
         print(f"- {r.get('impl')} {r['_model']} offload={'yes' if r['_offload'] else 'no'}: {status(r)}; {n} timed train steps{extra} ({os.path.basename(r['_path'])})")
     return 0

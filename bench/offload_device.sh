@@ -18,7 +18,10 @@
 # peer likewise, reshard_after_forward=False, with activation checkpointing
 # only if it fails without, and "noclip" and "resident-noclip", rlpipe
 # offloaded (overlapped) and resident with train.grad_clip 0, where each
-# unit's host AdamW starts as its grads reach the host),
+# unit's host AdamW starts as its grads reach the host), "peer-compile",
+# the peer as "peer" with each decoder layer under torch.compile
+# (peer_fsdp2.py --compile layers; the summary compares rlpipe with the
+# faster of the two peers),
 # OFFLOAD_CANDIDATE (a second rlbench, e.g. .devbin/rlbench-candidate built
 # from a branch: its overlapped offload run is added to each model's rows),
 # OFFLOAD_MICRO (1: updates of M micro-batches of 8/M sequences on both
@@ -59,6 +62,8 @@ for m in $MODELS; do
 	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
 	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
 		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
+	want peer-compile && { budgeted "peer-$m-offload-compile-noac" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --ac none --compile layers --out "$OUT/peer-$m-offload-compile-noac.json" ||
+		budgeted "peer-$m-offload-compile-ac" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --compile layers --out "$OUT/peer-$m-offload-compile-ac.json"; }
 	want bf16copy && budgeted "rlpipe-$m-offload-bf16copy" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --host-bf16-copy --cache "$C" --out "$OUT/rlpipe-$m-offload-bf16copy.json"
 	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
 	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
@@ -99,7 +104,10 @@ for m in models:
 print()
 for m in models:
     ov, sy, res = runs.get(f"rlpipe-{m}-offload-overlap"), runs.get(f"rlpipe-{m}-offload-sync"), runs.get(f"rlpipe-{m}-resident")
-    peer = runs.get(f"peer-{m}-offload-noac") or runs.get(f"peer-{m}-offload-ac")
+    # The peer's fastest train run, eager or compiled.
+    peers = [(tps(runs[n], "train"), n) for n in (f"peer-{m}-offload-{v}" for v in ("noac", "ac", "compile-noac", "compile-ac")) if n in runs]
+    peer_name = max(peers)[1] if peers else ""
+    peer = runs.get(peer_name)
     cand = runs.get(f"rlpipe-{m}-offload-candidate")
     nr = runs.get(f"rlpipe-{m}-offload-noreshard")
     bc = runs.get(f"rlpipe-{m}-offload-bf16copy")
@@ -114,7 +122,7 @@ for m in models:
         ("resident / offloaded (noreshard)", res, nr, True),
         ("candidate / overlap", cand, ov, True),
         ("overlap / sync", ov, sy, True),
-        ("offloaded, rlpipe overlap / peer", ov, peer, True),
+        (f"offloaded, rlpipe overlap / peer ({peer_name})", ov, peer, True),
         ("resident / offloaded (overlap)", res, ov, True),
         ("without clipping, resident / offloaded", rnc, nc, True),
     ]:

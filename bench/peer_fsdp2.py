@@ -16,6 +16,10 @@ verl) does it today:
     (torch.distributed.fsdp.fully_shard) per decoder layer and on the root,
     MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fp32 master;
   * activation checkpointing per decoder layer (checkpoint_wrapper, non-reentrant);
+  * with --compile layers, each decoder layer (of the actor and the
+    reference) under torch.compile, as torchtitan applies it: after the
+    activation checkpointing and before fully_shard, so that FSDP2's hooks
+    stay outside the compiled graphs;
   * log-probs from the final hidden state in chunks of CHUNK rows: a custom
     autograd Function computes logits = h @ W^T in bf16, log_softmax and the
     entropy in fp32, and recomputes each chunk in backward, so [tokens x vocab]
@@ -258,6 +262,39 @@ def apply_ac(lm, mode):
         raise ValueError(f"--ac {mode}")
 
 
+def apply_compile(lm, mode):
+    """torch.compile each decoder layer (mode "layers"), as torchtitan does:
+    the compiled module replaces the layer in its ModuleList, and
+    fully_shard is applied to it afterwards."""
+    if mode == "none":
+        return
+    if mode != "layers":
+        raise ValueError(f"--compile {mode}")
+    import torch._dynamo
+
+    # The layers share their code, so one graph per grad mode serves them
+    # all; room in the guard cache keeps a recompiling layer from falling
+    # back to eager unseen (the counters in the JSON tell).
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    layers = lm.model.layers
+    for i in range(len(layers)):
+        layers[i] = torch.compile(layers[i])
+
+
+def compile_counters():
+    """Dynamo's counts of frames compiled, graphs and graph breaks (with
+    their reasons), for the JSON."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    out = {k: dict(counters[k]) for k in ("stats", "frames") if k in counters}
+    breaks = counters.get("graph_break", {})
+    out["graph_breaks"] = sum(breaks.values())
+    out["graph_break_reasons"] = {str(k)[:200]: v for k, v in list(breaks.items())[:10]}
+    return out
+
+
 def shard(root, lm, mesh, offload, use_fsdp, reshard=True):
     if not use_fsdp:
         return
@@ -356,6 +393,8 @@ def run(args, res):
         p.requires_grad_(False)
         p.data = p.data.to(torch.bfloat16)
     apply_ac(lm, args.ac)
+    apply_compile(lm, args.compile)
+    apply_compile(ref_lm, args.compile)
     actor = LogProbModel(lm, args.chunk, want_entropy=True)
     ref = LogProbModel(ref_lm, args.chunk, want_entropy=False)
     shard(actor, lm, mesh, args.offload, use_fsdp, not args.no_reshard)
@@ -490,6 +529,8 @@ def run(args, res):
     res["train_wall"] = timing(walls, tokens)
     res["memory"]["train"] = mem_snapshot(cuda)
     res["last_metrics"] = last
+    if args.compile != "none":
+        res["compile"] = compile_counters()
     if cuda:
         m = res["memory"]
         m["peak_allocated_bytes"] = max(m["ref"]["max_allocated_bytes"], m["train"]["max_allocated_bytes"])
@@ -602,6 +643,8 @@ def main(argv=None):
                     help="with --micro-batches: reduce (and, offloaded, copy to the host) the grads after each micro-batch's backward, or only the last one's (FSDP2's set_requires_gradient_sync(False) before the others)")
     ap.add_argument("--layout", choices=["batch", "packed"], default="batch")
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
+    ap.add_argument("--compile", choices=["none", "layers"], default="none",
+                    help="torch.compile each decoder layer of both models (torchtitan's way: after the checkpointing, before fully_shard)")
     ap.add_argument("--kl-coef", type=float, default=0.01)
     ap.add_argument("--entropy-coef", type=float, default=0.0)
     ap.add_argument("--weights", help="start from this checkpoint directory (e.g. rlbench's random checkpoint) instead of HF's initialisation")
@@ -622,7 +665,7 @@ def main(argv=None):
            "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps, "notes": [],
            "workload": {"seqs": args.seqs, "tokens_per_seq": args.tokens_per_seq, "prompt_tokens": args.prompt_tokens,
                         "chunk": args.chunk, "precision": "bf16 (MixedPrecisionPolicy param bf16, reduce fp32)",
-                        "recompute": args.ac != "none", "ac": args.ac, "offload": args.offload, "offload_ref": args.offload_ref,
+                        "recompute": args.ac != "none", "ac": args.ac, "compile": args.compile, "offload": args.offload, "offload_ref": args.offload_ref,
                         "layout": args.layout + (" [S, N], SDPA causal (no mask)" if args.layout == "batch" else " [1, S*N], block-causal mask from position ids"),
                         "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
                         # null: HF's initialisation (seed 0), random ids and rewards (seed 1)
