@@ -18,6 +18,9 @@
 # "auto-offref", rlpipe's auto with the frozen reference's params in pinned
 # host memory, streamed for its forward, which leaves the train stage more
 # of the device),
+# FAIR_DP (1: with more, rlbench --dp FAIR_DP and the peer under
+# torch.distributed.run, one process per GPU, 8 sequences a GPU on both
+# sides; tokens/s are the whole step's),
 # FAIR_BASE (a second rlbench, e.g. one built from an earlier commit: its
 # auto run is added per model as base-MODEL-auto and compared with
 # rlpipe's, not counted as rlpipe's best).
@@ -32,24 +35,31 @@ RUNS=" ${FAIR_RUNS:-peer-noac peer-ac auto recompute} "
 want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-W=(--seqs 8 --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+DP=${FAIR_DP:-1}
+W=(--seqs $((8 * DP)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+# rlbench's ranks and the peer's launcher at FAIR_DP.
+RD=() PEER=(python3)
+if ((DP > 1)); then
+	RD=(--dp "$DP")
+	PEER=(python3 -m torch.distributed.run --standalone --nproc_per_node "$DP")
+fi
 . bench/device_lib.sh # budgeted
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
 	# rlpipe's auto run first: the peers then start from its random
 	# checkpoint and its rollouts (kept in work-$m), so that the two sides'
 	# grad norms are those of the same weights and data.
-	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-auto.json"
+	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-auto.json"
 	mapfile -t P < <(peer_inputs "$OUT/rlpipe-$m-auto.json" "$OUT/work-$m")
-	want peer-noac && budgeted "peer-$m-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --out "$OUT/peer-$m-noac.json"
-	want peer-ac && { budgeted "peer-$m-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --out "$OUT/peer-$m-ac.json" ||
-		budgeted "peer-$m-achf" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
-	want peer-noac-compile && budgeted "peer-$m-noac-compile" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --compile layers --out "$OUT/peer-$m-noac-compile.json"
-	want peer-ac-compile && budgeted "peer-$m-ac-compile" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --compile layers --out "$OUT/peer-$m-ac-compile.json"
-	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
-	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
+	want peer-noac && budgeted "peer-$m-noac" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --out "$OUT/peer-$m-noac.json"
+	want peer-ac && { budgeted "peer-$m-ac" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --out "$OUT/peer-$m-ac.json" ||
+		budgeted "peer-$m-achf" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
+	want peer-noac-compile && budgeted "peer-$m-noac-compile" 240 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --compile layers --out "$OUT/peer-$m-noac-compile.json"
+	want peer-ac-compile && budgeted "peer-$m-ac-compile" 240 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --compile layers --out "$OUT/peer-$m-ac-compile.json"
+	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
+	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then
-		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
+		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
 	fi
 done
 python3 - "$OUT" $MODELS >"$OUT/best.md" 2>&1 <<'PY'

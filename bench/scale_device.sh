@@ -84,7 +84,8 @@
 # run was cut), SCALE_GPUS (the GPU count; default nvidia-smi's),
 # SCALE_BIN (.devbin: rlbench, rlpipe and the test binaries),
 # SCALE_WORK (/tmp/rlpipe-scale: specs, rollouts, run records),
-# RLBENCH_CACHE (/tmp/rbc). SCALE_DRY=1 runs nothing: it writes the specs
+# RLBENCH_CACHE (/tmp/rbc), SCALE_PEER_FLAGS (more peer_fsdp2.py flags for
+# every peer run, e.g. "--compile layers"). SCALE_DRY=1 runs nothing: it writes the specs
 # (models linked to examples/models, enough to plan) and prints every
 # command it would run; bench/scale_test.go plans what it writes.
 #
@@ -301,6 +302,9 @@ peer() {
 	((dp > 1)) && launch=("${TR[@]}" --standalone --nproc_per_node "$dp")
 	local args=(bench/peer_fsdp2.py --config "examples/models/$m/config.json" --seqs $((8 * dp)) --tokens-per-seq 2048
 		--prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3 --out "$OUT/json/$n.json" "$@")
+	# shellcheck disable=SC2206 # flags, split on spaces
+	local more=(${SCALE_PEER_FLAGS:-})
+	args+=("${more[@]}")
 	sampled "$n" "$limit" "${launch[@]}" "${args[@]}"
 	local rc=$?
 	[[ -n $DRY ]] && return 0
