@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Best against best on one GPU, in one call: for each model, the PyTorch
 # FSDP2 peer without activation checkpointing and with it (the wrapper, or
-# HF's own if the wrapper fails), and rlpipe with recompute auto (the plan's
+# HF's own if the wrapper fails), each eager and with its decoder layers
+# under torch.compile, and rlpipe with recompute auto (the plan's
 # fastest configuration that fits) and with every layer recomputed; then
 # each side's fastest train run that finished, their ratio, and
 # bench/compare.py's table (tokens/s, MFU, memory) of the two. rlpipe's auto
@@ -12,9 +13,9 @@
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
 # Knobs: FAIR_MODELS ("qwen2.5-1.5b qwen2.5-3b"), FAIR_BUDGET_S (540),
-# FAIR_RUNS (of "peer-noac peer-ac auto recompute"; all by default; also
-# "peer-noac-compile" and "peer-ac-compile", the peer with each decoder
-# layer under torch.compile, peer_fsdp2.py --compile layers;
+# FAIR_RUNS (of "peer-noac peer-ac peer-noac-compile peer-ac-compile auto
+# recompute"; all by default; the -compile runs are the peer with each
+# decoder layer under torch.compile, peer_fsdp2.py --compile layers; also
 # "auto-offref", rlpipe's auto with the frozen reference's params in pinned
 # host memory, streamed for its forward, which leaves the train stage more
 # of the device),
@@ -31,7 +32,7 @@ OUT=${OUT:-/tmp/fair-out}
 mkdir -p "$OUT/logs"
 MODELS=${FAIR_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 BUDGET=${FAIR_BUDGET_S:-540}
-RUNS=" ${FAIR_RUNS:-peer-noac peer-ac auto recompute} "
+RUNS=" ${FAIR_RUNS:-peer-noac peer-ac peer-noac-compile peer-ac-compile auto recompute} "
 want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

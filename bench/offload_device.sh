@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The offloaded train step against the PyTorch FSDP2 peer, in one call on
 # one GPU: for each model, the peer with its actor under CPUOffloadPolicy
-# (without activation checkpointing first, with it if that fails); rlpipe
+# (without activation checkpointing first, with it if that fails), eager
+# and with its decoder layers under torch.compile; rlpipe
 # with the actor offloaded (params and optimizer state in pinned host
 # memory, AdamW on the host) with the host AdamW finished within its op
 # (--sync-host-optimizer, as before the overlap) and overlapped with the
@@ -11,8 +12,8 @@
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
 # Knobs: OFFLOAD_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OFFLOAD_BUDGET_S (560),
-# OFFLOAD_RUNS (the runs to make per model, of "overlap sync peer resident";
-# all four by default; also "noreshard", rlpipe overlapped with the actor's
+# OFFLOAD_RUNS (the runs to make per model, of "overlap sync peer
+# peer-compile resident"; all five by default; also "noreshard", rlpipe overlapped with the actor's
 # units kept gathered from forward to backward, "bf16copy", rlpipe
 # overlapped with apply_fsdp2's host_bf16_copy, "peer-noreshard", the
 # peer likewise, reshard_after_forward=False, with activation checkpointing
@@ -35,7 +36,7 @@ OUT=${OUT:-/tmp/offload-out}
 mkdir -p "$OUT/logs"
 MODELS=${OFFLOAD_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 BUDGET=${OFFLOAD_BUDGET_S:-560}
-RUNS=" ${OFFLOAD_RUNS:-overlap sync peer resident} "
+RUNS=" ${OFFLOAD_RUNS:-overlap sync peer peer-compile resident} "
 want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
