@@ -172,7 +172,10 @@ func (s *ApplyFSDP2) program(p *prog) {
 	}
 	st.Params = p.persistentBytes(s.Model+".params", plan.Params, m.Offload, paramBytes)
 	if m.Trainable {
-		st.Grads = p.persistentBytes(s.Model+".grads", plan.Grads, m.OffloadOptimizer, gradBytes)
+		// Grads on the device live only through an update (update_grads.go).
+		if m.OffloadOptimizer {
+			st.Grads = p.persistentBytes(s.Model+".grads", plan.Grads, true, gradBytes)
+		}
 		st.AdamM = p.persistentBytes(s.Model+".adam_m", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 		st.AdamV = p.persistentBytes(s.Model+".adam_v", plan.Optimizer, m.OffloadOptimizer, gradBytes)
 	}

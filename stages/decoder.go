@@ -48,6 +48,11 @@ type decoder struct {
 	// stores, later ones (later micro-batches, or a tied weight's other
 	// unit) add.
 	stored map[int64]bool
+	// grads are the update's fp32 sharded grads by unit ordinal, when the
+	// model keeps none between updates (update_grads.go); gradsFrom is
+	// the op they all live from while planning, or -1.
+	grads     []*ref
+	gradsFrom int
 	// ring and adder add later micro-batches' grads into offloaded grads on
 	// the host (see hostAdder); ring is hostAddSlots slots of ringElems.
 	ring      *ref
@@ -133,6 +138,8 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 	d.saved = make([][]*ref, n)
 	d.acts = make([]*model.LayerActs, n)
 	d.layerIn = make([]*ref, n)
+	d.grads = make([]*ref, n)
+	d.gradsFrom = -1
 	return d
 }
 
@@ -906,6 +913,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 	op := p.op("reduce-scatter grads " + u.Name)
 	d.settleReduce(op)
 	until(op, grad)
+	d.declareGrads(u)
 	toHost := d.st.Model.OffloadOptimizer
 	overlap := d.st.Fsdp.OverlapReduce && d.world > 1 && !toHost
 	var rsIn, rsOut, d2h *ref
@@ -969,7 +977,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 			if err := d.st.settleUnit(d.st.owner(u, s)); err != nil {
 				return err
 			}
-			if dsts[k], err = d.st.fp32Shard(d.st.Grads, u, s); err != nil {
+			if dsts[k], err = d.gradShard(u, s); err != nil {
 				return err
 			}
 			srcs[k] = full

@@ -86,7 +86,7 @@ func (d *decoder) startEarly(up *update) {
 		lr := schedule(p.job.Spec.Train).At(up.Index)
 		bg := p.r.hostBackground
 		e.h = p.r.startHostUpdateAsArrived(p.ctx, st, e.evs, func(u *Unit) error {
-			return adamw(bg, p, st, u, [4]*ref{}, 1, lr, up.Index+1)
+			return adamw(bg, p, st, u, d.gradView, [4]*ref{}, 1, lr, up.Index+1)
 		})
 		d.early = e
 		if earlyStarted != nil {

@@ -53,6 +53,22 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 	}
 	p.do(func() error {
 		r, b, ob := p.r, p.r.B, p.r.B
+		if st.Grads == nil {
+			// The update's grads (update_grads.go): a rank with no
+			// micro-batch wrote none.
+			if len(up.micro) == 0 {
+				for _, u := range st.Units {
+					if err := b.Zero(d.unitGrads(u).t); err != nil {
+						return err
+					}
+				}
+			}
+			if gradsSeen != nil {
+				if err := gradsSeen(r, st, d.gradShard); err != nil {
+					return err
+				}
+			}
+		}
 		// The previous update's AdamW has finished on every unit this
 		// rank's micro-batches gathered; a rank with none gathered none.
 		// An early update is this update's own, left running.
@@ -91,7 +107,7 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 				served++
 				continue
 			}
-			g, err := section(st.Grads.t, u.GradOff, gpu.F32, u.ShardElems)
+			g, err := d.gradView(u)
 			if err != nil {
 				return err
 			}
@@ -130,7 +146,7 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 			}
 			return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
 		}
-		step := func(u *Unit) error { return adamw(ob, p, st, u, stage, coef, lr, up.Index+1) }
+		step := func(u *Unit) error { return adamw(ob, p, st, u, d.gradView, stage, coef, lr, up.Index+1) }
 		switch {
 		case early:
 			// Running since the backward began, each unit as its grads
@@ -144,7 +160,7 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 			// AdamW runs on the host's cores while the device goes on; each
 			// unit's next reader waits for that unit (host_update.go).
 			bg := r.hostBackground
-			r.startHostUpdate(p.ctx, st, func(u *Unit) error { return adamw(bg, p, st, u, stage, coef, lr, up.Index+1) })
+			r.startHostUpdate(p.ctx, st, func(u *Unit) error { return adamw(bg, p, st, u, d.gradView, stage, coef, lr, up.Index+1) })
 		default:
 			for _, u := range st.Units {
 				if err := step(u); err != nil {
@@ -177,16 +193,21 @@ type bf16Updater interface {
 }
 
 // adamw clips and takes AdamW step step (1-based) of one unit's shard on
-// backend b.
-func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, stage [4]*ref, coef, lr float64, step int) error {
+// backend b, reading its grads through grads (decoder.gradView).
+func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grads func(*Unit) (gpu.Tensor, error), stage [4]*ref, coef, lr float64, step int) error {
 	tr := p.job.Spec.Train
 	views := make([]gpu.Tensor, 4)
-	for k, buf := range []*ref{st.Grads, st.AdamM, st.AdamV} {
+	g, err := grads(u)
+	if err != nil {
+		return err
+	}
+	views[0] = g
+	for k, buf := range []*ref{st.AdamM, st.AdamV} {
 		v, err := section(buf.t, u.GradOff, gpu.F32, u.ShardElems)
 		if err != nil {
 			return err
 		}
-		views[k] = v
+		views[k+1] = v
 	}
 	pv, err := section(st.Params.t, u.Off, u.Master, u.ShardElems)
 	if err != nil {

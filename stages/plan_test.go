@@ -63,9 +63,10 @@ func TestPlanTinyByHand(t *testing.T) {
 		t.Fatal("aligned sections cannot be smaller than the packed parameters")
 	}
 	want := map[string]int64{
-		// trainable actor: fp32 master, grads, m, v
-		"actor.params": fp32Shards, "actor.grads": fp32Shards,
-		"actor.adam_m": fp32Shards, "actor.adam_v": fp32Shards,
+		// trainable actor: fp32 master, m, v
+		"actor.params": fp32Shards, "actor.adam_m": fp32Shards, "actor.adam_v": fp32Shards,
+		// its fp32 grads, a buffer a unit, through the update
+		"train.grads.embed": 1024, "train.grads.layer0": 2560, "train.grads.layer1": 2560, "train.grads.head": 1280,
 		// frozen ref keeps its shards in the compute dtype (bf16 by default)
 		"ref.params": bf16Shards,
 		// on one rank the frozen ref reads its bf16 shards in place and
@@ -101,8 +102,12 @@ func TestPlanTinyByHand(t *testing.T) {
 		}
 	}
 
+	if b := p.Buffer("actor.grads"); b != nil {
+		t.Errorf("actor.grads = %d bytes, want none: the device grads live through an update", b.Bytes)
+	}
+
 	// Everything live during ref's "layer0 qkv" op, by hand:
-	//   actor params, grads, m, v               4 x 7424
+	//   actor params, m, v                      3 x 7424
 	//   ref params                              3840
 	//   io: ids, positions, cu_seqlens, targets, logit_pos, logp  6 x 256
 	//   the batch's log-probs                   256
@@ -111,7 +116,7 @@ func TestPlanTinyByHand(t *testing.T) {
 	//   xn (bf16 16x8), q (16x8), k, v (16x4)   4 x 256
 	//   the fused projection's output (16x16)   512
 	op := opIndex(t, p, "ref", "layer0 qkv")
-	wantLive := 4*fp32Shards + bf16Shards + 6*256 + 256 + 2*512 + 512 + 4*256 + 512
+	wantLive := 3*fp32Shards + bf16Shards + 6*256 + 256 + 2*512 + 512 + 4*256 + 512
 	if got, _ := p.LiveBytes(op, false); got != wantLive {
 		t.Errorf("live at ref layer0 qkv = %d, want %d", got, wantLive)
 	}

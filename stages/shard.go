@@ -13,10 +13,13 @@ type ShardState struct {
 	Fsdp   *ApplyFSDP2
 	Units  []*Unit
 	Params *ref // one section per unit, in the unit's master dtype
-	Grads  *ref // fp32, one section per unit; nil unless trainable
-	AdamM  *ref
-	AdamV  *ref
-	// GradBytes is the size of Grads, AdamM and AdamV: a section per unit
+	// Grads is fp32, one section per unit, in host memory; only a trained
+	// model whose optimizer state is offloaded has it (the train stage
+	// holds device grads through an update, update_grads.go).
+	Grads *ref
+	AdamM *ref
+	AdamV *ref
+	// GradBytes is the size of Grads (where kept), AdamM and AdamV: a section per unit
 	// at its GradOff.
 	GradBytes int64
 	// GatherOnce and AccumulateGrads are apply_fsdp2's gather_once and

@@ -170,7 +170,7 @@ func (s *Train) program(p *prog) {
 	if p.err != nil {
 		return
 	}
-	if st.Grads == nil {
+	if !st.Model.Trainable {
 		p.fail(fmt.Errorf("model %q is not trainable", s.Model))
 		return
 	}
@@ -207,10 +207,17 @@ func (s *Train) program(p *prog) {
 // update declares (and runs) one optimizer update.
 func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	p.op("zero grads")
+	d.beginUpdateGrads(p.job.severalMicroBatches(p.job.Spec.Data.GlobalBatchSize))
+	if p.running() && d.st.Grads == nil && d.gradsFrom < 0 && len(up.micro) > 1 {
+		// Planned for one micro-batch, each unit's grads share memory with
+		// the forward's buffers: a second forward would overwrite them.
+		p.fail(fmt.Errorf("update %d has %d micro-batches on rank %d, but the plan laid its grads out for one (data.global_batch_size over the dp ranks at data.max_seq_len tokens each fits a micro-batch)", up.Index+1, len(up.micro), p.r.ID))
+	}
 	// The first micro-batch's reduction stores the grads; only an update
-	// with no micro-batch on this rank must clear them.
+	// with no micro-batch on this rank must clear them (the optimizer op
+	// clears grads the update declares, see Train.optimize).
 	p.do(func() error {
-		if len(up.micro) > 0 {
+		if len(up.micro) > 0 || d.st.Grads == nil {
 			return nil
 		}
 		if err := d.st.settle(); err != nil {
@@ -266,7 +273,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	}
 	d.endEarly()
 	s.optimize(p, d, up, &acc, early)
-	until(p.now(), append(kept, ring, sq, gacc)...)
+	until(p.now(), append(append(kept, ring, sq, gacc), d.grads...)...)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not
 		// run, and adds still queued must finish before the ring and the

@@ -236,19 +236,49 @@ func pick(all []*Buffer, keep func(*Buffer) bool) []*Buffer {
 
 // assign gives every buffer an offset so that buffers whose lifetimes overlap
 // never overlap in memory, and returns the arena size. Buffers are placed
-// largest first (ties: earlier start, then name), each in the lowest-waste gap
-// between already placed buffers that are live at the same time (best fit).
+// largest first, each in the lowest-waste gap between already placed
+// buffers that are live at the same time (best fit). Among buffers of one
+// size, two orders are tried, earlier start first and later end first,
+// and the smaller arena kept (ties: the first): many same-sized buffers
+// that end together (an update's grads, a unit each) pack into the gaps
+// of the activations they outlive in one order or the other.
 func assign(bufs []*Buffer) int64 {
+	byStart := func(a, b *Buffer) bool {
+		if a.Start != b.Start {
+			return a.Start < b.Start
+		}
+		return a.Name < b.Name
+	}
+	byEnd := func(a, b *Buffer) bool {
+		if a.End != b.End {
+			return a.End > b.End
+		}
+		return byStart(a, b)
+	}
+	arena := assignOrdered(bufs, byStart)
+	offsets := make([]int64, len(bufs))
+	for i, b := range bufs {
+		offsets[i] = b.Offset
+	}
+	if alt := assignOrdered(bufs, byEnd); alt < arena {
+		return alt
+	}
+	for i, b := range bufs {
+		b.Offset = offsets[i]
+	}
+	return arena
+}
+
+// assignOrdered places bufs largest first, ties in the order less gives,
+// each in the best-fitting gap (see assign), and returns the arena size.
+func assignOrdered(bufs []*Buffer, less func(a, b *Buffer) bool) int64 {
 	order := append([]*Buffer(nil), bufs...)
 	sort.SliceStable(order, func(i, j int) bool {
 		a, b := order[i], order[j]
 		if a.Bytes != b.Bytes {
 			return a.Bytes > b.Bytes
 		}
-		if a.Start != b.Start {
-			return a.Start < b.Start
-		}
-		return a.Name < b.Name
+		return less(a, b)
 	})
 	var placed []*Buffer
 	var arena int64
