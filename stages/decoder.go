@@ -50,9 +50,11 @@ type decoder struct {
 	stored map[int64]bool
 	// grads are the update's fp32 sharded grads by unit ordinal, when the
 	// model keeps none between updates (update_grads.go); gradsFrom is
-	// the op they all live from while planning, or -1.
-	grads     []*ref
-	gradsFrom int
+	// the op they all live from, or -1. severalMicro says whether a rank
+	// may run several micro-batches in an update (Job.severalMicroBatches).
+	grads        []*ref
+	gradsFrom    int
+	severalMicro bool
 	// ring and adder add later micro-batches' grads into offloaded grads on
 	// the host (see hostAdder); ring is hostAddSlots slots of ringElems.
 	ring      *ref

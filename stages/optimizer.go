@@ -53,20 +53,9 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 	}
 	p.do(func() error {
 		r, b, ob := p.r, p.r.B, p.r.B
-		if st.Grads == nil {
-			// The update's grads (update_grads.go): a rank with no
-			// micro-batch wrote none.
-			if len(up.micro) == 0 {
-				for _, u := range st.Units {
-					if err := b.Zero(d.unitGrads(u).t); err != nil {
-						return err
-					}
-				}
-			}
-			if gradsSeen != nil {
-				if err := gradsSeen(r, st, d.gradShard); err != nil {
-					return err
-				}
+		if gradsSeen != nil && st.Grads == nil {
+			if err := gradsSeen(r, st, d.gradShard); err != nil {
+				return err
 			}
 		}
 		// The previous update's AdamW has finished on every unit this

@@ -180,6 +180,7 @@ func (s *Train) program(p *prog) {
 		return
 	}
 	d := newDecoder(p, st, in.batch.Tokens, chunk, s.EntropyTempered)
+	d.severalMicro = p.job.severalMicroBatches(p.job.Spec.Data.GlobalBatchSize)
 	ups := []update{{micro: []*rollout.Packed{nil}}}
 	if p.running() {
 		var err error
@@ -206,25 +207,11 @@ func (s *Train) program(p *prog) {
 
 // update declares (and runs) one optimizer update.
 func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
-	p.op("zero grads")
-	d.beginUpdateGrads(p.job.severalMicroBatches(p.job.Spec.Data.GlobalBatchSize))
-	if p.running() && d.st.Grads == nil && d.gradsFrom < 0 && len(up.micro) > 1 {
-		// Planned for one micro-batch, each unit's grads share memory with
-		// the forward's buffers: a second forward would overwrite them.
-		p.fail(fmt.Errorf("update %d has %d micro-batches on rank %d, but the plan laid its grads out for one (data.global_batch_size over the dp ranks at data.max_seq_len tokens each fits a micro-batch)", up.Index+1, len(up.micro), p.r.ID))
-	}
-	// The first micro-batch's reduction stores the grads; only an update
-	// with no micro-batch on this rank must clear them (the optimizer op
-	// clears grads the update declares, see Train.optimize).
-	p.do(func() error {
-		if len(up.micro) > 0 || d.st.Grads == nil {
-			return nil
-		}
-		if err := d.st.settle(); err != nil {
-			return err
-		}
-		return p.r.B.Zero(d.st.Grads.t)
-	})
+	// Every rank runs the same number of micro-batches, at least one
+	// (rollout.Plan), and the first micro-batch's reduction into a grad
+	// shard stores it: nothing clears the grads.
+	p.op("begin update")
+	d.beginUpdateGrads(up)
 	var acc updateSums
 	if p.running() {
 		d.beginUpdate()

@@ -1,6 +1,8 @@
 package stages
 
 import (
+	"fmt"
+
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/runtime/plan"
@@ -20,13 +22,17 @@ import (
 // offloaded, the grads stay a persistent buffer in host memory
 // (ShardState.Grads), which the host's adds and AdamW read.
 
-// gradsFrom marks the update's first op while planning: with several
-// micro-batches possible, the op every unit's grads live from; -1 when
-// each unit's grads live from its first reduction (one micro-batch).
-func (d *decoder) beginUpdateGrads(several bool) {
+// beginUpdateGrads starts update up's grads at the current op, the
+// update's first: with several micro-batches possible every unit's grads
+// live from here. An update the plan laid out for one micro-batch that
+// has more fails: the second forward would overwrite the first's grads.
+func (d *decoder) beginUpdateGrads(up *update) {
 	d.gradsFrom = -1
-	if several {
+	if d.severalMicro {
 		d.gradsFrom = d.p.now()
+	}
+	if d.p.running() && d.st.Grads == nil && !d.severalMicro && len(up.micro) > 1 {
+		d.p.fail(fmt.Errorf("update %d has %d micro-batches on rank %d, but the plan laid its grads out for one (data.global_batch_size over the dp ranks at data.max_seq_len tokens each fits a micro-batch)", up.Index+1, len(up.micro), d.p.r.ID))
 	}
 }
 

@@ -31,7 +31,7 @@ func TestUpdateGradsLifetimes(t *testing.T) {
 			}
 		}},
 		{"several micro-batches", nil, func(t *testing.T, p *plan.Plan) {
-			from, opt := opIndex(t, p, "train", "zero grads"), opIndex(t, p, "train", "grad norm + AdamW")
+			from, opt := opIndex(t, p, "train", "begin update"), opIndex(t, p, "train", "grad norm + AdamW")
 			for _, u := range units {
 				if b := p.Buffer("train.grads." + u); b == nil || b.Start != from || b.End != opt {
 					t.Errorf("train.grads.%s = %+v, want it live over [%d, %d]", u, b, from, opt)
@@ -88,7 +88,7 @@ func TestUpdateGradsRun(t *testing.T) {
 		if len(edits) == 0 {
 			// One micro-batch an update: each unit's grads live from its
 			// reduction.
-			if b, z := p.Buffer("train.grads.layer0"), opIndex(t, p, "train", "zero grads"); b == nil || b.Start <= z {
+			if b, z := p.Buffer("train.grads.layer0"), opIndex(t, p, "train", "begin update"); b == nil || b.Start <= z {
 				t.Fatalf("train.grads.layer0 = %+v, want it to start after op %d", b, z)
 			}
 		}
