@@ -38,10 +38,15 @@ func (a AutoInt) MarshalJSON() ([]byte, error) {
 
 var autoIntType = reflect.TypeFor[AutoInt]()
 
+// isAutoWord reports whether n is the string auto (quoted or not).
+func isAutoWord(n *yaml.Node) bool {
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == "auto"
+}
+
 // autoIntValue decodes `auto` or a non-negative integer.
 func (d *decoder) autoIntValue(n *yaml.Node, path string) (AutoInt, bool) {
 	n = resolve(n)
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == "auto" {
+	if isAutoWord(n) {
 		return Auto, true
 	}
 	bigInt := n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && bigIntRE.MatchString(n.Value)
@@ -107,7 +112,7 @@ var autoBoolType = reflect.TypeFor[AutoBool]()
 // autoBoolValue decodes `auto` or a boolean.
 func (d *decoder) autoBoolValue(n *yaml.Node, path string) (AutoBool, bool) {
 	n = resolve(n)
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && n.Value == "auto" {
+	if isAutoWord(n) {
 		return BoolAuto, true
 	}
 	var v bool

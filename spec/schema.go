@@ -319,23 +319,9 @@ func (r *reflector) value(t reflect.Type, def reflect.Value, path string) (*json
 	case nodeType, reflect.PointerTo(nodeType):
 		return &jsonSchema{}, nil
 	case autoIntType:
-		s := &jsonSchema{
-			Description: "An integer, or auto: rlpipe chooses it when it plans the job.",
-			AnyOf:       []*jsonSchema{intSchema(0, math.MaxInt), {Type: jsonTypes{"string"}, Enum: []any{"auto"}}},
-		}
-		if def.IsValid() {
-			s.Default, _ = plain(def)
-		}
-		return s, nil
+		return autoSchema("An integer", intSchema(0, math.MaxInt), def), nil
 	case autoBoolType:
-		s := &jsonSchema{
-			Description: "true, false, or auto: rlpipe chooses it when it plans the job.",
-			AnyOf:       []*jsonSchema{{Type: jsonTypes{"boolean"}}, {Type: jsonTypes{"string"}, Enum: []any{"auto"}}},
-		}
-		if def.IsValid() {
-			s.Default, _ = plain(def)
-		}
-		return s, nil
+		return autoSchema("true, false", &jsonSchema{Type: jsonTypes{"boolean"}}, def), nil
 	}
 	if r.open[t] {
 		// A recursive type: DecodeStrict follows it as deep as the YAML
@@ -480,6 +466,19 @@ func defaultOf(v reflect.Value) any {
 	}
 	x, _ := plain(v)
 	return x
+}
+
+// autoSchema is the schema of an auto parameter: a value of schema
+// written (what) or the string auto, with def's default when valid.
+func autoSchema(what string, written *jsonSchema, def reflect.Value) *jsonSchema {
+	s := &jsonSchema{
+		Description: what + ", or auto: rlpipe chooses it when it plans the job.",
+		AnyOf:       []*jsonSchema{written, {Type: jsonTypes{"string"}, Enum: []any{"auto"}}},
+	}
+	if def.IsValid() {
+		s.Default, _ = plain(def)
+	}
+	return s
 }
 
 // plain returns v as the scalar DecodeStrict decodes into it (auto for an

@@ -99,10 +99,8 @@ func (j *Job) autoChunkStages() []string {
 	for _, st := range j.Order {
 		var c spec.AutoInt
 		switch s := j.Stages[st.ID].(type) {
-		case *RefLogProb:
-			c = s.ChunkTokens
-		case *ActorLogProb:
-			c = s.ChunkTokens
+		case logProbStage:
+			c = s.logProb().ChunkTokens
 		case *Train:
 			c = s.ChunkTokens
 		default:

@@ -105,18 +105,11 @@ func (j *Job) gatherOnceUse(m *Model) string {
 	for _, st := range j.Order {
 		switch x := j.Stages[st.ID].(type) {
 		case *Train:
-			if x.Model != m.Name() {
-				continue
-			}
-			if j.severalMicroBatches(j.Spec.Data.GlobalBatchSize) {
+			if x.Model == m.Name() && j.severalMicroBatches(j.Spec.Data.GlobalBatchSize) {
 				again = append(again, fmt.Sprintf("%s in each micro-batch of an update", st.ID))
 			}
-		case *RefLogProb:
-			if x.Model == m.Name() && j.severalMicroBatches(j.Spec.Data.RolloutSamples()) {
-				again = append(again, fmt.Sprintf("%s in each micro-batch of a step", st.ID))
-			}
-		case *ActorLogProb:
-			if x.Model == m.Name() && j.severalMicroBatches(j.Spec.Data.RolloutSamples()) {
+		case logProbStage:
+			if x.logProb().Model == m.Name() && j.severalMicroBatches(j.Spec.Data.RolloutSamples()) {
 				again = append(again, fmt.Sprintf("%s in each micro-batch of a step", st.ID))
 			}
 		}

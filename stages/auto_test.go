@@ -84,12 +84,7 @@ train:
     - {id: old, uses: actor_logprob, needs: pack, with: {model: actor%s}}
     - {id: train, uses: train, needs: [ref, old], with: {kl: k3, kl_coef: 0.1%s}}
 `, policies, with("ref"), with("old"), with("train"))
-	for i := 0; i+1 < len(edits); i += 2 {
-		if !strings.Contains(src, edits[i]) {
-			t.Fatalf("the job has no %q to replace", edits[i])
-		}
-		src = strings.Replace(src, edits[i], edits[i+1], 1)
-	}
+	src = edit(t, "the job", src, edits...)
 	path := filepath.Join(dir, "auto.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -286,13 +281,6 @@ func TestPlanAutoOptions(t *testing.T) {
 	actor := func(with string) []string { return []string{actorFalse, "{model: actor" + with + "}"} }
 	ref := func(with string) []string { return []string{refFalse, "{model: ref" + with + "}"} }
 	twoRanks := []string{"data:\n", "mesh:\n  gpus_per_node: 2\ndata:\n"}
-	cat := func(parts ...[]string) []string {
-		var out []string
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
 	plans := func(budget int64, edits ...string) *plan.Plan {
 		t.Helper()
 		p, err := Plan(autoSpec(t, budget, written(0, 0), map[string]string{"ref": "16", "old": "16", "train": "16"}, edits...))
@@ -303,7 +291,7 @@ func TestPlanAutoOptions(t *testing.T) {
 	}
 	// The offloaded actor's totals with the options written.
 	total := func(g, a bool) int64 {
-		p := plans(huge, cat(offload, twoSamples, actor(fmt.Sprintf(", gather_once: %v, accumulate_grads_on_device: %v", g, a)))...)
+		p := plans(huge, slices.Concat(offload, twoSamples, actor(fmt.Sprintf(", gather_once: %v, accumulate_grads_on_device: %v", g, a)))...)
 		if len(p.Auto) != 0 {
 			t.Fatalf("a job with nothing auto made choices: %+v", p.Auto)
 		}
@@ -315,7 +303,7 @@ func TestPlanAutoOptions(t *testing.T) {
 	}
 	gatherSmaller := gather < acc
 	onDevice := "ref gather_once false: its gathers stay on the device"
-	auto := cat(actor(""), ref(""))
+	auto := slices.Concat(actor(""), ref(""))
 	for _, c := range []struct {
 		name   string
 		budget int64
@@ -323,33 +311,33 @@ func TestPlanAutoOptions(t *testing.T) {
 		want   []string // "model key value: why's start", in order
 		total  int64    // the plan's device total; 0: not checked
 	}{
-		{"offloaded, room for both", huge, cat(offload, twoSamples, auto), []string{
+		{"offloaded, room for both", huge, slices.Concat(offload, twoSamples, auto), []string{
 			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update; with it the job needs",
 			"actor accumulate_grads_on_device true: an update may have several micro-batches",
 			onDevice}, both},
-		{"offloaded, room for one", min(gather, acc), cat(offload, twoSamples, auto), []string{
+		{"offloaded, room for one", min(gather, acc), slices.Concat(offload, twoSamples, auto), []string{
 			fmt.Sprint("actor gather_once ", gatherSmaller),
 			fmt.Sprint("actor accumulate_grads_on_device ", !gatherSmaller),
 			onDevice}, min(gather, acc)},
-		{"offloaded, room for neither", min(gather, acc) - 1, cat(offload, twoSamples, auto), []string{
+		{"offloaded, room for neither", min(gather, acc) - 1, slices.Concat(offload, twoSamples, auto), []string{
 			"actor gather_once false: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update, but with it the job would need",
 			"actor accumulate_grads_on_device false: an update may have several micro-batches, whose grads would each cross to the host and be added there, but with it the job would need",
 			onDevice}, none},
-		{"offloaded, one micro-batch an update", huge, cat(offload, twoSamples, []string{"global_batch_size: 4", "global_batch_size: 2\n  rollout_batch_size: 4"}, auto), []string{
+		{"offloaded, one micro-batch an update", huge, slices.Concat(offload, twoSamples, []string{"global_batch_size: 4", "global_batch_size: 2\n  rollout_batch_size: 4"}, auto), []string{
 			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step;",
 			"actor accumulate_grads_on_device false: an update has one micro-batch",
 			onDevice}, 0},
-		{"offloaded, one micro-batch a step", huge, cat(offload, auto), []string{
+		{"offloaded, one micro-batch a step", huge, slices.Concat(offload, auto), []string{
 			"actor gather_once false: no stage computing with it may have several micro-batches",
 			"actor accumulate_grads_on_device false: an update has one micro-batch",
 			onDevice}, 0},
-		{"on the device, one rank", huge, cat(twoSamples, auto), []string{
+		{"on the device, one rank", huge, slices.Concat(twoSamples, auto), []string{
 			"actor gather_once false: its gathers stay on the device",
 			onDevice}, 0},
-		{"on the device, two ranks", huge, cat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
+		{"on the device, two ranks", huge, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
 			"actor gather_once true: its units are gathered from 2 ranks by old in each micro-batch of a step, train in each micro-batch of an update",
 			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step; it adds nothing to the job's peak"}, 0},
-		{"written", huge, cat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
+		{"written", huge, slices.Concat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
 			"actor accumulate_grads_on_device true"}, both},
 	} {
 		t.Run(c.name, func(t *testing.T) {

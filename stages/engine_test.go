@@ -53,18 +53,24 @@ func runJob(t *testing.T, path string, mutate func(s *spec.Spec), mutateJob func
 // relative paths still resolve against path's directory.
 func variant(t *testing.T, path string, edits ...string) *spec.Spec {
 	t.Helper()
-	src := readFile(t, path)
-	for i := 0; i+1 < len(edits); i += 2 {
-		if !strings.Contains(src, edits[i]) {
-			t.Fatalf("%s has no %q to replace", path, edits[i])
-		}
-		src = strings.Replace(src, edits[i], edits[i+1], 1)
-	}
-	s, err := spec.Parse(path, []byte(src))
+	s, err := spec.Parse(path, []byte(edit(t, path, readFile(t, path), edits...)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// edit makes the edits, pairs of old and new text, to src (of what),
+// each the first occurrence, and fails the test where src lacks one.
+func edit(t *testing.T, what, src string, edits ...string) string {
+	t.Helper()
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(src, edits[i]) {
+			t.Fatalf("%s has no %q to replace", what, edits[i])
+		}
+		src = strings.Replace(src, edits[i], edits[i+1], 1)
+	}
+	return src
 }
 
 // runParsed resolves, plans and runs s; see runJob.

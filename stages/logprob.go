@@ -26,6 +26,12 @@ type LogProb struct {
 	EntropyTempered bool         `yaml:"entropy_tempered"` // entropy of softmax(z/T) instead of softmax(z)
 }
 
+// logProbStage is a stage of either log-prob kind.
+type logProbStage interface{ logProb() *LogProb }
+
+// logProb returns the parameters the two kinds share (logProbStage).
+func (s *LogProb) logProb() *LogProb { return s }
+
 // ports declares the batch and weights inputs and the logp (and entropy)
 // outputs of the given types.
 func (s *LogProb) ports(logp, entropy string) Ports {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -45,17 +44,17 @@ func agreePlan(ctx context.Context, id int, control nccl.Comm, p *plan.Plan) err
 	}
 	flag := make(nccl.Bytes, 4)
 	if string(theirs) != mine {
-		binary.LittleEndian.PutUint32(flag, math.Float32bits(1))
+		binary.LittleEndian.PutUint32(flag, 1)
 	}
-	if err := control.AllReduce(ctx, gpu.Tensor{Mem: flag, DType: gpu.F32, Shape: []int{1}}, nccl.Sum); err != nil {
+	if err := control.AllReduce(ctx, gpu.Tensor{Mem: flag, DType: gpu.I32, Shape: []int{1}}, nccl.Sum); err != nil {
 		return fmt.Errorf("rank %d: comparing its plan with rank 0's: %w", id, err)
 	}
-	differ := math.Float32frombits(binary.LittleEndian.Uint32(flag))
+	differ := int32(binary.LittleEndian.Uint32(flag))
 	switch {
 	case differ == 0:
 		return nil
 	case string(theirs) == mine:
-		return fmt.Errorf("rank %d: %g rank(s) planned the job differently from rank 0; every process must plan for the same GPU memory: set mesh.gpu, or pass every process the same --gpu", id, differ)
+		return fmt.Errorf("rank %d: %d rank(s) planned the job differently from rank 0; every process must plan for the same GPU memory: set mesh.gpu, or pass every process the same --gpu", id, differ)
 	}
 	return fmt.Errorf("rank %d planned the job differently from rank 0 (%s); every process must plan for the same GPU memory: set mesh.gpu, or pass every process the same --gpu", id, firstDifference(mine, string(theirs)))
 }
