@@ -45,6 +45,13 @@ if ((DP > 1)); then
 	PEER=(python3 -m torch.distributed.run --standalone --nproc_per_node "$DP")
 fi
 . bench/device_lib.sh # budgeted
+# fair_peer LOG JSON LIMIT FLAGS...: the peer on model $m with FLAGS, its
+# log logs/peer-$m-LOG.log and its result peer-$m-JSON.json.
+fair_peer() {
+	local log=$1 json=$2 limit=$3
+	shift 3
+	budgeted "peer-$m-$log" "$limit" "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" "$@" --out "$OUT/peer-$m-$json.json"
+}
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json
 	# rlpipe's auto run first: the peers then start from its random
@@ -52,11 +59,10 @@ for m in $MODELS; do
 	# grad norms are those of the same weights and data.
 	want auto && budgeted "rlpipe-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --workdir "$OUT/work-$m" --out "$OUT/rlpipe-$m-auto.json"
 	mapfile -t P < <(peer_inputs "$OUT/rlpipe-$m-auto.json" "$OUT/work-$m")
-	want peer-noac && budgeted "peer-$m-noac" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --out "$OUT/peer-$m-noac.json"
-	want peer-ac && { budgeted "peer-$m-ac" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --out "$OUT/peer-$m-ac.json" ||
-		budgeted "peer-$m-achf" 150 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac hf --out "$OUT/peer-$m-ac.json"; }
-	want peer-noac-compile && budgeted "peer-$m-noac-compile" 240 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --ac none --compile layers --out "$OUT/peer-$m-noac-compile.json"
-	want peer-ac-compile && budgeted "peer-$m-ac-compile" 240 "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --compile layers --out "$OUT/peer-$m-ac-compile.json"
+	want peer-noac && fair_peer noac noac 150 --ac none
+	want peer-ac && { fair_peer ac ac 150 || fair_peer achf ac 150 --ac hf; }
+	want peer-noac-compile && fair_peer noac-compile noac-compile 240 --ac none --compile layers
+	want peer-ac-compile && fair_peer ac-compile ac-compile 240 --compile layers
 	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then

@@ -50,6 +50,15 @@ if ((MICRO > 1)); then
 	PW=(--micro-batches "$MICRO" --grad-sync "${OFFLOAD_PEER_SYNC:-last}")
 fi
 . bench/device_lib.sh # budgeted
+# offload_peer NAME LIMIT FLAGS...: the peer on model $m with FLAGS,
+# without activation checkpointing (NAME-noac) and, if that fails, with
+# it (NAME-ac), each logged as and written to NAME-*.
+offload_peer() {
+	local n=$1 limit=$2
+	shift 2
+	budgeted "$n-noac" "$limit" python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" "$@" --ac none --out "$OUT/$n-noac.json" ||
+		budgeted "$n-ac" "$limit" python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" "$@" --out "$OUT/$n-ac.json"
+}
 nproc >"$OUT/logs/host.txt"
 free -g >>"$OUT/logs/host.txt"
 for m in $MODELS; do
@@ -61,14 +70,11 @@ for m in $MODELS; do
 		budgeted "rlpipe-$m-offload-candidate" 150 "$OFFLOAD_CANDIDATE" --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --cache "$C" --out "$OUT/rlpipe-$m-offload-candidate.json"
 	fi
 	want sync && budgeted "rlpipe-$m-offload-sync" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --sync-host-optimizer --cache "$C" --out "$OUT/rlpipe-$m-offload-sync.json"
-	want peer && { budgeted "peer-$m-offload-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --ac none --out "$OUT/peer-$m-offload-noac.json" ||
-		budgeted "peer-$m-offload-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --out "$OUT/peer-$m-offload-ac.json"; }
-	want peer-compile && { budgeted "peer-$m-offload-compile-noac" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --ac none --compile layers --out "$OUT/peer-$m-offload-compile-noac.json" ||
-		budgeted "peer-$m-offload-compile-ac" 240 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --compile layers --out "$OUT/peer-$m-offload-compile-ac.json"; }
+	want peer && offload_peer "peer-$m-offload" 150 --offload
+	want peer-compile && offload_peer "peer-$m-offload-compile" 240 --offload --compile layers
 	want bf16copy && budgeted "rlpipe-$m-offload-bf16copy" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --host-bf16-copy --cache "$C" --out "$OUT/rlpipe-$m-offload-bf16copy.json"
 	want noreshard && budgeted "rlpipe-$m-offload-noreshard" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --no-reshard --cache "$C" --out "$OUT/rlpipe-$m-offload-noreshard.json"
-	want peer-noreshard && { budgeted "peer-$m-offload-noreshard-noac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --no-reshard --ac none --out "$OUT/peer-$m-offload-noreshard-noac.json" ||
-		budgeted "peer-$m-offload-noreshard-ac" 150 python3 bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${PW[@]}" "${P[@]}" --offload --no-reshard --out "$OUT/peer-$m-offload-noreshard-ac.json"; }
+	want peer-noreshard && offload_peer "peer-$m-offload-noreshard" 150 --offload --no-reshard
 	want noclip && budgeted "rlpipe-$m-offload-noclip" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --offload --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-offload-noclip.json"
 	want resident-noclip && budgeted "rlpipe-$m-resident-noclip" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --no-grad-clip --cache "$C" --out "$OUT/rlpipe-$m-resident-noclip.json"
 	want resident && budgeted "rlpipe-$m-resident" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RW[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/rlpipe-$m-resident.json"

@@ -284,10 +284,8 @@ def apply_compile(lm, mode):
 def compile_counters():
     """Dynamo's counts of frames compiled, graphs and graph breaks (with
     their reasons), for the JSON."""
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
-        return {}
+    from torch._dynamo.utils import counters
+
     out = {k: dict(counters[k]) for k in ("stats", "frames") if k in counters}
     breaks = counters.get("graph_break", {})
     out["graph_breaks"] = sum(breaks.values())
