@@ -305,10 +305,11 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, lse, q, k, v, cuSeqle
 			return err
 		}
 		// The two passes' block orders go to the two halves of the
-		// stream's scratch, each with room for the t/64 ints of the dq
-		// pass's (t up to 32M tokens).
-		if a.t/faBM+1 > streamScratchBytes/8 {
-			return fmt.Errorf("%s: %d tokens exceed the %d the block orders have room for", op, a.t, streamScratchBytes/8*faBM)
+		// stream's scratch (the second ending before its tile counter),
+		// each with room for the t/64 ints of the dq pass's (t up to
+		// about 32M tokens).
+		if orders := (scratchUsable - streamScratchBytes/2) / 4; a.t/faBM+1 > orders {
+			return fmt.Errorf("%s: %d tokens exceed the %d the block orders have room for", op, a.t, orders*faBM)
 		}
 		ls := []launch{b.checkCu(a),
 			{name: "k_fa_pre_" + sfx, gx: uint32((rows*(d/8) + 127) / 128), gy: 1, gz: 1, bx: 128, by: 1, bz: 1,

@@ -30,9 +30,19 @@ const (
 	// allocation.
 	flagBytes = 256
 	// streamScratchBytes is each stream's own device buffer for reduction
-	// partials (SumSquares, RMSNorm's weight gradient, BiasGrad). The memory plan's
-	// backend reserve counts it for two streams.
+	// partials (SumSquares, RMSNorm's weight gradient, BiasGrad) and the
+	// attention backward's block orders. The memory plan's backend reserve
+	// counts it for two streams.
 	streamScratchBytes = 4 << 20
+	// tileCounterBytes at the end of each stream's scratch hold the tile
+	// counter of the persistent products (kernels/hopper.cuh's tile queue),
+	// which nothing else writes; scratchUsable is the rest.
+	tileCounterBytes = 256
+	scratchUsable    = streamScratchBytes - tileCounterBytes
+	// tileQueueBytes is the tile queue's shared memory in each persistent
+	// product: hopper.cuh's TQ_BYTES (4 slots, two mbarriers and an int
+	// each).
+	tileQueueBytes = 4*16 + 4*4
 	// sumPartials is the number of per-block partial sums SumSquares uses.
 	sumPartials = 1024
 )
@@ -480,12 +490,31 @@ func (d *device) newStream(workspace, high bool) (*Stream, error) {
 			C.cuStreamDestroy_(s.h)
 			return nil, err
 		}
+		if err := s.zeroTileCounter(); err != nil {
+			C.cuMemFree_(s.scratch)
+			C.cuStreamDestroy_(s.h)
+			return nil, err
+		}
 	}
 	if d.streams == nil {
 		d.streams = map[*Stream]bool{}
 	}
 	d.streams[s] = true
 	return s, nil
+}
+
+// tileCounter is the device address of the stream's tile counter.
+func (s *Stream) tileCounter() uint64 { return uint64(s.scratch) + scratchUsable }
+
+// zeroTileCounter zeroes the stream's tile counter before its first
+// persistent product; each launch leaves it zero for the next (worker
+// only).
+func (s *Stream) zeroTileCounter() error {
+	var z [4]byte
+	if err := cuErr("cuMemcpyHtoD (tile counter)", C.cuMemcpyHtoDAsync_(C.CUdeviceptr(s.tileCounter()), unsafe.Pointer(&z[0]), 4, 0)); err != nil {
+		return err
+	}
+	return cuErr("cuCtxSynchronize", C.cuCtxSynchronize_())
 }
 
 // destroy releases the stream (worker only).

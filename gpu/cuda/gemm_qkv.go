@@ -11,8 +11,9 @@ import (
 
 // The q, k and v projections with their biases and RoPE in the epilogue
 // (k_gemm_qkv_*, kernels/gemm_qkv.cu): persistent CTAs of qpThreads threads
-// take tiles of qpBM rows and qpBN columns (whole heads), with qpStages
-// buffers of a qpBK-wide step of the reduction and a staging tile of qpBM
+// take tiles of qpBM rows and qpBN columns (whole heads) from the stream's
+// tile queue (kernels/hopper.cuh; the counter is Stream.tileCounter), with
+// qpStages buffers of a qpBK-wide step of the reduction and a staging tile of qpBM
 // rows of qpRow bytes for the epilogue.
 const (
 	qpBM, qpBN, qpBK = 128, 256, 64
@@ -91,6 +92,10 @@ func (b *Backend) QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta fl
 	if t == 0 {
 		return nil
 	}
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
 	ms, err := tensorMaps(b.d, tmapKey{as[3], t, 1, kd, qpBM}, tmapKey{as[4], n, 1, kd, qpBN})
 	if err != nil {
 		return err
@@ -105,12 +110,14 @@ func (b *Backend) QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta fl
 		launch{name: "k_rope_cs16" + sfx, gx: b.d.gridFor(int64(t) * int64(d/2)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
 			args: new(kargs).u64(as[5]).u64(pa).i32(t).i32(d).put(tbl)},
 		launch{name: "k_gemm_qkv" + sfx, gx: uint32(nb), gy: 1, gz: 1, bx: qpThreads, by: 1, bz: 1, smem: qpSmem(),
-			args: new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[6]).u64(as[5]).put(ms[0][:]).put(ms[1][:]).
+			args: new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[6]).u64(as[5]).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
 				i32(t).i32(hq).i32(hkv).i32(d).i32(kd)})
 }
 
 // qpSmem is k_gemm_qkv_*'s dynamic shared memory: qpStages buffers of x's
 // and w's tiles, the staging tile, a "full" and an "empty" mbarrier per
-// buffer, a "staged" and a "drained" one, and 1 KB to align the tiles to
-// 1024 bytes.
-func qpSmem() int { return qpStages*(qpBM+qpBN)*qpBK*2 + qpBM*qpRow + (2*qpStages+2)*8 + 1024 }
+// buffer, a "staged" and a "drained" one, the tile queue, and 1 KB to
+// align the tiles to 1024 bytes.
+func qpSmem() int {
+	return qpStages*(qpBM+qpBN)*qpBK*2 + qpBM*qpRow + (2*qpStages+2)*8 + tileQueueBytes + 1024
+}

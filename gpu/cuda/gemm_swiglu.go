@@ -11,7 +11,8 @@ import (
 
 // The gate/up product with SwiGLU in its epilogue (k_gemm_swiglu_*,
 // kernels/gemm.cu): persistent CTAs of gsThreads threads take tiles of gsBM
-// rows and gsBN output columns, with gsStages buffers of a gsBK-wide step
+// rows and gsBN output columns from the stream's tile queue
+// (kernels/hopper.cuh; the counter is Stream.tileCounter), with gsStages buffers of a gsBK-wide step
 // of the reduction (x's rows and the gate's and up's, 16-bit) and a staging
 // tile of gsBM rows of gsRow bytes for the epilogue.
 const (
@@ -59,6 +60,10 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	if t == 0 {
 		return nil
 	}
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
 	ms, err := tensorMaps(b.d, tmapKey{as[1], t, 1, k, gsBM}, tmapKey{as[2], n, 1, k, gsBN}, tmapKey{as[3], n, 1, k, gsBN})
 	if err != nil {
 		return err
@@ -70,11 +75,13 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	// One persistent CTA per SM (or per tile, if fewer).
 	nb := min((t+gsBM-1)/gsBM*((n+gsBN-1)/gsBN), max(b.d.info.SMs, 1))
 	return b.issue(launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: gsThreads, by: 1, bz: 1, smem: gsSmem(),
-		args: new(kargs).u64(as[0]).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).i32(t).i32(n).i32(k)})
+		args: new(kargs).u64(as[0]).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).i32(t).i32(n).i32(k)})
 }
 
 // gsSmem is k_gemm_swiglu_*'s dynamic shared memory: gsStages buffers of
 // x's, the gate's and up's tiles, the staging tile, a "full" and an
-// "empty" mbarrier per buffer, a "staged" and a "drained" one, and 1 KB to
-// align the tiles to 1024 bytes.
-func gsSmem() int { return gsStages*(gsBM+2*gsBN)*gsBK*2 + gsBM*gsRow + (2*gsStages+2)*8 + 1024 }
+// "empty" mbarrier per buffer, a "staged" and a "drained" one, the tile
+// queue, and 1 KB to align the tiles to 1024 bytes.
+func gsSmem() int {
+	return gsStages*(gsBM+2*gsBN)*gsBK*2 + gsBM*gsRow + (2*gsStages+2)*8 + tileQueueBytes + 1024
+}

@@ -11,7 +11,8 @@ import (
 
 // The log-prob head without float32 logits in memory (k_lp_head_*, then
 // k_lp_combine; kernels/lphead.cu): persistent CTAs of lhThreads threads
-// take tiles of lhBM rows and lhBN vocabulary columns, with lhStages
+// take tiles of lhBM rows and lhBN vocabulary columns from the stream's tile
+// queue (kernels/hopper.cuh; the counter is Stream.tileCounter), with lhStages
 // buffers of an lhBK-wide step of the hidden dimension.
 const (
 	lhBM, lhBN, lhBK = 128, 256, 64
@@ -64,6 +65,10 @@ func (b *Backend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature floa
 	if a.c == 0 {
 		return nil
 	}
+	s, err := b.stream()
+	if err != nil {
+		return err
+	}
 	nn := (a.v + lhBN - 1) / lhBN
 	// The partials (float2, 8-byte aligned: the workspace is float32 and
 	// the arena aligns tensors to 256 bytes) and then the target logits.
@@ -83,12 +88,12 @@ func (b *Backend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature floa
 	nb := min((a.c+lhBM-1)/lhBM*nn, max(b.d.info.SMs, 1))
 	return b.issue(
 		launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
-			args: new(kargs).u64(part).u64(tz).u64(a.tg).put(ms[0][:]).put(ms[1][:]).i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
+			args: new(kargs).u64(part).u64(tz).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
 		launch{name: "k_lp_combine", gx: rowGrid((int64(a.c) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
 			args: new(kargs).u64(part).u64(tz).u64(a.tg).i32(a.c).i32(nn).i32(a.v).u64(lpa).u64(b.d.flag)})
 }
 
 // lhSmem is k_lp_head_*'s dynamic shared memory: lhStages buffers of the
 // rows' and the vocabulary's tiles, a "full" and an "empty" mbarrier per
-// buffer, and 1 KB to align the tiles to 1024 bytes.
-func lhSmem() int { return lhStages*(lhBM+lhBN)*lhBK*2 + 2*lhStages*8 + 1024 }
+// buffer, the tile queue, and 1 KB to align the tiles to 1024 bytes.
+func lhSmem() int { return lhStages*(lhBM+lhBN)*lhBK*2 + 2*lhStages*8 + tileQueueBytes + 1024 }

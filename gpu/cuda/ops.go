@@ -322,7 +322,7 @@ func (b *Backend) biasGrad8(db, dy gpu.Tensor, dba, dya uint64, t, n int64) erro
 	}
 	tiles := (n/8 + 31) / 32
 	blocks := max(int64(max(b.d.info.SMs, 1))*4/tiles, 1)
-	blocks = min(blocks, streamScratchBytes/(8*n), (t+31)/32)
+	blocks = min(blocks, scratchUsable/(8*n), (t+31)/32)
 	blocks = max(blocks, 1)
 	rpb := (t + blocks - 1) / blocks
 	blocks = (t + rpb - 1) / rpb
@@ -655,7 +655,7 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 	var part uint64
 	if dw.Mem != nil {
 		// One float64 row of h partial sums per block must fit the scratch.
-		blocks = min(blocks, streamScratchBytes/(8*h))
+		blocks = min(blocks, scratchUsable/(8*h))
 		part = uint64(s.scratch)
 	}
 	blocks = max(min(blocks, t), 1)

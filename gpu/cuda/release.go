@@ -106,6 +106,9 @@ func (b *Backend) ReacquireWorkspace() error {
 			if err := cuErr("cuMemAlloc (stream scratch)", C.cuMemAlloc_(&s.scratch, streamScratchBytes)); err != nil {
 				return err
 			}
+			if err := s.zeroTileCounter(); err != nil {
+				return err
+			}
 		}
 		d.released = false
 		return d.memsetFlag()

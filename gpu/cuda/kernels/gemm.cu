@@ -85,11 +85,11 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 // differ from the unfused path's.
 //
 // The kernel is persistent: a CTA per SM takes tiles of 128 rows of x and
-// 96 output columns (tile blockIdx.x, then every gridDim.x-th after it),
-// with three warpgroups, so that four 40 KB buffers and a 50 KB staging
-// tile fit in shared memory:
+// 96 output columns (from hopper.cuh's tile queue, counter ctr), with three
+// warpgroups, so that four 40 KB buffers and a 50 KB staging tile fit in
+// shared memory:
 //
-// - thread 0 copies, through the TMA (tensor maps {k, 1, rows}, 64-wide
+// - thread 0 takes the CTA's tiles and copies, through the TMA (tensor maps {k, 1, rows}, 64-wide
 //   boxes with the 128-byte swizzle), the tile's 128 x rows and its 96
 //   gate and 96 up rows (stacked into one 192-row operand) for each
 //   64-wide step of k into a ring of GS_ST buffers, running on into the
@@ -137,14 +137,16 @@ __device__ __forceinline__ float gs_val(u32 w, int hi) {
 }
 
 template <bool F16>
-__device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap* tg, const TMap* tu, int m, int n,
-                                            int k) {
+__device__ __forceinline__ void gemm_swiglu(u16* out, int* ctr, const TMap* tx, const TMap* tg, const TMap* tu, int m,
+                                            int n, int k) {
   constexpr int AT = GS_BM * GS_BK * 2, BT = GS_BN * GS_BK * 2, ST = AT + 2 * BT;
   u32 base;
   u16* gbase = wg_smem(base);
   u32 stage = base + GS_ST * ST;      // the staging tile, GS_BM rows of GS_ROW bytes
   u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
   u32 staged = bars + 16 * GS_ST, drained = staged + 8;
+  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
+  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
   const char* gstage = (const char*)gbase + GS_ST * ST;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;
@@ -152,6 +154,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
     wg_ring_init<GS_ST, true>(bars);
     mb_init(staged, 8);   // the consumers' warps
     mb_init(drained, 3);  // the epilogue's
+    tq_init(tqb, 11);     // read by the consumers' and the epilogue's warps
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -161,7 +164,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
       // it counts k-steps across the CTA's tiles: buffer it % GS_ST, in
       // its (it / GS_ST)-th use.
       int it = 0;
-      for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
         int mt, nt;
         wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * GS_BM, n0 = nt * GS_BN;
@@ -176,8 +179,8 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
       }
     } else if (threadIdx.x >= 32) {
       // The epilogue: 12 vectors of 8 outputs per row.
-      int e = threadIdx.x - 32, i = 0;
-      for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
+      int e = threadIdx.x - 32;
+      for (int i = 0, t; (t = tq_get(tqb, tq, i)) >= 0; i++) {
         int mt, nt;
         wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * GS_BM, n0 = nt * GS_BN;
@@ -208,12 +211,12 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, const TMap* tx, const TMap
   asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
   // Fragment tile j (columns 8j..8j+7 of the 192: gate for j < 12, up for
   // the same output columns at j+12) is staged at the same columns.
-  wg_consume<F16, GS_ST, 192, true>(base, bars, ST, AT, nk, nt_all, stage, GS_ROW, staged, drained);
+  wg_consume<F16, GS_ST, 192, true>(base, bars, ST, AT, nk, tqb, tq, stage, GS_ROW, staged, drained);
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
-  GS_ONLY((gemm_swiglu<false>(out, &tx, &tg, &tu, m, n, k)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
+  GS_ONLY((gemm_swiglu<false>(out, ctr, &tx, &tg, &tu, m, n, k)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
-  GS_ONLY((gemm_swiglu<true>(out, &tx, &tg, &tu, m, n, k)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
+  GS_ONLY((gemm_swiglu<true>(out, ctr, &tx, &tg, &tu, m, n, k)));
 }

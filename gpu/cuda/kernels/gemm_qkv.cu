@@ -16,7 +16,8 @@
 // k_gemm_swiglu_*'s product (kernels/gemm.cu, and the ring of hopper.cuh)
 // on tiles of 128 rows and 256 columns (m64n256k16: whole heads of 64 or
 // 128, so that a column and the one half a head after it, RoPE's pair, are
-// in the same tile): persistent CTAs take the tiles in grouped order;
+// in the same tile): persistent CTAs take the tiles in grouped order from
+// hopper.cuh's tile queue;
 // thread 0 copies x's and w's tiles through the TMA into a ring of QP_ST
 // buffers; two consumer warpgroups own 64 rows each and stage their tile,
 // rounded to 16 bits, in shared memory; the producer warpgroup's other 96
@@ -140,14 +141,16 @@ __device__ __forceinline__ void qp_epilogue(u16* q, u16* k, u16* v, const u16* b
 }
 
 template <bool F16>
-__device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, const TMap* tx,
-                                         const TMap* tw, int m, int hq, int hkv, int d, int kd) {
+__device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, int* ctr,
+                                         const TMap* tx, const TMap* tw, int m, int hq, int hkv, int d, int kd) {
   constexpr int AT = QP_BM * QP_BK * 2, BT = QP_BN * QP_BK * 2, ST = AT + BT;
   u32 base;
   u16* gbase = wg_smem(base);
   u32 stage = base + QP_ST * ST;      // the staging tile, QP_BM rows of QP_ROW bytes
   u32 bars = stage + QP_BM * QP_ROW;  // full[QP_ST], empty[QP_ST], staged, drained
   u32 staged = bars + 16 * QP_ST, drained = staged + 8;
+  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
+  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
   const char* gstage = (const char*)gbase + QP_ST * ST;
   int n = (hq + 2 * hkv) * d;
   int nm = (m + QP_BM - 1) / QP_BM, nn = (n + QP_BN - 1) / QP_BN, nk = kd / QP_BK, nt_all = nm * nn;
@@ -155,6 +158,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     wg_ring_init<QP_ST, false>(bars);
     mb_init(staged, 8);   // the consumers' warps
     mb_init(drained, 3);  // the epilogue's
+    tq_init(tqb, 11);     // read by the consumers' and the epilogue's warps
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -162,7 +166,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
     if (threadIdx.x == 0) {
       int it = 0;
-      for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
         int mt, nt;
         wg_tile_order<QP_GROUP>(t, nm, nn, mt, nt);
         for (int kb = 0; kb < nk; kb++, it++) {
@@ -174,8 +178,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
         }
       }
     } else if (threadIdx.x >= 32) {
-      int i = 0;
-      for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
+      for (int i = 0, t; (t = tq_get(tqb, tq, i)) >= 0; i++) {
         int mt, nt;
         wg_tile_order<QP_GROUP>(t, nm, nn, mt, nt);
         mb_wait(staged, i & 1);
@@ -186,7 +189,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-  wg_consume<F16, QP_ST, 256, false>(base, bars, ST, AT, nk, nt_all, stage, QP_ROW, staged, drained);
+  wg_consume<F16, QP_ST, 256, false>(base, bars, ST, AT, nk, tqb, tq, stage, QP_ROW, staged, drained);
 }
 
 // k_rope_cs16 writes the table cs [m, d] of 16-bit values (bf16, or f16
@@ -213,9 +216,9 @@ extern "C" __global__ void k_rope_cs16_f16(u16* cs, const int* pos, int m, int d
   rope_cs16<true>(cs, pos, m, d, inv);
 }
 // bias is 0 when the projections have none; cs is k_rope_cs16's table.
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_qkv_bf16(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int hq, int hkv, int d, int kd) {
-  QP_ONLY((gemm_qkv<false>(q, k, v, bias, cs, &tx, &tw, m, hq, hkv, d, kd)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_qkv_bf16(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int hq, int hkv, int d, int kd) {
+  QP_ONLY((gemm_qkv<false>(q, k, v, bias, cs, ctr, &tx, &tw, m, hq, hkv, d, kd)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_qkv_f16(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int hq, int hkv, int d, int kd) {
-  QP_ONLY((gemm_qkv<true>(q, k, v, bias, cs, &tx, &tw, m, hq, hkv, d, kd)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_qkv_f16(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int hq, int hkv, int d, int kd) {
+  QP_ONLY((gemm_qkv<true>(q, k, v, bias, cs, ctr, &tx, &tw, m, hq, hkv, d, kd)));
 }

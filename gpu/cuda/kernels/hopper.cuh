@@ -350,23 +350,76 @@ __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 s
   wg_ring_release<WARP>(bars + 8 * (ST + (it - 1) % ST));
 }
 
+// The tile queue. A persistent product's CTAs take their tiles from a
+// counter in global memory (ctr, at the end of the stream's scratch) as
+// they get to them, rather than every gridDim.x-th tile from blockIdx.x:
+// a CTA that starts late, its SM held by another kernel (NCCL's beside the
+// compute stream, at dp > 1), then takes fewer tiles and the others take
+// its share, where a fixed share would make the whole product wait for it.
+// Each tile is still computed whole by one CTA, in the same order of
+// products, so the output does not depend on which CTA takes it.
+//
+// The producer thread takes a CTA's tiles (tq_put) and hands each to the
+// CTA's other roles through TQ_N slots of shared memory at tq, guarded by
+// the mbarriers full[TQ_N] (the producer's arrival) and empty[TQ_N] (one
+// arrival from each of the readers' warps) at bars; after the last tile it
+// hands over -1. Every CTA's producer takes until the counter passes
+// nt_all, so a launch takes exactly nt_all + gridDim.x values, and the
+// thread that takes the last sets the counter back to 0 for the stream's
+// next launch (the stream's creation zeroes it first).
+#define TQ_N 4
+#define TQ_BYTES (TQ_N * 16 + TQ_N * 4)  // the mbarriers, then the slots
+
+// tq_init initialises the queue's mbarriers for readers warps; thread 0
+// calls it before a block barrier.
+__device__ __forceinline__ void tq_init(u32 bars, int readers) {
+  for (int i = 0; i < TQ_N; i++) {
+    mb_init(bars + 8 * i, 1);
+    mb_init(bars + 8 * (TQ_N + i), readers);
+  }
+}
+
+// tq_put is the producer's j-th take: once slot j % TQ_N is free, the next
+// tile from ctr (or -1 when none is left) goes into it; it returns that.
+__device__ __forceinline__ int tq_put(u32 bars, int* tq, int j, int* ctr, int nt_all) {
+  int s = j % TQ_N;
+  if (j >= TQ_N) mb_wait(bars + 8 * (TQ_N + s), (j / TQ_N + 1) & 1);
+  int t = atomicAdd(ctr, 1);
+  if (t >= nt_all) {
+    if (t == nt_all + (int)gridDim.x - 1) atomicExch(ctr, 0);
+    t = -1;
+  }
+  tq[s] = t;
+  mb_arrive(bars + 8 * s);
+  return t;
+}
+
+// tq_get returns a reader warp's j-th tile (-1: no more), every lane of the
+// warp calling it, and frees the slot.
+__device__ __forceinline__ int tq_get(u32 bars, const int* tq, int j) {
+  int s = j % TQ_N;
+  mb_wait(bars + 8 * s, (j / TQ_N) & 1);
+  int t = tq[s];
+  warp_arrive(bars + 8 * (TQ_N + s));
+  return t;
+}
+
 // wg_consume runs a consumer warpgroup of a persistent product whose
 // epilogue warps read a staging tile (gemm.cu's gate/up, gemm_qkv.cu's
-// q/k/v): for each of the CTA's tiles (blockIdx.x, then every gridDim.x-th
-// of the nt_all), the ring's nk steps of products (wg_ring_tile, the B
-// rows at bOff), then, once the epilogue has drained the tile before
-// (drained), the warpgroup's rows of sums written into the staging tile at
-// stage (rows of row bytes; wg_stage) and handed over (staged, one arrival
-// a warp).
+// q/k/v): for each of the CTA's tiles (from the tile queue at tqb, tq), the
+// ring's nk steps of products (wg_ring_tile, the B rows at bOff), then,
+// once the epilogue has drained the tile before (drained), the
+// warpgroup's rows of sums written into the staging tile at stage (rows of
+// row bytes; wg_stage) and handed over (staged, one arrival a warp).
 template <bool F16, int ST, int N, bool WARP>
-__device__ __forceinline__ void wg_consume(u32 base, u32 bars, u32 stBytes, u32 bOff, int nk, int nt_all, u32 stage,
-                                           u32 row, u32 staged, u32 drained) {
+__device__ __forceinline__ void wg_consume(u32 base, u32 bars, u32 stBytes, u32 bOff, int nk, u32 tqb, const int* tq,
+                                           u32 stage, u32 row, u32 staged, u32 drained) {
   int grp = (threadIdx.x >> 7) - 1;
   float d[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
-  int it = 0, i = 0;
-  for (int t = blockIdx.x; t < nt_all; t += gridDim.x, i++) {
+  int it = 0;
+  for (int i = 0; tq_get(tqb, tq, i) >= 0; i++) {
     wg_ring_tile<F16, ST, N, WARP>(d, base, bars, stBytes, grp * 64 * 128, bOff, nk, it);
     if (i > 0) mb_wait(drained, (i - 1) & 1);
     wg_stage<F16, N>(stage, row, d);

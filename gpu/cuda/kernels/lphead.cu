@@ -11,7 +11,7 @@
 //
 // k_lp_head_* is k_gemm_qkv_*'s product (kernels/gemm_qkv.cu, and the ring
 // of hopper.cuh) with its own epilogue: persistent CTAs take tiles of 128
-// rows and 256 columns in grouped order; thread 0 copies x's and w's tiles
+// rows and 256 columns in grouped order from hopper.cuh's tile queue; thread 0 copies x's and w's tiles
 // through the TMA into a ring of LH_ST buffers; two consumer warpgroups own
 // 64 rows each and issue m64n256k16 products. Their epilogue runs in registers: fragment tile j
 // holds, for this thread, rows r and r+8 and columns 8j+2c, 8j+2c+1, so a
@@ -35,15 +35,18 @@
 // part is [m, nn] float2 (max, sum of exponentials); tz is [m] float, the
 // target's tempered logit, written by the one thread whose tile holds it.
 template <bool F16>
-__device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targets, const TMap* tx, const TMap* tw,
-                                        int m, int n, int k, float temp) {
+__device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targets, int* ctr, const TMap* tx,
+                                        const TMap* tw, int m, int n, int k, float temp) {
   constexpr int AT = LH_BM * LH_BK * 2, BT = LH_BN * LH_BK * 2, ST = AT + BT;
   u32 base;
-  wg_smem(base);
+  u16* gbase = wg_smem(base);
   u32 bars = base + LH_ST * ST;  // full[LH_ST], empty[LH_ST]
+  u32 tqb = bars + 16 * LH_ST;   // the tile queue's mbarriers, then its slots
+  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
   int nm = (m + LH_BM - 1) / LH_BM, nn = (n + LH_BN - 1) / LH_BN, nk = k / LH_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
     wg_ring_init<LH_ST, true>(bars);
+    tq_init(tqb, 8);  // read by the consumers' warps
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -51,7 +54,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == 0) {
       int it = 0;
-      for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
         int mt, nt;
         wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
         int m0 = mt * LH_BM, n0 = nt * LH_BN;
@@ -72,7 +75,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
 #pragma unroll
   for (int i = 0; i < 128; i++) d[i] = 0.0f;
   int it = 0;
-  for (int t = blockIdx.x; t < nt_all; t += gridDim.x) {
+  for (int i = 0, t; (t = tq_get(tqb, tq, i)) >= 0; i++) {
     int mt, nt;
     wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
     wg_ring_tile<F16, LH_ST, 256, true>(d, base, bars, ST, grp * 64 * 128, AT, nk, it);
@@ -137,11 +140,11 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   }
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_bf16(float2* part, float* tz, const int* targets, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
-  LH_ONLY((lp_head<false>(part, tz, targets, &tx, &tw, m, n, k, temp)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_bf16(float2* part, float* tz, const int* targets, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
+  LH_ONLY((lp_head<false>(part, tz, targets, ctr, &tx, &tw, m, n, k, temp)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_f16(float2* part, float* tz, const int* targets, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
-  LH_ONLY((lp_head<true>(part, tz, targets, &tx, &tw, m, n, k, temp)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_lp_head_f16(float2* part, float* tz, const int* targets, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tw, int m, int n, int k, float temp) {
+  LH_ONLY((lp_head<true>(part, tz, targets, ctr, &tx, &tw, m, n, k, temp)));
 }
 
 // k_lp_combine writes logp[r] = tz[r] - lse for each of the m rows, one warp
