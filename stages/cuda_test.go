@@ -246,8 +246,10 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 // on the GPU: the same losses (bit for bit where the GPU's kernels are
 // deterministic; within 1e-6 relative otherwise). While asleep, the
 // NVML-measured process memory must be within the plan's asleep device
-// bytes (the resident arena and the CUDA context); it logs sleep and wake
-// seconds and GB/s. It skips without a CUDA driver.
+// bytes (the resident arena and the CUDA context), or, where earlier tests
+// of the process left memory on the GPU, within that memory and the
+// resident arena; it logs sleep and wake seconds and GB/s. It skips
+// without a CUDA driver.
 func TestSleepWakeCUDA(t *testing.T) {
 	if _, err := cuda.Versions(); err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) {
@@ -281,8 +283,23 @@ func TestSleepWakeCUDA(t *testing.T) {
 		}
 		return steps, p
 	}
+	// Memory that earlier tests of this process left on GPU 0 is not this
+	// run's: after TestRunTinyCUDADP2 (its NCCL communicators) the process
+	// holds 392 MB more on an H200 of four, with or without this test's
+	// runs (bench/results/2026-11-28-x4-best/call5). The asleep figure may
+	// then reach that much plus the plan's resident arena in whole 2 MiB
+	// pages (NVML counts the driver's pages: 2 MiB over for an arena of
+	// 8,960 bytes, call6); in a process of its own the bound is the plan's
+	// asleep bytes.
+	const page = 2 << 20
+	before, err := nvml.ProcessMemory(0)
+	if err != nil {
+		before = 0
+	}
 	awake, _ := run(false)
 	asleep, p := run(true)
+	arena := (p.ResidentArena + page - 1) / page * page
+	bound := max(p.AsleepDeviceBytes(), before+arena)
 	for i, sr := range asleep {
 		got, want := sr.Stats.Values["loss"], awake[i].Stats.Values["loss"]
 		if got != want {
@@ -294,8 +311,9 @@ func TestSleepWakeCUDA(t *testing.T) {
 		v := sr.Stats.Values
 		t.Logf("step %d: sleep %.4f s (%.3g GB, %.3g GB/s), wake %.4f s (%.3g GB/s); asleep: NVML %v bytes, plan %d",
 			sr.Step, v["sleep_s"], v["sleep_gb"], v["sleep_gbps"], v["wake_s"], v["wake_gbps"], v["asleep_device_bytes"], p.AsleepDeviceBytes())
-		if n, ok := v["asleep_device_bytes"]; ok && n > float64(p.AsleepDeviceBytes()) {
-			t.Errorf("step %d: NVML shows %v bytes while asleep, more than the plan's %d", sr.Step, n, p.AsleepDeviceBytes())
+		if n, ok := v["asleep_device_bytes"]; ok && n > float64(bound) {
+			t.Errorf("step %d: NVML shows %v bytes while asleep, more than the plan's %d (or %d held before the test plus the resident arena's %d in pages)",
+				sr.Step, n, p.AsleepDeviceBytes(), before, arena)
 		}
 	}
 }
