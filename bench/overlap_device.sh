@@ -23,7 +23,11 @@
 #   go build -ldflags='-s -w' -o .devbin/rlbench ./bench/cmd/rlbench
 #
 # Knobs: OVERLAP_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OVERLAP_DP (every GPU
-# visible, at most 8), OVERLAP_ROUNDS (2), OVERLAP_BUDGET_S (540). $OUT gets
+# visible, at most 8), OVERLAP_ROUNDS (2), OVERLAP_BUDGET_S (540),
+# OVERLAP_VARIANTS (of the six above; all by default), OVERLAP_FLAGS (more
+# rlbench flags for every run, dp 1's too: "--recompute-auto" runs the
+# plan's fastest configuration that fits instead of every layer
+# recomputed). $OUT gets
 # summary.txt (the runs as they went and a table: train and ref_logprob
 # tokens/s per GPU, each variant's median over the rounds) and json.tgz.
 set -u
@@ -32,11 +36,13 @@ OUT=${OUT:-/tmp/overlap-out}
 MODELS=${OVERLAP_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${OVERLAP_ROUNDS:-2}
 BUDGET=${OVERLAP_BUDGET_S:-540}
+VARIANTS=" ${OVERLAP_VARIANTS:-base noprio nogroup reduce ctas8 pf2} "
+read -r -a FLAGS <<<"${OVERLAP_FLAGS:-}"
 . bench/device_lib.sh # visible_dp, outdirs, say, budgeted, bench_step
 visible_dp "${OVERLAP_DP:-}"
 outdirs json
 export NCCL_NVLS_ENABLE=0
-say "start: dp $DP on $NGPU GPUs, models '$MODELS', $ROUNDS rounds, budget ${BUDGET}s"
+say "start: dp $DP on $NGPU GPUs, models '$MODELS', variants '${VARIANTS# }', flags '${FLAGS[*]}', $ROUNDS rounds, budget ${BUDGET}s"
 if ((DP < 2)); then
 	say "fewer than 2 GPUs: nothing to compare"
 	exit 0
@@ -49,18 +55,24 @@ if [[ -x $B/libnccl.test ]]; then
 	say "$(budgeted libnccl-collectives 90 bash -c "cd nccl/libnccl && $(printf %q "$B/libnccl.test") -test.run 'TestCUDACollectives\$' -test.v")"
 fi
 
-# one NAME DP MODEL [ENV=...] [FLAGS...]: one rlbench run, its JSON at
-# json/NAME.json.
-one() { bench_step "$1" "$2" "$3" 3 "$OUT/json/$1.json" "${@:4}"; }
+# one NAME DP MODEL [ENV=...] [FLAGS...]: one rlbench run with
+# OVERLAP_FLAGS, its JSON at json/NAME.json.
+one() { bench_step "$1" "$2" "$3" 3 "$OUT/json/$1.json" "${@:4}" "${FLAGS[@]}"; }
+# variant NAME MODEL ROUND [ENV=...] [FLAGS...]: one run of variant NAME at
+# DP, when OVERLAP_VARIANTS names it.
+variant() {
+	[[ $VARIANTS == *" $1 "* ]] || return 0
+	one "$2-$1-$3" "$DP" "$2" "${@:4}"
+}
 
 for m in $MODELS; do
 	for r in $(seq 1 "$ROUNDS"); do
-		one "$m-base-$r" "$DP" "$m"
-		one "$m-noprio-$r" "$DP" "$m" RLPIPE_CUDA_SIDE_PRIORITY=0
-		one "$m-nogroup-$r" "$DP" "$m" RLPIPE_NCCL_GROUP=0
-		one "$m-reduce-$r" "$DP" "$m" --overlap-reduce
-		one "$m-ctas8-$r" "$DP" "$m" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
-		one "$m-pf2-$r" "$DP" "$m" --prefetch 2
+		variant base "$m" "$r"
+		variant noprio "$m" "$r" RLPIPE_CUDA_SIDE_PRIORITY=0
+		variant nogroup "$m" "$r" RLPIPE_NCCL_GROUP=0
+		variant reduce "$m" "$r" --overlap-reduce
+		variant ctas8 "$m" "$r" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
+		variant pf2 "$m" "$r" --prefetch 2
 	done
 	one "$m-dp1" 1 "$m"
 done
