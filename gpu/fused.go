@@ -268,3 +268,47 @@ func GateUpSwiGLUSteps(bk Backend, act, x, gate, up Tensor) error {
 	}
 	return bk.SwiGLU(act, g, u)
 }
+
+// GateUpSwiGLUKeepDims checks the operands of a fused gate/up product with
+// SwiGLU that also keeps the two products (gOut = x·gateᵀ and uOut =
+// x·upᵀ, rounded to act's dtype, for the backward): those of
+// GateUpSwiGLUDims, with gOut and uOut [T,N] in act's dtype, the three
+// outputs overlapping each other and the inputs nowhere. It returns T, K
+// and N.
+func GateUpSwiGLUKeepDims(op string, act, gOut, uOut, x, gate, up Tensor) (t, k, n int, err error) {
+	if t, k, n, err = GateUpSwiGLUDims(op, act, x, gate, up); err != nil {
+		return 0, 0, 0, err
+	}
+	ins := []Named{{"x", x}, {"gate", gate}, {"up", up}}
+	for _, o := range []Named{{"gate_out", gOut}, {"up_out", uOut}} {
+		if err := CheckShape(op, o.Name, o.T, t, n); err != nil {
+			return 0, 0, 0, err
+		}
+		if o.T.DType != act.DType {
+			return 0, 0, 0, fmt.Errorf("%s: %s is %v, want act's %v", op, o.Name, o.T.DType, act.DType)
+		}
+		if err := CheckNoAliasAll(op, o.Name, o.T, append(ins, Named{"act", act})...); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if err := CheckNoAliasAll(op, "gate_out", gOut, Named{"up_out", uOut}); err != nil {
+		return 0, 0, 0, err
+	}
+	return t, k, n, nil
+}
+
+// GateUpSwiGLUKeepSteps runs the fused gate/up product with SwiGLU that
+// keeps its products as its steps: the two products into gOut and uOut,
+// then SwiGLU of them into act.
+func GateUpSwiGLUKeepSteps(bk Backend, act, gOut, uOut, x, gate, up Tensor) error {
+	if _, _, _, err := GateUpSwiGLUKeepDims("gate/up swiglu keep", act, gOut, uOut, x, gate, up); err != nil {
+		return err
+	}
+	if err := bk.Gemm(gOut, x, gate, false, true, 1, 0); err != nil {
+		return err
+	}
+	if err := bk.Gemm(uOut, x, up, false, true, 1, 0); err != nil {
+		return err
+	}
+	return bk.SwiGLU(act, gOut, uOut)
+}

@@ -52,10 +52,12 @@ type LayerActs struct {
 	// SwiGLU as one op (cuda.Backend.GateUpSwiGLU) it then writes Act
 	// alone, stores neither product, and leaves Gate and Up as they were
 	// unless Act is one of them. Act may be Gate's view (the stages plan
-	// it so): the unfused path's SwiGLU then runs in place. (A training
-	// forward does not fuse, not even for a layer whose backward reruns
-	// it: the fused product's sums run in another order than the rerun's,
-	// and the rerun must give the forward's bits.)
+	// it so): the unfused path's SwiGLU then runs in place. A forward that
+	// a backward follows takes the same kernel through
+	// cuda.Backend.GateUpSwiGLUKeep, which also stores Gate and Up (Act
+	// then SwiGLU's bits of them, as a Lean backward recomputes it); every
+	// forward of a layer, a backward's rerun too, takes the same op, so
+	// the rerun gives the forward's bits.
 	Transient bool
 	// QKV, when present, is forward scratch [T, Hq·D+2·Hkv·D] for the
 	// q, k and v projections as one matrix product, which
@@ -403,7 +405,7 @@ func (c *Config) layerForward(b gpu.Backend, w LayerWeights, a *LayerActs, in, o
 	if err := batch.enter("gate_up"); err != nil {
 		return err
 	}
-	fused, err := gateUpFused(b, lv.act, lv.xn2, w.Gate, w.Up, a.Transient && withDown)
+	fused, err := gateUpFused(b, lv, w, a.Transient, withDown)
 	if err != nil {
 		return err
 	}
@@ -463,20 +465,31 @@ func gemmAdded(b gpu.Backend, out, res, x, w gpu.Tensor) (bool, error) {
 
 // gateUpSwiGLUer is a backend with the MLP's gate/up product and SwiGLU as
 // one op (cuda.Backend on Hopper), which refuses operands it does not take
-// with an error wrapping gpu.ErrNotFused.
+// with an error wrapping gpu.ErrNotFused: GateUpSwiGLU stores act alone,
+// GateUpSwiGLUKeep the two products too (gOut, uOut), for a backward.
 type gateUpSwiGLUer interface {
 	GateUpSwiGLU(act, x, gate, up gpu.Tensor) error
+	GateUpSwiGLUKeep(act, gOut, uOut, x, gate, up gpu.Tensor) error
 }
 
-// gateUpFused computes act = SwiGLU(x·gateᵀ, x·upᵀ) as one op where may
-// allows it and b has one that takes the operands, and reports whether it
-// did; otherwise the caller runs the two products and SwiGLU.
-func gateUpFused(b gpu.Backend, act, x, gate, up gpu.Tensor, may bool) (bool, error) {
+// gateUpFused computes the layer's act = SwiGLU(xn2·gateᵀ, xn2·upᵀ) as one
+// op where b has one that takes the operands, and reports whether it did;
+// otherwise the caller runs the two products and SwiGLU. A transient
+// forward (with its down projection) stores act alone; any other keeps the
+// products in gate and up for the backward, and every forward of the
+// layer, a backward's rerun (withDown false) too, takes the same op, so
+// the rerun gives the forward's bits.
+func gateUpFused(b gpu.Backend, lv layerViews, w LayerWeights, transient, withDown bool) (bool, error) {
 	f, ok := b.(gateUpSwiGLUer)
-	if !may || !ok {
+	if !ok || transient && !withDown {
 		return false, nil
 	}
-	err := f.GateUpSwiGLU(act, x, gate, up)
+	var err error
+	if transient {
+		err = f.GateUpSwiGLU(lv.act, lv.xn2, w.Gate, w.Up)
+	} else {
+		err = f.GateUpSwiGLUKeep(lv.act, lv.gate, lv.up, lv.xn2, w.Gate, w.Up)
+	}
 	if errors.Is(err, gpu.ErrNotFused) {
 		return false, nil
 	}

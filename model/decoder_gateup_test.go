@@ -11,13 +11,14 @@ import (
 	"github.com/rlpipe/rlpipe/gpu/cpu"
 )
 
-// gateUpBackend is the CPU backend with a GateUpSwiGLU that runs its steps
-// (gpu.GateUpSwiGLUSteps: the unfused path's bits), or refuses (refuse) or
-// fails (fail), counting its calls.
+// gateUpBackend is the CPU backend with a GateUpSwiGLU and a
+// GateUpSwiGLUKeep that run their steps (gpu.GateUpSwiGLUSteps,
+// gpu.GateUpSwiGLUKeepSteps: the unfused path's bits), or refuse (refuse)
+// or fail (fail), counting their calls.
 type gateUpBackend struct {
 	gpu.Backend
 	refuse, fail bool
-	calls        int
+	calls, keeps int
 }
 
 func (b *gateUpBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
@@ -29,6 +30,17 @@ func (b *gateUpBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 		return errors.New("test: the fused kernel failed")
 	}
 	return gpu.GateUpSwiGLUSteps(b.Backend, act, x, gate, up)
+}
+
+func (b *gateUpBackend) GateUpSwiGLUKeep(act, gOut, uOut, x, gate, up gpu.Tensor) error {
+	b.keeps++
+	switch {
+	case b.refuse:
+		return fmt.Errorf("test: %w", gpu.ErrNotFused)
+	case b.fail:
+		return errors.New("test: the fused kernel failed")
+	}
+	return gpu.GateUpSwiGLUKeepSteps(b.Backend, act, gOut, uOut, x, gate, up)
 }
 
 // A forward marked Transient takes the backend's GateUpSwiGLU for every
@@ -63,31 +75,81 @@ func TestGateUpFused(t *testing.T) {
 	for _, c := range []struct {
 		name                         string
 		refuse, transient, actInGate bool
-		calls                        int
+		calls, keeps                 int
 	}{
-		{"transient, fused", false, true, false, cfg.NumLayers},
-		{"not transient", false, false, false, 0},
-		{"transient, refused", true, true, false, cfg.NumLayers},
-		{"transient, act in gate, fused", false, true, true, cfg.NumLayers},
-		{"transient, act in gate, refused", true, true, true, cfg.NumLayers},
+		{"transient, fused", false, true, false, cfg.NumLayers, 0},
+		{"not transient, fused", false, false, false, 0, cfg.NumLayers},
+		{"not transient, refused", true, false, false, 0, cfg.NumLayers},
+		{"transient, refused", true, true, false, cfg.NumLayers, 0},
+		{"transient, act in gate, fused", false, true, true, cfg.NumLayers, 0},
+		{"transient, act in gate, refused", true, true, true, cfg.NumLayers, 0},
 	} {
 		b := &gateUpBackend{Backend: cpu.New(), refuse: c.refuse}
 		got := forward(b, c.transient, c.actInGate)
-		if b.calls != c.calls {
-			t.Errorf("%s: %d GateUpSwiGLU calls, want %d", c.name, b.calls, c.calls)
+		if b.calls != c.calls || b.keeps != c.keeps {
+			t.Errorf("%s: %d GateUpSwiGLU and %d GateUpSwiGLUKeep calls, want %d and %d", c.name, b.calls, b.keeps, c.calls, c.keeps)
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: log-probs differ from the unfused forward's", c.name)
 		}
 	}
-	// A failing fused op fails the layer.
-	b := &gateUpBackend{Backend: cpu.New(), fail: true}
-	a := newTestArena(t, b, 24<<20)
-	m := loadTestModel(t, a, dir)
-	r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
-	r.acts[0].Transient = true
-	err = m.c.LayerForward(b, r.layerWeights(0, r.gathered[1]), &r.acts[0], r.resid, r.resid, r.batch)
-	if err == nil || errors.Is(err, gpu.ErrNotFused) {
-		t.Errorf("a failing GateUpSwiGLU: layer forward error %v, want the kernel's", err)
+	// A failing fused op fails the layer, transient or not.
+	for _, transient := range []bool{true, false} {
+		b := &gateUpBackend{Backend: cpu.New(), fail: true}
+		a := newTestArena(t, b, 24<<20)
+		m := loadTestModel(t, a, dir)
+		r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
+		r.acts[0].Transient = transient
+		err = m.c.LayerForward(b, r.layerWeights(0, r.gathered[1]), &r.acts[0], r.resid, r.resid, r.batch)
+		if err == nil || errors.Is(err, gpu.ErrNotFused) {
+			t.Errorf("a failing fused gate/up op (transient %v): layer forward error %v, want the kernel's", transient, err)
+		}
+	}
+}
+
+// A training forward that keeps the fused op's products gives the unfused
+// path's gradients, bit for bit, from kept, rerun and lean activations
+// (the fake backend's GateUpSwiGLUKeep runs the unfused steps, so this
+// checks what the model does around it: which buffers it passes, and that
+// the backward and a rerun read the products it kept).
+func TestGateUpKeepBackward(t *testing.T) {
+	dir := filepath.Join("testdata", "hf", "qwen2")
+	g := loadGolden(t, dir)
+	p := packSamples(g)
+	grads := func(refuse bool, mode actMode) (*gateUpBackend, map[string][]float32) {
+		b := &gateUpBackend{Backend: cpu.New(), refuse: refuse}
+		a := newTestArena(t, b, 24<<20)
+		m := loadTestModel(t, a, dir)
+		r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
+		logp, _ := r.forward(1)
+		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
+		for i := range dl {
+			dl[i], de[i] = -1/float32(len(dl)), 0.01
+		}
+		return b, r.params(r.backward(dl, de, mode))
+	}
+	cfg, err := LoadConfig(filepath.Join(dir, "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		mode  actMode
+		keeps int
+	}{
+		{"kept", kept, cfg.NumLayers},
+		{"recomputed", recomputed, 2 * cfg.NumLayers},
+		{"lean", lean, cfg.NumLayers},
+	} {
+		_, want := grads(true, c.mode)
+		b, got := grads(false, c.mode)
+		if b.keeps != c.keeps {
+			t.Errorf("%s: %d GateUpSwiGLUKeep calls, want %d", c.name, b.keeps, c.keeps)
+		}
+		for name, w := range want {
+			if !slices.Equal(got[name], w) {
+				t.Errorf("%s: grad %s differs from the unfused path's", c.name, name)
+			}
+		}
 	}
 }

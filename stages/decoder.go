@@ -699,6 +699,11 @@ type actSpec struct {
 // the products and SwiGLU in place over gate. Either way act's bytes are
 // apart from xn2's, and the layer's peak is xn2, gate and up at gate_up,
 // below the gate, up and act of the swiglu op otherwise.
+//
+// Any other forward has act from the gate/up op: a backend with the fused
+// product that keeps gate and up (model.LayerActs.Transient's) writes act
+// there too, while it reads xn2, which a lean or recomputed layer frees at
+// that op.
 func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec {
 	c := d.cfg
 	gateLast := "swiglu"
@@ -736,7 +741,7 @@ func (d *decoder) layerActs(dt gpu.DType, lean, fused, transient bool) []actSpec
 		actSpec{"up", dt, []int{T, I}, "gate_up", "swiglu", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Up }), false},
 	)
 	if !transient {
-		acts = append(acts, actSpec{"act", dt, []int{T, I}, "swiglu", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean})
+		acts = append(acts, actSpec{"act", dt, []int{T, I}, "gate_up", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.Act }), lean})
 	}
 	acts = append(acts, actSpec{"down_out", dt, []int{T, H}, "down", "down", f(func(a *model.LayerActs) *gpu.Tensor { return &a.DownOut }), true})
 	return acts

@@ -11,13 +11,15 @@ import (
 )
 
 // fusingBackend is the CPU backend with the fused gate/up product and
-// SwiGLU of a GPU backend (model.LayerActs.Transient), run as its steps
-// (gpu.GateUpSwiGLUSteps): it refuses an act that shares bytes with x or
-// the weights, as a kernel whose CTAs write act while others still read x
-// would compute garbage, and otherwise gives the unfused path's bits.
+// SwiGLU of a GPU backend, without and with the products kept
+// (model.LayerActs.Transient), run as its steps (gpu.GateUpSwiGLUSteps,
+// gpu.GateUpSwiGLUKeepSteps): it refuses outputs that share bytes with x,
+// the weights or each other, as a kernel whose CTAs write act while others
+// still read x would compute garbage, and otherwise gives the unfused
+// path's bits.
 type fusingBackend struct {
 	gpu.Backend
-	calls *atomic.Int64
+	calls, keeps *atomic.Int64
 }
 
 func (b fusingBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
@@ -25,10 +27,16 @@ func (b fusingBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	return gpu.GateUpSwiGLUSteps(b.Backend, act, x, gate, up)
 }
 
+func (b fusingBackend) GateUpSwiGLUKeep(act, gOut, uOut, x, gate, up gpu.Tensor) error {
+	b.keeps.Add(1)
+	return gpu.GateUpSwiGLUKeepSteps(b.Backend, act, gOut, uOut, x, gate, up)
+}
+
 // TestGateUpFusedPlan runs the tiny job on a backend that fuses the gate/up
-// product with SwiGLU in the ref and actor log-prob forwards: the plan must
-// keep act's bytes apart from xn2's from the gate/up op on (a transient
-// forward writes act there), and the steps must match the unfused run's.
+// product with SwiGLU in the ref and actor log-prob forwards, and keeps the
+// products in the train stage's forwards and reruns: the plan must keep
+// act's bytes apart from xn2's from the gate/up op on (every forward writes
+// act there), and the steps must match the unfused run's.
 func TestGateUpFusedPlan(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-grpo.yaml")
 	for _, tc := range []struct {
@@ -43,12 +51,14 @@ func TestGateUpFusedPlan(t *testing.T) {
 				}
 			}
 			want := runParsed(t, variant(t, path), mutate, nil, RunOptions{})
-			var calls atomic.Int64
+			var calls, keeps atomic.Int64
 			got := runParsed(t, variant(t, path), mutate, nil, RunOptions{
-				Backend: func(int) (gpu.Backend, error) { return fusingBackend{Backend: cpu.New(), calls: &calls}, nil },
+				Backend: func(int) (gpu.Backend, error) {
+					return fusingBackend{Backend: cpu.New(), calls: &calls, keeps: &keeps}, nil
+				},
 			})
-			if calls.Load() == 0 {
-				t.Fatal("no forward took the fused gate/up product")
+			if calls.Load() == 0 || keeps.Load() == 0 {
+				t.Fatalf("%d log-prob forwards took the fused gate/up product and %d training ones kept its products, want both", calls.Load(), keeps.Load())
 			}
 			sameSteps(t, got, want, "fused", "not")
 		})

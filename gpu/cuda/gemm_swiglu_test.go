@@ -15,7 +15,9 @@ import (
 // two products and SwiGLU, at row counts on and off the kernel's 128-row
 // tiles, with reductions shorter and longer than its ring of buffers and
 // more tiles than SMs (a CTA takes several), and to its own bits when run
-// again. It skips where the kernel does not run (not Hopper).
+// again; keeping the products (GateUpSwiGLUKeep), it holds them to the
+// CPU's, act to the bits without them, and the unfused SwiGLU of them to
+// act's bits. It skips where the kernel does not run (not Hopper).
 func TestGateUpSwiGLU(t *testing.T) {
 	e := newEnv(t)
 	// N not a multiple of the kernel's 96-column tiles, down to 8.
@@ -27,6 +29,8 @@ func TestGateUpSwiGLU(t *testing.T) {
 type gateUpShape struct{ t, k, n int }
 
 func testGateUpSwiGLU(t *testing.T, e *env, cases []gateUpShape) {
+	defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)
+	gateUpKeepOn = true
 	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
 		for _, c := range cases {
 			name := fmt.Sprintf("%v t%d k%d n%d", dt, c.t, c.k, c.n)
@@ -59,6 +63,22 @@ func testGateUpSwiGLU(t *testing.T, e *env, cases []gateUpShape) {
 				t.Fatalf("%s, again: %v", name, err)
 			}
 			e.sameBits(name+", a second run against the first", again, gact)
+			// Keeping the products: the same act, and products that the
+			// unfused SwiGLU (k_swiglu8) turns into act's bits.
+			kact, _ := e.out(dt, c.t, c.n)
+			kg, _ := e.out(dt, c.t, c.n)
+			ku, _ := e.out(dt, c.t, c.n)
+			if err := e.g.GateUpSwiGLUKeep(kact, kg, ku, gx, gg, gu); err != nil {
+				t.Fatalf("%s, keeping the products: %v", name, err)
+			}
+			e.sameBits(name+", act with the products kept against without", kact, gact)
+			e.compare("gate/up swiglu keep, gate "+name, kg, cgate, tolFor(false, dt))
+			e.compare("gate/up swiglu keep, up "+name, ku, cup, tolFor(false, dt))
+			sw, _ := e.out(dt, c.t, c.n)
+			if err := e.g.SwiGLU(sw, kg, ku); err != nil {
+				t.Fatal(err)
+			}
+			e.sameBits(name+", SwiGLU of the kept products against act", sw, kact)
 		}
 	}
 }
@@ -79,12 +99,24 @@ func TestGateUpSwiGLURefuses(t *testing.T) {
 	if err := e.g.GateUpSwiGLU(af, xf, wf, wf); !errors.Is(err, gpu.ErrNotFused) {
 		t.Errorf("f32: got %v, want gpu.ErrNotFused", err)
 	}
+	// Keeping the products is off unless RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1.
+	defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)
+	gateUpKeepOn = false
+	xb, _ := e.alloc(gpu.BF16, 4, 128)
+	wb, _ := e.alloc(gpu.BF16, 128, 128)
+	ab, _ := e.alloc(gpu.BF16, 4, 128)
+	gb, _ := e.alloc(gpu.BF16, 4, 128)
+	ub, _ := e.alloc(gpu.BF16, 4, 128)
+	if err := e.g.GateUpSwiGLUKeep(ab, gb, ub, xb, wb, wb); !errors.Is(err, gpu.ErrNotFused) {
+		t.Errorf("keep, switched off: got %v, want gpu.ErrNotFused", err)
+	}
 }
 
 // BenchmarkGateUpSwiGLU times the MLP's gate/up product with SwiGLU at one
 // model's shapes, with pseudo-random operands (scrambled, as BenchmarkOps'
 // x): the unfused ops (two cuBLASLt products and SwiGLU),
-// the products alone and the fused kernel. RLPIPE_BENCH_GATE_UP="T,K,N" picks
+// the products alone, and the fused kernel without and with the products
+// kept (a training forward's). RLPIPE_BENCH_GATE_UP="T,K,N" picks
 // the shapes (default Qwen2.5-3B's, 16384 tokens: "16384,2048,11008"):
 //
 //	go test -run '^$' -bench GateUpSwiGLU -benchtime 20x ./gpu/cuda
@@ -138,6 +170,11 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 			return b.Gemm(u, x, up, false, true, 1, 0)
 		}},
 		{"fused " + shape, func() error { return b.GateUpSwiGLU(act, x, gate, up) }},
+		{"fused, products kept " + shape, func() error {
+			defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)
+			gateUpKeepOn = true
+			return b.GateUpSwiGLUKeep(act, g, u, x, gate, up)
+		}},
 	} {
 		timeOp(bb, b, c.name, flops, 0, c.f)
 	}

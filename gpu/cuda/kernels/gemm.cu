@@ -79,7 +79,10 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 // swiglu(x·gᵀ, x·uᵀ) for x [m, k] and the gate and up weights g, u [n, k]
 // (16-bit, row-major, k a multiple of 64, n of 8), with the values of two
 // products rounded to the dtype and then k_swiglu8: each of gate and up
-// rounded, silu(gate) rounded, times up, rounded. The accumulation order
+// rounded, silu(gate) rounded, times up, rounded. Where gout and uout are
+// not null (a forward that a backward follows), the epilogue also stores
+// the two rounded products there [m, n], which k_swiglu8 turns into out's
+// bits again. The accumulation order
 // inside the products is this kernel's (the k-steps in order, as
 // cuBLASLt's kernels without split-k take them), so their low bits may
 // differ from the unfused path's.
@@ -137,8 +140,8 @@ __device__ __forceinline__ float gs_val(u32 w, int hi) {
 }
 
 template <bool F16>
-__device__ __forceinline__ void gemm_swiglu(u16* out, int* ctr, const TMap* tx, const TMap* tg, const TMap* tu, int m,
-                                            int n, int k) {
+__device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int* ctr, const TMap* tx, const TMap* tg,
+                                            const TMap* tu, int m, int n, int k) {
   constexpr int AT = GS_BM * GS_BK * 2, BT = GS_BN * GS_BK * 2, ST = AT + 2 * BT;
   u32 base;
   u16* gbase = wg_smem(base);
@@ -201,7 +204,14 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, int* ctr, const TMap* tx, 
             o[p] = wg_pack<F16>(y[0], y[1]);
           }
           int col = n0 + v * 8;
-          if (m0 + row < m && col < n) *(uint4*)(out + (i64)(m0 + row) * n + col) = make_uint4(o[0], o[1], o[2], o[3]);
+          if (m0 + row < m && col < n) {
+            i64 at = (i64)(m0 + row) * n + col;
+            *(uint4*)(out + at) = make_uint4(o[0], o[1], o[2], o[3]);
+            if (gout) {
+              *(uint4*)(gout + at) = g;
+              *(uint4*)(uout + at) = u;
+            }
+          }
         }
         warp_arrive(drained);
       }
@@ -214,9 +224,9 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, int* ctr, const TMap* tx, 
   wg_consume<F16, GS_ST, 192, true>(base, bars, ST, AT, nk, tqb, tq, stage, GS_ROW, staged, drained);
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
-  GS_ONLY((gemm_swiglu<false>(out, ctr, &tx, &tg, &tu, m, n, k)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out, u16* gout, u16* uout, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
+  GS_ONLY((gemm_swiglu<false>(out, gout, uout, ctr, &tx, &tg, &tu, m, n, k)));
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
-  GS_ONLY((gemm_swiglu<true>(out, ctr, &tx, &tg, &tu, m, n, k)));
+extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out, u16* gout, u16* uout, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
+  GS_ONLY((gemm_swiglu<true>(out, gout, uout, ctr, &tx, &tg, &tu, m, n, k)));
 }
