@@ -260,13 +260,7 @@ func GateUpSwiGLUSteps(bk Backend, act, x, gate, up Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := bk.Gemm(g, x, gate, false, true, 1, 0); err != nil {
-		return err
-	}
-	if err := bk.Gemm(u, x, up, false, true, 1, 0); err != nil {
-		return err
-	}
-	return bk.SwiGLU(act, g, u)
+	return GateUpSwiGLUKeepSteps(bk, act, g, u, x, gate, up)
 }
 
 // GateUpSwiGLUKeepDims checks the operands of a fused gate/up product with

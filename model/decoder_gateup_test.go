@@ -23,24 +23,29 @@ type gateUpBackend struct {
 
 func (b *gateUpBackend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 	b.calls++
-	switch {
-	case b.refuse:
-		return fmt.Errorf("test: %w", gpu.ErrNotFused)
-	case b.fail:
-		return errors.New("test: the fused kernel failed")
+	if err := b.outcome(); err != nil {
+		return err
 	}
 	return gpu.GateUpSwiGLUSteps(b.Backend, act, x, gate, up)
 }
 
 func (b *gateUpBackend) GateUpSwiGLUKeep(act, gOut, uOut, x, gate, up gpu.Tensor) error {
 	b.keeps++
+	if err := b.outcome(); err != nil {
+		return err
+	}
+	return gpu.GateUpSwiGLUKeepSteps(b.Backend, act, gOut, uOut, x, gate, up)
+}
+
+// outcome is the fake's refusal or failure, or nil where it runs the steps.
+func (b *gateUpBackend) outcome() error {
 	switch {
 	case b.refuse:
 		return fmt.Errorf("test: %w", gpu.ErrNotFused)
 	case b.fail:
 		return errors.New("test: the fused kernel failed")
 	}
-	return gpu.GateUpSwiGLUKeepSteps(b.Backend, act, gOut, uOut, x, gate, up)
+	return nil
 }
 
 // A forward marked Transient takes the backend's GateUpSwiGLU for every
