@@ -82,26 +82,27 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(void* C, int dtc, i64 l
 // rounded, silu(gate) rounded, times up, rounded. Where gout and uout are
 // not null (a forward that a backward follows), the epilogue also stores
 // the two rounded products there [m, n], which k_swiglu8 turns into out's
-// bits again. The accumulation order
-// inside the products is this kernel's (the k-steps in order, as
-// cuBLASLt's kernels without split-k take them), so their low bits may
-// differ from the unfused path's.
+// bits again. The accumulation order inside the products is this
+// kernel's (the k-steps in order, as cuBLASLt's kernels without split-k
+// take them), so their low bits may differ from the unfused path's.
 //
 // The kernel is persistent: a CTA per SM takes tiles of 128 rows of x and
 // 96 output columns (from hopper.cuh's tile queue, counter ctr), with three
 // warpgroups, so that four 40 KB buffers and a 50 KB staging tile fit in
 // shared memory:
 //
-// - thread 0 takes the CTA's tiles and copies, through the TMA (tensor maps {k, 1, rows}, 64-wide
-//   boxes with the 128-byte swizzle), the tile's 128 x rows and its 96
-//   gate and 96 up rows (stacked into one 192-row operand) for each
-//   64-wide step of k into a ring of GS_ST buffers, running on into the
-//   next tile while the others work on this one;
+// - thread 0 takes the CTA's tiles and copies, through the TMA (tensor
+//   maps {k, 1, rows}, 64-wide boxes with the 128-byte swizzle), the
+//   tile's 128 x rows and its 96 gate and 96 up rows (stacked into one
+//   192-row operand) for each 64-wide step of k into a ring of GS_ST
+//   buffers, running on into the next tile while the others work on this
+//   one;
 // - the second and third warpgroups own 64 rows each and issue m64n192k16
 //   products (gate in fragment tiles 0-11, up in 12-23), round the tile's
 //   sums to the dtype into the staging tile and go on to the next tile;
 // - warps 1-3 apply SwiGLU from the staging tile and write 16 bytes at a
-//   time while the tensor cores run the next tile.
+//   time (and the two products too, where kept) while the tensor cores run
+//   the next tile.
 //
 // The TMA reads weight rows past n as zeros, and the columns past n are not
 // written. Tiles go in groups of GS_GROUP row tiles, so that the x and
