@@ -18,7 +18,10 @@
 # decoder layer under torch.compile, peer_fsdp2.py --compile layers; also
 # "auto-offref", rlpipe's auto with the frozen reference's params in pinned
 # host memory, streamed for its forward, which leaves the train stage more
-# of the device),
+# of the device; "auto-keep", rlpipe's auto with
+# RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1, the fused gate/up kernel in the train
+# stage's forwards too, compared with auto, not counted as rlpipe's best
+# until it is on by default),
 # FAIR_DP (1: with more, rlbench --dp FAIR_DP and the peer under
 # torch.distributed.run, one process per GPU, 8 sequences a GPU on both
 # sides; tokens/s are the whole step's),
@@ -64,6 +67,7 @@ for m in $MODELS; do
 	want peer-noac-compile && fair_peer noac-compile noac-compile 240 --ac none --compile layers
 	want peer-ac-compile && fair_peer ac-compile ac-compile 240 --compile layers
 	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
+	want auto-keep && RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1 budgeted "keep-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/keep-$m-auto.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then
 		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
@@ -103,14 +107,17 @@ for m in models:
         rp, rq = best_ref[(m, "peer")], best_ref[(m, "rlpipe")]
         print(f"{m}: best against best, train {q[0]:,.0f} ({q[2]}) / {p[0]:,.0f} ({p[2]}) = {q[0] / p[0]:.2f}x; "
               f"ref_logprob {rq[0]:,.0f} ({rq[1]}) / {rp[0]:,.0f} ({rp[1]}) = {rq[0] / max(rp[0], 1):.2f}x")
+# The newer of each pair over the older: auto over FAIR_BASE's auto, and
+# auto-keep over auto.
 for m in models:
-    try:
-        a, b = json.load(open(f"{out}/rlpipe-{m}-auto.json")), json.load(open(f"{out}/base-{m}-auto.json"))
-    except Exception:
-        continue
-    if ok(a) and ok(b):
-        print(f"{m}: auto / base auto (FAIR_BASE): train {tps(a, 'train') / tps(b, 'train'):.3f}x ({tps(a, 'train'):,.0f} / {tps(b, 'train'):,.0f}), "
-              f"ref_logprob {tps(a, 'ref_logprob') / tps(b, 'ref_logprob'):.3f}x")
+    for new, old, what in (("rlpipe", "base", "auto / base auto (FAIR_BASE)"), ("keep", "rlpipe", "auto-keep / auto")):
+        try:
+            a, b = json.load(open(f"{out}/{new}-{m}-auto.json")), json.load(open(f"{out}/{old}-{m}-auto.json"))
+        except Exception:
+            continue
+        if ok(a) and ok(b):
+            print(f"{m}: {what}: train {tps(a, 'train') / tps(b, 'train'):.3f}x ({tps(a, 'train'):,.0f} / {tps(b, 'train'):,.0f}), "
+                  f"ref_logprob {tps(a, 'ref_logprob') / tps(b, 'ref_logprob'):.3f}x")
 print()
 files = sorted(glob.glob(f"{out}/best/*.json"))
 if files:
