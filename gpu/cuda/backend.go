@@ -40,9 +40,9 @@ const (
 	tileCounterBytes = 256
 	scratchUsable    = streamScratchBytes - tileCounterBytes
 	// tileQueueBytes is the tile queue's shared memory in each persistent
-	// product: hopper.cuh's TQ_BYTES (4 slots, two mbarriers and an int
-	// each).
-	tileQueueBytes = 4*16 + 4*4
+	// product: hopper.cuh's TQ_N slots, two mbarriers and an int each
+	// (TestTileQueueBytes reads TQ_N from the source).
+	tileQueueBytes = 4 * (2*8 + 4)
 	// sumPartials is the number of per-block partial sums SumSquares uses.
 	sumPartials = 1024
 )

@@ -5,6 +5,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -84,5 +86,27 @@ func TestTileQueue(t *testing.T) {
 	}
 	for _, l := range ls {
 		e.sameBits(l.name+" against the shape's first run", l.got, l.r.want)
+	}
+}
+
+// TestTileQueueBytes holds the shared memory the host asks for the tile
+// queue (tileQueueBytes, part of each persistent product's) to the queue
+// that kernels/hopper.cuh lays out: TQ_N slots of two 8-byte mbarriers and
+// a 4-byte int. It needs no GPU.
+func TestTileQueueBytes(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/hopper.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define TQ_N (\d+)$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("kernels/hopper.cuh defines no TQ_N")
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := n * (2*8 + 4); tileQueueBytes != want {
+		t.Errorf("tileQueueBytes = %d, want %d for TQ_N %d", tileQueueBytes, want, n)
 	}
 }

@@ -150,7 +150,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int*
   u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
   u32 staged = bars + 16 * GS_ST, drained = staged + 8;
   u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
-  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
+  int* tq = tq_slots(gbase, base, tqb);
   const char* gstage = (const char*)gbase + GS_ST * ST;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;

@@ -150,7 +150,7 @@ __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias
   u32 bars = stage + QP_BM * QP_ROW;  // full[QP_ST], empty[QP_ST], staged, drained
   u32 staged = bars + 16 * QP_ST, drained = staged + 8;
   u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
-  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
+  int* tq = tq_slots(gbase, base, tqb);
   const char* gstage = (const char*)gbase + QP_ST * ST;
   int n = (hq + 2 * hkv) * d;
   int nm = (m + QP_BM - 1) / QP_BM, nn = (n + QP_BN - 1) / QP_BN, nk = kd / QP_BK, nt_all = nm * nn;

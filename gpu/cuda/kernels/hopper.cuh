@@ -367,8 +367,16 @@ __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 s
 // nt_all, so a launch takes exactly nt_all + gridDim.x values, and the
 // thread that takes the last sets the counter back to 0 for the stream's
 // next launch (the stream's creation zeroes it first).
+//
+// The queue takes TQ_N * 20 bytes of shared memory: its 2 * TQ_N mbarriers,
+// then its TQ_N slots (the host's tileQueueBytes).
 #define TQ_N 4
-#define TQ_BYTES (TQ_N * 16 + TQ_N * 4)  // the mbarriers, then the slots
+
+// tq_slots returns the queue's slots, after its mbarriers at shared address
+// bars, as a generic pointer (gbase is shared address base's).
+__device__ __forceinline__ int* tq_slots(u16* gbase, u32 base, u32 bars) {
+  return (int*)((char*)gbase + (bars + TQ_N * 16 - base));
+}
 
 // tq_init initialises the queue's mbarriers for readers warps; thread 0
 // calls it before a block barrier.

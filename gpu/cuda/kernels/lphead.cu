@@ -42,7 +42,7 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   u16* gbase = wg_smem(base);
   u32 bars = base + LH_ST * ST;  // full[LH_ST], empty[LH_ST]
   u32 tqb = bars + 16 * LH_ST;   // the tile queue's mbarriers, then its slots
-  int* tq = (int*)((char*)gbase + (tqb + TQ_N * 16 - base));
+  int* tq = tq_slots(gbase, base, tqb);
   int nm = (m + LH_BM - 1) / LH_BM, nn = (n + LH_BN - 1) / LH_BN, nk = k / LH_BK, nt_all = nm * nn;
   if (threadIdx.x == 0) {
     wg_ring_init<LH_ST, true>(bars);
