@@ -18,10 +18,10 @@
 # decoder layer under torch.compile, peer_fsdp2.py --compile layers; also
 # "auto-offref", rlpipe's auto with the frozen reference's params in pinned
 # host memory, streamed for its forward, which leaves the train stage more
-# of the device; "auto-keep", rlpipe's auto with
-# RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1, the fused gate/up kernel in the train
-# stage's forwards too, compared with auto, not counted as rlpipe's best
-# until it is on by default),
+# of the device; "auto-nokeep", rlpipe's auto with
+# RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0, the train stage's forwards without the
+# fused gate/up kernel, as before it was on by default; auto is compared
+# with it, and it is not counted as rlpipe's best),
 # FAIR_DP (1: with more, rlbench --dp FAIR_DP and the peer under
 # torch.distributed.run, one process per GPU, 8 sequences a GPU on both
 # sides; tokens/s are the whole step's),
@@ -67,7 +67,7 @@ for m in $MODELS; do
 	want peer-noac-compile && fair_peer noac-compile noac-compile 240 --ac none --compile layers
 	want peer-ac-compile && fair_peer ac-compile ac-compile 240 --compile layers
 	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
-	want auto-keep && RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1 budgeted "keep-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/keep-$m-auto.json"
+	want auto-nokeep && RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0 budgeted "nokeep-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/nokeep-$m-auto.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then
 		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
@@ -108,9 +108,9 @@ for m in models:
         print(f"{m}: best against best, train {q[0]:,.0f} ({q[2]}) / {p[0]:,.0f} ({p[2]}) = {q[0] / p[0]:.2f}x; "
               f"ref_logprob {rq[0]:,.0f} ({rq[1]}) / {rp[0]:,.0f} ({rp[1]}) = {rq[0] / max(rp[0], 1):.2f}x")
 # The newer of each pair over the older: auto over FAIR_BASE's auto, and
-# auto-keep over auto.
+# over auto-nokeep.
 for m in models:
-    for new, old, what in (("rlpipe", "base", "auto / base auto (FAIR_BASE)"), ("keep", "rlpipe", "auto-keep / auto")):
+    for new, old, what in (("rlpipe", "base", "auto / base auto (FAIR_BASE)"), ("rlpipe", "nokeep", "auto / auto-nokeep")):
         try:
             a, b = json.load(open(f"{out}/{new}-{m}-auto.json")), json.load(open(f"{out}/{old}-{m}-auto.json"))
         except Exception:

@@ -27,11 +27,11 @@ const (
 // products and SwiGLU.
 var gateUpSwiGLUOff = os.Getenv("RLPIPE_CUDA_GEMM_SWIGLU") == "0"
 
-// gateUpKeepOn turns on the fused kernel for forwards that a backward
-// follows (GateUpSwiGLUKeep; RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1). It is off by
-// default until it has run on a GPU: GateUpSwiGLUKeep then refuses every
-// call, and those forwards run the two products and SwiGLU as before.
-var gateUpKeepOn = os.Getenv("RLPIPE_CUDA_GEMM_SWIGLU_KEEP") == "1"
+// gateUpKeepOn says whether forwards that a backward follows take the fused
+// kernel too (GateUpSwiGLUKeep). RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0 turns it
+// off: GateUpSwiGLUKeep then refuses every call, and those forwards run
+// the two products and SwiGLU.
+var gateUpKeepOn = os.Getenv("RLPIPE_CUDA_GEMM_SWIGLU_KEEP") != "0"
 
 // GateUpSwiGLU writes act = SwiGLU(x·gateᵀ, x·upᵀ) in one kernel: x [T,K],
 // gate and up [N,K], act [T,N], every operand bf16 (or every one f16),
@@ -54,12 +54,12 @@ func (b *Backend) GateUpSwiGLU(act, x, gate, up gpu.Tensor) error {
 // GateUpSwiGLUKeep is GateUpSwiGLU for a forward that a backward follows:
 // the same kernel also stores the two products, rounded to the dtype, in
 // gOut and uOut [T,N] (act's bits are SwiGLU's of them). Its operands are
-// GateUpSwiGLU's and the two outputs, which overlap nothing. It refuses
-// every call (gpu.ErrNotFused) unless RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1.
+// GateUpSwiGLU's and the two outputs, which overlap nothing. With
+// RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0 it refuses every call (gpu.ErrNotFused).
 func (b *Backend) GateUpSwiGLUKeep(act, gOut, uOut, x, gate, up gpu.Tensor) error {
 	const op = "gate/up swiglu keep"
 	if !gateUpKeepOn {
-		return fmt.Errorf("%s: off unless RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1: %w", op, gpu.ErrNotFused)
+		return fmt.Errorf("%s: RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0: %w", op, gpu.ErrNotFused)
 	}
 	if err := b.gateUpTakes(op, x); err != nil {
 		return err

@@ -99,7 +99,7 @@ func TestGateUpSwiGLURefuses(t *testing.T) {
 	if err := e.g.GateUpSwiGLU(af, xf, wf, wf); !errors.Is(err, gpu.ErrNotFused) {
 		t.Errorf("f32: got %v, want gpu.ErrNotFused", err)
 	}
-	// Keeping the products is off unless RLPIPE_CUDA_GEMM_SWIGLU_KEEP=1.
+	// RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0 turns keeping the products off.
 	defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)
 	gateUpKeepOn = false
 	xb, _ := e.alloc(gpu.BF16, 4, 128)
