@@ -306,3 +306,42 @@ func GateUpSwiGLUKeepSteps(bk Backend, act, gOut, uOut, x, gate, up Tensor) erro
 	}
 	return bk.SwiGLU(act, gOut, uOut)
 }
+
+// DownSwiGLUBackwardDims checks the operands of the down projection's
+// input gradient with SwiGLU's backward as one op (dact = dy·down, then
+// dGate and dUp = SwiGLU's backward of dact at gate and up): dy [T,K], down
+// [K,N], gate, up, dGate and dUp [T,N], dGate and dUp in gate's dtype and
+// overlapping each other and the inputs nowhere (the product reads dy and
+// down while other rows' outputs are written). It returns T, K and N.
+func DownSwiGLUBackwardDims(op string, dGate, dUp, dy, down, gate, up Tensor) (t, k, n int, err error) {
+	if err := CheckRank(op, "dy", dy, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := CheckRank(op, "down", down, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	t, k, n = dy.Shape[0], dy.Shape[1], down.Shape[1]
+	for _, c := range []struct {
+		name string
+		t    Tensor
+		want []int
+	}{{"down", down, []int{k, n}}, {"gate", gate, []int{t, n}}, {"up", up, []int{t, n}},
+		{"dGate", dGate, []int{t, n}}, {"dUp", dUp, []int{t, n}}} {
+		if err := CheckShape(op, c.name, c.t, c.want...); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	ins := []Named{{"dy", dy}, {"down", down}, {"gate", gate}, {"up", up}}
+	for _, o := range []Named{{"dGate", dGate}, {"dUp", dUp}} {
+		if o.T.DType != gate.DType {
+			return 0, 0, 0, fmt.Errorf("%s: %s is %v, want gate's %v", op, o.Name, o.T.DType, gate.DType)
+		}
+		if err := CheckNoAliasAll(op, o.Name, o.T, ins...); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	if err := CheckNoAliasAll(op, "dGate", dGate, Named{"dUp", dUp}); err != nil {
+		return 0, 0, 0, err
+	}
+	return t, k, n, nil
+}

@@ -43,6 +43,16 @@ func TestOpChecks(t *testing.T) {
 		}
 	}
 	gx, gg, gu, ga := at(20*k, BF16, 6, 8), at(21*k, BF16, 4, 8), at(22*k, BF16, 4, 8), at(23*k, BF16, 6, 4)
+	// The down projection's input gradient with SwiGLU's backward: dy
+	// [6,8], down [8,4], gate, up, dGate and dUp [6,4].
+	dsb := func(dGate, dUp, dy, down, gate, up Tensor) call {
+		return func() ([]int, error) {
+			tt, kd, n, err := DownSwiGLUBackwardDims("down swiglu backward", dGate, dUp, dy, down, gate, up)
+			return dims(tt, kd, n), err
+		}
+	}
+	sy, sw, sg, su, sdg, sdu := at(24*k, BF16, 6, 8), at(25*k, BF16, 8, 4), at(26*k, BF16, 6, 4), at(27*k, BF16, 6, 4),
+		at(28*k, BF16, 6, 4), at(29*k, BF16, 6, 4)
 	// Attention: q [6,4,8], k, v [6,2,8], cu [3].
 	q, kk, v, cu := at(0, BF16, 6, 4, 8), at(k, BF16, 6, 2, 8), at(2*k, BF16, 6, 2, 8), at(3*k, I32, 3)
 	attn := func(q, kk, v, cu Tensor, scale float32) call {
@@ -104,6 +114,15 @@ func TestOpChecks(t *testing.T) {
 		{"gate/up swiglu x rank", gus(ga, at(20*k, BF16, 48), gg, gu), nil, "x must have 2 dimensions"},
 		{"gate/up swiglu act on x", gus(at(20*k+32, BF16, 6, 4), gx, gg, gu), nil, "act must not overlap x"},
 		{"gate/up swiglu act on up", gus(at(22*k, BF16, 6, 4), gx, gg, gu), nil, "act must not overlap up"},
+		{"down swiglu backward", dsb(sdg, sdu, sy, sw, sg, su), dims(6, 8, 4), ""},
+		{"down swiglu backward down shape", dsb(sdg, sdu, sy, at(25*k, BF16, 7, 4), sg, su), nil, "down has shape [7 4], want [8 4]"},
+		{"down swiglu backward up shape", dsb(sdg, sdu, sy, sw, sg, at(27*k, BF16, 4, 6)), nil, "up has shape [4 6], want [6 4]"},
+		{"down swiglu backward dUp shape", dsb(sdg, at(29*k, BF16, 6, 8), sy, sw, sg, su), nil, "dUp has shape [6 8], want [6 4]"},
+		{"down swiglu backward dy rank", dsb(sdg, sdu, at(24*k, BF16, 48), sw, sg, su), nil, "dy must have 2 dimensions"},
+		{"down swiglu backward dGate dtype", dsb(at(28*k, F32, 6, 4), sdu, sy, sw, sg, su), nil, "dGate is f32, want gate's bf16"},
+		{"down swiglu backward dGate on gate", dsb(sg, sdu, sy, sw, sg, su), nil, "dGate must not overlap gate"},
+		{"down swiglu backward dUp on dy", dsb(sdg, at(24*k+16, BF16, 6, 4), sy, sw, sg, su), nil, "dUp must not overlap dy"},
+		{"down swiglu backward dGate on dUp", dsb(sdg, at(28*k+8, BF16, 6, 4), sy, sw, sg, su), nil, "dGate must not overlap dUp"},
 		{"embedding", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding backward", emb(true, at(0, F32, 10, 4), at(k, F32, 3, 4), at(2*k, I32, 3)), dims(10, 4, 3), ""},
 		{"embedding rows shape", emb(false, at(0, F32, 10, 4), at(k, F32, 3, 5), at(2*k, I32, 3)), nil, "dst has shape [3 5], want [3 4]"},

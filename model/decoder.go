@@ -72,14 +72,17 @@ type LayerActs struct {
 
 // LayerGradBufs holds the gradient temporaries of a decoder layer backward,
 // in the compute dtype, each with T rows: Dy, DyO, Dxn2 and Dxn [T,H];
-// Dact, Dgate and Dup [T,I]; Dattn and Dq [T,Hq·D]; Dk and Dv [T,Hkv·D].
+// Dgate and Dup [T,I]; Dattn and Dq [T,Hq·D]; Dk and Dv [T,Hkv·D]. The
+// gradient of SwiGLU's output (dy·W_down) has no buffer of its own: it is
+// formed in Dgate and SwiGLU's backward runs in place there, or a backend
+// with both as one op (downSwiGLUBackwarder) never stores it.
 //
 // Dqkv [T, Hq·D+2·Hkv·D], when present, takes the fused backward of the
 // q, k and v projections (see LayerActs.QKV): dq, dk rotated back and dv
 // packed into it (gpu.Backend.QKVPack), then one product for the weight
 // gradients and one for dxn.
 type LayerGradBufs struct {
-	Dy, Dact, Dgate, Dup, Dxn2, DyO, Dattn, Dq, Dk, Dv, Dxn, Dqkv gpu.Tensor
+	Dy, Dgate, Dup, Dxn2, DyO, Dattn, Dq, Dk, Dv, Dxn, Dqkv gpu.Tensor
 }
 
 // Batch describes a packed micro-batch: Positions (I32 [T], restarting at 0
@@ -496,6 +499,31 @@ func gateUpFused(b gpu.Backend, lv layerViews, w LayerWeights, transient, withDo
 	return err == nil, err
 }
 
+// downSwiGLUBackwarder is a backend with the down projection's input
+// gradient and SwiGLU's backward as one op (cuda.Backend on Hopper), which
+// refuses operands it does not take with an error wrapping
+// gpu.ErrNotFused: dGate and dUp from dy·down and the gate and up
+// products (gpu.DownSwiGLUBackwardDims).
+type downSwiGLUBackwarder interface {
+	DownSwiGLUBackward(dGate, dUp, dy, down, gate, up gpu.Tensor) error
+}
+
+// downSwiGLUFused computes the layer's dgate and dup from dy as one op
+// where b has one that takes the operands, and reports whether it did;
+// otherwise the caller runs the product into dgate and SwiGLU's backward
+// in place.
+func downSwiGLUFused(b gpu.Backend, gv LayerGradBufs, w LayerWeights, lv layerViews) (bool, error) {
+	f, ok := b.(downSwiGLUBackwarder)
+	if !ok {
+		return false, nil
+	}
+	err := f.DownSwiGLUBackward(gv.Dgate, gv.Dup, gv.Dy, w.Down, lv.gate, lv.up)
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // qkvRoPEr is a backend with the fused q, k and v projection, its biases
 // and RoPE as one op (cuda.Backend on Hopper), which refuses operands it
 // does not take with an error wrapping gpu.ErrNotFused.
@@ -642,7 +670,6 @@ func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 		rows, col int
 	}{
 		{"dy", &v.Dy, g.Dy, t, dm.h},
-		{"dact", &v.Dact, g.Dact, t, dm.inter},
 		{"dgate", &v.Dgate, g.Dgate, t, dm.inter},
 		{"dup", &v.Dup, g.Dup, t, dm.inter},
 		{"dxn2", &v.Dxn2, g.Dxn2, t, dm.h},
@@ -680,9 +707,11 @@ func viewGrads(g *LayerGradBufs, dm dims) (LayerGradBufs, error) {
 // use, so a memory plan may overlap them accordingly):
 //
 //	dy    = dres (cast)            dW_down += dyᵀ·act
-//	dact  = dy·W_down              (last use of dy)
-//	dgate, dup = swiglu'(dact)     dW_gate, dW_up += ·ᵀ·xn2
-//	dxn2  = dgate·W_gate + dup·W_up (last use of dact, dgate, dup)
+//	dgate = dy·W_down              (last use of dy; dact, in dgate)
+//	dgate, dup = swiglu'(dgate)    in place; dW_gate, dW_up += ·ᵀ·xn2
+//	                               (the two lines above one op where b
+//	                               has it: downSwiGLUBackwarder)
+//	dxn2  = dgate·W_gate + dup·W_up (last use of dgate, dup)
 //	dres += rmsnorm'(dxn2); dy_o = dres (cast)   (one RMSNormBackwardAdd)
 //	dW_o += dy_oᵀ·attn; o_proj bias grad
 //	dattn = dy_o·W_o               (last use of dy_o)
@@ -746,14 +775,25 @@ func (c *Config) layerBackward(b gpu.Backend, w, dw LayerWeights, a *LayerActs, 
 	if err := b.Gemm(dw.Down, gv.Dy, lv.act, true, false, 1, 1); err != nil {
 		return err
 	}
-	if err := b.Gemm(gv.Dact, gv.Dy, w.Down, false, false, 1, 0); err != nil {
+	// dact = dy·W_down in dgate (a lean layer's act, which lived there, is
+	// dead after dW_down), then SwiGLU's backward in place; or both as
+	// one op, dact never stored.
+	fused, err := downSwiGLUFused(b, gv, w, lv)
+	if err != nil {
 		return err
+	}
+	if !fused {
+		if err := b.Gemm(gv.Dgate, gv.Dy, w.Down, false, false, 1, 0); err != nil {
+			return err
+		}
 	}
 	if err := batch.enter("swiglu backward"); err != nil {
 		return err
 	}
-	if err := b.SwiGLUBackward(gv.Dgate, gv.Dup, gv.Dact, lv.gate, lv.up); err != nil {
-		return err
+	if !fused {
+		if err := b.SwiGLUBackward(gv.Dgate, gv.Dup, gv.Dgate, lv.gate, lv.up); err != nil {
+			return err
+		}
 	}
 	if err := batch.enter("gate_up backward"); err != nil {
 		return err

@@ -341,7 +341,7 @@ func (r *run) gather() {
 func newGradBufs(a *testArena, c *Config, tt int, dt gpu.DType) LayerGradBufs {
 	h, in, qd, kd := c.HiddenSize, c.IntermediateSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 	return LayerGradBufs{
-		Dy: a.tensor(dt, tt, h), Dact: a.tensor(dt, tt, in), Dgate: a.tensor(dt, tt, in), Dup: a.tensor(dt, tt, in),
+		Dy: a.tensor(dt, tt, h), Dgate: a.tensor(dt, tt, in), Dup: a.tensor(dt, tt, in),
 		Dxn2: a.tensor(dt, tt, h), DyO: a.tensor(dt, tt, h), Dattn: a.tensor(dt, tt, qd), Dq: a.tensor(dt, tt, qd),
 		Dk: a.tensor(dt, tt, kd), Dv: a.tensor(dt, tt, kd), Dxn: a.tensor(dt, tt, h),
 	}

@@ -1329,9 +1329,11 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	}
 	grads := []gradSpec{
 		{"dy", []int{T, H}, "down backward", "down backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dy }},
-		{"dact", []int{T, I}, "down backward", "swiglu backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dact }},
-		{"dgate", []int{T, I}, "swiglu backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dgate }},
-		{"dup", []int{T, I}, "swiglu backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dup }},
+		// dgate takes dy·W_down (SwiGLU's backward then runs in place), or
+		// a backend writes dgate and dup from dy in one op: both from the
+		// down backward.
+		{"dgate", []int{T, I}, "down backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dgate }},
+		{"dup", []int{T, I}, "down backward", "gate_up backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dup }},
 		{"dxn2", []int{T, H}, "gate_up backward", "norm2 backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dxn2 }},
 		{"dy_o", []int{T, H}, "norm2 backward", "o_proj backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.DyO }},
 		{"dattn", []int{T, qd}, "o_proj backward", "attention backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dattn }},
@@ -1343,14 +1345,7 @@ func (d *decoder) layerBackward(i int, g, dres *ref) {
 	if d.fused[i] {
 		grads = append(grads, gradSpec{"dqkv", []int{T, qd + 2*kd}, "qkv backward", "qkv backward", func(x *model.LayerGradBufs) *gpu.Tensor { return &x.Dqkv }})
 	}
-	if d.lean[i] {
-		// The recomputed act lives in dgate from the down backward on.
-		for k := range grads {
-			if grads[k].name == "dgate" {
-				grads[k].first = "down backward"
-			}
-		}
-	}
+	// A lean layer's recomputed act lives in dgate until dW_down.
 	var grad *ref
 	gb := &model.LayerGradBufs{}
 	if !p.running() {

@@ -241,8 +241,11 @@ func TestPlanPolicies(t *testing.T) {
 		}},
 		{"element-wise layers", "recompute: 'false'\n  recompute_elementwise: 'layer.index == 1'", func(t *testing.T, p *plan.Plan) {
 			// Layer 1 keeps gate and up but not xn, xn2 and act; its
-			// backward recomputes act into dgate, which is live from the
-			// down backward on. Layer 0 keeps everything.
+			// backward recomputes act into dgate. Layer 0 keeps
+			// everything. In both, dgate (which takes dy·W_down, or which
+			// a backend writes with dup from dy in one op) and dup are
+			// live from the down backward on, and dy·W_down has no buffer
+			// of its own.
 			for _, n := range []string{"xn", "xn2", "act", "gate", "up"} {
 				want := n == "gate" || n == "up"
 				if b := p.Buffer("train.saved.layer1." + n); (b != nil) != want {
@@ -252,10 +255,15 @@ func TestPlanPolicies(t *testing.T) {
 					t.Errorf("train.saved.layer0.%s not declared", n)
 				}
 			}
-			for layer, first := range map[int]string{0: "swiglu backward", 1: "down backward"} {
-				b := p.Buffer(fmt.Sprintf("train.bwd.layer%d.dgate", layer))
-				if b == nil || !strings.HasSuffix(p.Ops[b.Start].Name, first) {
-					t.Errorf("train.bwd.layer%d.dgate = %+v, want it live from the %s", layer, b, first)
+			for layer := range 2 {
+				for _, n := range []string{"dgate", "dup"} {
+					b := p.Buffer(fmt.Sprintf("train.bwd.layer%d.%s", layer, n))
+					if b == nil || !strings.HasSuffix(p.Ops[b.Start].Name, "down backward") {
+						t.Errorf("train.bwd.layer%d.%s = %+v, want it live from the down backward", layer, n, b)
+					}
+				}
+				if b := p.Buffer(fmt.Sprintf("train.bwd.layer%d.dact", layer)); b != nil {
+					t.Errorf("train.bwd.layer%d.dact declared: %+v", layer, b)
 				}
 			}
 		}},

@@ -314,7 +314,7 @@ func TestProcessFailures(t *testing.T) {
 		// both models where it fits; rank 1 plans for a GPU of the bytes
 		// the job needs without it.
 		spec := exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "gpus_per_node: 2", "steps: 12", "steps: 3", "max_tokens_per_gpu: 768", "max_tokens_per_gpu: 256")
-		gpus := []string{"h100-80g", "2461343232"}
+		gpus := []string{"h100-80g", "2461228544"}
 		root := t.TempDir()
 		ranks := startNodesArgs(t, 1, 2, nil, func(r int) []string {
 			return []string{"run", "--backend", "cpu", "--gpu", gpus[r], "--runs", root, spec}
