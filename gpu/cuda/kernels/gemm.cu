@@ -231,3 +231,155 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_bf16(u16* out
 extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out, u16* gout, u16* uout, int* ctr, const __grid_constant__ TMap tx, const __grid_constant__ TMap tg, const __grid_constant__ TMap tu, int m, int n, int k) {
   GS_ONLY((gemm_swiglu<true>(out, gout, uout, ctr, &tx, &tg, &tu, m, n, k)));
 }
+
+// ---------------------------------------------------------------------------
+// The down projection's input gradient with SwiGLU's backward in its
+// epilogue, on Hopper: for dy [m, k] (the gradient of the down projection's
+// output, k the hidden size), the down weight w [k, n] (row-major, n the
+// intermediate size) and the gate and up products g, u [m, n] (16-bit, k a
+// multiple of 64, n of 8), dact = dy·w rounded to the dtype and then
+// k_swiglu_bwd8 of it: dg and du [m, n], element for element the same
+// operations, so that they are its bits for this dact. dact is never
+// stored. Its accumulation order is this kernel's (the k-steps in order),
+// so its low bits may differ from cuBLASLt's product's.
+//
+// The persistent CTA of k_gemm_swiglu_* (tiles from the tile queue,
+// counter ctr; four 40 KB buffers and a 50 KB staging tile), on tiles of
+// 128 rows of dy and 192 output columns, with a fourth warpgroup for the
+// epilogue, which has more to do here (two loads and two stores of each
+// output, SwiGLU's backward): with three warps, as k_gemm_swiglu_* has,
+// it took about twice the tile's products (BenchmarkDownSwiGLUBackward on
+// an H100):
+//
+// - thread 0 copies, through the TMA, the tile's 128 dy rows (tensor map
+//   {k, 1, m}, 64-wide boxes) and, for each 64-wide step of k, w's 64 rows
+//   of the tile's 192 columns as three 64-column boxes (tensor map {n, 1,
+//   k}), each 64 rows of 128 bytes: an MN-major operand;
+// - the second and third warpgroups own 64 rows each and issue m64n192k16
+//   products with B transposed, round the tile's sums to the dtype into
+//   the staging tile and go on to the next tile;
+// - warps 1-3 and the fourth warpgroup prefetch the tile's g and u rows into L2 as soon as they
+//   know the tile (cp.async.bulk.prefetch, a row at a time), then, once
+//   the tile is staged, read them, two vectors of 8 a thread at a time
+//   with their loads first, and write dg and du 16 bytes at a time while
+//   the tensor cores run the next tile.
+//
+// The TMA reads w's columns past n as zeros, and outputs past n are not
+// written.
+// ---------------------------------------------------------------------------
+
+#define DS_BN 192
+#define DS_EPI 224  // the epilogue's threads: warps 1-3 and 12-15
+
+template <bool F16>
+__device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const TMap* ty, const TMap* tw, const u16* g,
+                                             const u16* u, int m, int n, int k) {
+  constexpr int AT = GS_BM * GS_BK * 2, BB = GS_BK * 128, ST = AT + 3 * BB;
+  u32 base;
+  u16* gbase = wg_smem(base);
+  u32 stage = base + GS_ST * ST;      // the staging tile, GS_BM rows of GS_ROW bytes
+  u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
+  u32 staged = bars + 16 * GS_ST, drained = staged + 8;
+  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
+  int* tq = tq_slots(gbase, base, tqb);
+  const char* gstage = (const char*)gbase + GS_ST * ST;
+  int nm = (m + GS_BM - 1) / GS_BM, nn = (n + DS_BN - 1) / DS_BN, nk = k / GS_BK, nt_all = nm * nn;
+  const int dt = F16 ? DT_F16 : DT_BF16;
+  if (threadIdx.x == 0) {
+    wg_ring_init<GS_ST, true>(bars);
+    mb_init(staged, 8);   // the consumers' warps
+    mb_init(drained, 7);  // the epilogue's
+    tq_init(tqb, 15);     // read by the consumers' and the epilogue's warps
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < 128 || threadIdx.x >= 384) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      int it = 0;
+      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
+        int mt, nt;
+        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
+        int m0 = mt * GS_BM, n0 = nt * DS_BN;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          int b = wg_ring_slot<GS_ST>(bars, it);
+          u32 full = bars + 8 * b, st = base + b * ST;
+          mb_expect(full, (u32)ST);
+          tma_load3(st, ty, kb * GS_BK, 0, m0, full);
+#pragma unroll
+          for (int j3 = 0; j3 < 3; j3++) tma_load3(st + AT + j3 * BB, tw, n0 + 64 * j3, 0, kb * GS_BK, full);
+        }
+      }
+    } else if (threadIdx.x >= 32) {
+      // The epilogue: 24 vectors of 8 outputs per row, two a thread at a
+      // time.
+      int e = threadIdx.x < 128 ? threadIdx.x - 32 : threadIdx.x - 384 + 96;
+      for (int i = 0, t; (t = tq_get(tqb, tq, i)) >= 0; i++) {
+        int mt, nt;
+        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
+        int m0 = mt * GS_BM, n0 = nt * DS_BN;
+        // The tile's g and u rows into L2 (one bulk prefetch a row of
+        // each) while the tensor cores run its products, so that the
+        // loads below find them there.
+        u32 bytes = (u32)min(DS_BN, n - n0) * 2;
+#pragma unroll 1
+        for (int r = e; r < 2 * GS_BM; r += DS_EPI) {
+          int row = r >> 1;
+          if (m0 + row < m) {
+            const u16* src = ((r & 1) ? u : g) + (i64)(m0 + row) * n + n0;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+          }
+        }
+        mb_wait(staged, i & 1);
+        for (int q = e; q < GS_BM * 24; q += 2 * DS_EPI) {
+          uint4 gv[2], uv[2];
+#pragma unroll
+          for (int h2 = 0; h2 < 2; h2++) {
+            int qq = q + DS_EPI * h2, row = qq / 24, col = n0 + (qq - row * 24) * 8;
+            if (qq < GS_BM * 24 && m0 + row < m && col < n) {
+              i64 at = (i64)(m0 + row) * n + col;
+              gv[h2] = *(const uint4*)(g + at);
+              uv[h2] = *(const uint4*)(u + at);
+            }
+          }
+#pragma unroll
+          for (int h2 = 0; h2 < 2; h2++) {
+            int qq = q + DS_EPI * h2, row = qq / 24, v = qq - row * 24, col = n0 + v * 8;
+            if (qq >= GS_BM * 24 || m0 + row >= m || col >= n) continue;
+            i64 at = (i64)(m0 + row) * n + col;
+            uint4 dv = *(const uint4*)(gstage + row * GS_ROW + v * 16);
+            u32 dw4[4] = {dv.x, dv.y, dv.z, dv.w}, gw[4] = {gv[h2].x, gv[h2].y, gv[h2].z, gv[h2].w},
+                uw[4] = {uv[h2].x, uv[h2].y, uv[h2].z, uv[h2].w}, og[4], ou[4];
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+              float rg[2], ru[2];
+#pragma unroll
+              for (int h = 0; h < 2; h++) {
+                float d = gs_val<F16>(dw4[p], h), x = gs_val<F16>(gw[p], h), y = gs_val<F16>(uw[p], h);
+                float s = sigmoid(x);
+                ru[h] = d * rnd(dt, x * s);
+                float tt = rnd(dt, d * y);
+                rg[h] = tt * (s * (1.0f + x * (1.0f - s)));
+              }
+              og[p] = wg_pack<F16>(rg[0], rg[1]);
+              ou[p] = wg_pack<F16>(ru[0], ru[1]);
+            }
+            *(uint4*)(du + at) = make_uint4(ou[0], ou[1], ou[2], ou[3]);
+            *(uint4*)(dg + at) = make_uint4(og[0], og[1], og[2], og[3]);
+          }
+        }
+        warp_arrive(drained);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n" ::: "memory");
+  wg_consume<F16, GS_ST, 192, true, true>(base, bars, ST, AT, nk, tqb, tq, stage, GS_ROW, staged, drained);
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) k_gemm_dswiglu_bf16(u16* dg, u16* du, int* ctr, const __grid_constant__ TMap ty, const __grid_constant__ TMap tw, const u16* g, const u16* u, int m, int n, int k) {
+  GS_ONLY((gemm_dswiglu<false>(dg, du, ctr, &ty, &tw, g, u, m, n, k)));
+}
+extern "C" __global__ void __launch_bounds__(512, 1) k_gemm_dswiglu_f16(u16* dg, u16* du, int* ctr, const __grid_constant__ TMap ty, const __grid_constant__ TMap tw, const u16* g, const u16* u, int m, int n, int k) {
+  GS_ONLY((gemm_dswiglu<true>(dg, du, ctr, &ty, &tw, g, u, m, n, k)));
+}

@@ -325,11 +325,14 @@ __device__ __forceinline__ void wg_tile_order(int t, int nm, int nn, int& mt, in
 // warpgroup's 64 A rows at aOff in it and the N B rows at bOff), the first
 // step starting the sums in d (N/2 of them) afresh. Each buffer goes back
 // to the producer once the next step's products are issued, the tile's
-// last at once after its own.
-template <bool F16, int ST, int N, bool WARP>
+// last at once after its own. With MNB the B tile is MN-major (N = 192:
+// three blocks of 64 columns, each its 64 rows of 128 bytes, 8 KB apart)
+// and goes in transposed.
+template <bool F16, int ST, int N, bool WARP, bool MNB = false>
 __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 stBytes, u32 aOff, u32 bOff, int nk,
                                              int& it) {
   static_assert(N == 192 || N == 256, "wg_ring_tile: N is 192 or 256");
+  static_assert(!MNB || N == 192, "wg_ring_tile: an MN-major B has 192 columns");
   for (int kb = 0; kb < nk; kb++, it++) {
     int b = it % ST;
     mb_wait(bars + 8 * b, (it / ST) & 1);
@@ -338,7 +341,8 @@ __device__ __forceinline__ void wg_ring_tile(float* d, u32 base, u32 bars, u32 s
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-      if constexpr (N == 192) wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
+      if constexpr (MNB) wg_ss192<F16, 1>(d, wg_kmajor<64>(a, kk), wg_mnmajor<64>(w, kk), kb > 0 || kk > 0);
+      else if constexpr (N == 192) wg_ss192<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<192>(w, kk), kb > 0 || kk > 0);
       else wg_ss256<F16, 0>(d, wg_kmajor<64>(a, kk), wg_kmajor<256>(w, kk), kb > 0 || kk > 0);
     }
     wg_commit();
@@ -418,8 +422,9 @@ __device__ __forceinline__ int tq_get(u32 bars, const int* tq, int j) {
 // ring's nk steps of products (wg_ring_tile, the B rows at bOff), then,
 // once the epilogue has drained the tile before (drained), the
 // warpgroup's rows of sums written into the staging tile at stage (rows of
-// row bytes; wg_stage) and handed over (staged, one arrival a warp).
-template <bool F16, int ST, int N, bool WARP>
+// row bytes; wg_stage) and handed over (staged, one arrival a warp). MNB:
+// the B tiles are MN-major (wg_ring_tile).
+template <bool F16, int ST, int N, bool WARP, bool MNB = false>
 __device__ __forceinline__ void wg_consume(u32 base, u32 bars, u32 stBytes, u32 bOff, int nk, u32 tqb, const int* tq,
                                            u32 stage, u32 row, u32 staged, u32 drained) {
   int grp = (threadIdx.x >> 7) - 1;
@@ -428,7 +433,7 @@ __device__ __forceinline__ void wg_consume(u32 base, u32 bars, u32 stBytes, u32 
   for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
   int it = 0;
   for (int i = 0; tq_get(tqb, tq, i) >= 0; i++) {
-    wg_ring_tile<F16, ST, N, WARP>(d, base, bars, stBytes, grp * 64 * 128, bOff, nk, it);
+    wg_ring_tile<F16, ST, N, WARP, MNB>(d, base, bars, stBytes, grp * 64 * 128, bOff, nk, it);
     if (i > 0) mb_wait(drained, (i - 1) & 1);
     wg_stage<F16, N>(stage, row, d);
     warp_arrive(staged);
