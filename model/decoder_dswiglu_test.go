@@ -59,17 +59,6 @@ func TestDownSwiGLUBackward(t *testing.T) {
 	dir := filepath.Join("testdata", "hf", "qwen2")
 	g := loadGolden(t, dir)
 	p := packSamples(g)
-	grads := func(b *downSwiGLUBackend, mode actMode) map[string][]float32 {
-		a := newTestArena(t, b, 24<<20)
-		m := loadTestModel(t, a, dir)
-		r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
-		logp, _ := r.forward(1)
-		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
-		for i := range dl {
-			dl[i], de[i] = -1/float32(len(dl)), 0.01
-		}
-		return r.params(r.backward(dl, de, mode))
-	}
 	cfg, err := LoadConfig(filepath.Join(dir, "model"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +67,9 @@ func TestDownSwiGLUBackward(t *testing.T) {
 		name string
 		mode actMode
 	}{{"kept", kept}, {"recomputed", recomputed}, {"lean", lean}} {
-		want := grads(&downSwiGLUBackend{Backend: cpu.New()}, c.mode)
+		want := paramGrads(t, &downSwiGLUBackend{Backend: cpu.New()}, dir, p, c.mode)
 		refusing := &downSwiGLUBackend{Backend: cpu.New(), refuse: true}
-		got := grads(refusing, c.mode)
+		got := paramGrads(t, refusing, dir, p, c.mode)
 		if refusing.calls != cfg.NumLayers {
 			t.Errorf("%s: %d DownSwiGLUBackward calls, want %d", c.name, refusing.calls, cfg.NumLayers)
 		}

@@ -48,6 +48,21 @@ func (b *gateUpBackend) outcome() error {
 	return nil
 }
 
+// paramGrads runs the model at dir forward and backward on b (bf16 compute,
+// f32 grads) for p, with a fixed loss gradient and the layers'
+// activations as mode says, and returns its parameters' gradients.
+func paramGrads(t *testing.T, b gpu.Backend, dir string, p packed, mode actMode) map[string][]float32 {
+	t.Helper()
+	a := newTestArena(t, b, 24<<20)
+	r := newRun(t, a, loadTestModel(t, a, dir), p, gpu.BF16, gpu.F32)
+	logp, _ := r.forward(1)
+	dl, de := make([]float32, len(logp)), make([]float32, len(logp))
+	for i := range dl {
+		dl[i], de[i] = -1/float32(len(dl)), 0.01
+	}
+	return r.params(r.backward(dl, de, mode))
+}
+
 // A forward marked Transient takes the backend's GateUpSwiGLU for every
 // layer and gives the unfused forward's log-probs, with Act a buffer of its
 // own or Gate's; one not marked, or a backend that refuses the operands,
@@ -123,15 +138,7 @@ func TestGateUpKeepBackward(t *testing.T) {
 	p := packSamples(g)
 	grads := func(refuse bool, mode actMode) (*gateUpBackend, map[string][]float32) {
 		b := &gateUpBackend{Backend: cpu.New(), refuse: refuse}
-		a := newTestArena(t, b, 24<<20)
-		m := loadTestModel(t, a, dir)
-		r := newRun(t, a, m, p, gpu.BF16, gpu.F32)
-		logp, _ := r.forward(1)
-		dl, de := make([]float32, len(logp)), make([]float32, len(logp))
-		for i := range dl {
-			dl[i], de[i] = -1/float32(len(dl)), 0.01
-		}
-		return b, r.params(r.backward(dl, de, mode))
+		return b, paramGrads(t, b, dir, p, mode)
 	}
 	cfg, err := LoadConfig(filepath.Join(dir, "model"))
 	if err != nil {

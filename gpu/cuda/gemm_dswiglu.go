@@ -60,23 +60,14 @@ func (b *Backend) DownSwiGLUBackward(dGate, dUp, dy, down, gate, up gpu.Tensor) 
 	if t == 0 {
 		return nil
 	}
-	s, err := b.stream()
-	if err != nil {
-		return err
-	}
 	// dy in boxes of 64 columns and gsBM rows; the down weight [K,N] in
 	// boxes of 64 of its N columns and gsBK of its K rows.
-	ms, err := tensorMaps(b.d, tmapKey{as[2], t, 1, k, gsBM}, tmapKey{as[3], k, 1, n, gsBK})
+	s, ms, err := b.persistentStart(tmapKey{as[2], t, 1, k, gsBM}, tmapKey{as[3], k, 1, n, gsBK})
 	if err != nil {
 		return err
 	}
-	name := "k_gemm_dswiglu_bf16"
-	if dt == gpu.F16 {
-		name = "k_gemm_dswiglu_f16"
-	}
-	// One persistent CTA per SM (or per tile, if fewer).
-	nb := min((t+gsBM-1)/gsBM*((n+dsBN-1)/dsBN), max(b.d.info.SMs, 1))
-	return b.issue(launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: dsThreads, by: 1, bz: 1, smem: gsSmem(),
+	nb := b.persistentGrid((t + gsBM - 1) / gsBM * ((n + dsBN - 1) / dsBN))
+	return b.issue(launch{name: kernel16("k_gemm_dswiglu", dt), gx: nb, gy: 1, gz: 1, bx: dsThreads, by: 1, bz: 1, smem: gsSmem(),
 		args: new(kargs).u64(as[0]).u64(as[1]).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
 			u64(as[4]).u64(as[5]).i32(t).i32(n).i32(k)})
 }

@@ -155,15 +155,7 @@ func BenchmarkDownSwiGLUBackward(bb *testing.B) {
 	}
 	defer b.Free(mem)
 	var off int64
-	ten := func(r, c int, scale float32) gpu.Tensor {
-		x := benchTensor(bb, mem, &off, gpu.BF16, r, c)
-		if scale != 0 {
-			if err := b.Upload(x, scrambled(r*c, scale)); err != nil {
-				bb.Fatal(err)
-			}
-		}
-		return x
-	}
+	ten := func(r, c int, scale float32) gpu.Tensor { return benchScrambled(bb, b, mem, &off, scale, r, c) }
 	dy, down := ten(T, H, 1), ten(H, I, 0.05)
 	gate, up := ten(T, I, 1), ten(T, I, 1)
 	dact, dg, du := ten(T, I, 0), ten(T, I, 0), ten(T, I, 0)

@@ -92,24 +92,15 @@ func (b *Backend) QKVRoPE(q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta fl
 	if t == 0 {
 		return nil
 	}
-	s, err := b.stream()
+	s, ms, err := b.persistentStart(tmapKey{as[3], t, 1, kd, qpBM}, tmapKey{as[4], n, 1, kd, qpBN})
 	if err != nil {
 		return err
 	}
-	ms, err := tensorMaps(b.d, tmapKey{as[3], t, 1, kd, qpBM}, tmapKey{as[4], n, 1, kd, qpBN})
-	if err != nil {
-		return err
-	}
-	sfx := "_bf16"
-	if dt == gpu.F16 {
-		sfx = "_f16"
-	}
-	// One persistent CTA per SM (or per tile, if fewer).
-	nb := min((t+qpBM-1)/qpBM*((n+qpBN-1)/qpBN), max(b.d.info.SMs, 1))
+	nb := b.persistentGrid((t + qpBM - 1) / qpBM * ((n + qpBN - 1) / qpBN))
 	return b.issue(
-		launch{name: "k_rope_cs16" + sfx, gx: b.d.gridFor(int64(t) * int64(d/2)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
+		launch{name: kernel16("k_rope_cs16", dt), gx: b.d.gridFor(int64(t) * int64(d/2)), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
 			args: new(kargs).u64(as[5]).u64(pa).i32(t).i32(d).put(tbl)},
-		launch{name: "k_gemm_qkv" + sfx, gx: uint32(nb), gy: 1, gz: 1, bx: qpThreads, by: 1, bz: 1, smem: qpSmem(),
+		launch{name: kernel16("k_gemm_qkv", dt), gx: nb, gy: 1, gz: 1, bx: qpThreads, by: 1, bz: 1, smem: qpSmem(),
 			args: new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[6]).u64(as[5]).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
 				i32(t).i32(hq).i32(hkv).i32(d).i32(kd)})
 }

@@ -176,15 +176,7 @@ func BenchmarkQKVRoPE(bb *testing.B) {
 	}
 	defer b.Free(mem)
 	var off int64
-	ten := func(scale float32, shape ...int) gpu.Tensor {
-		x := benchTensor(bb, mem, &off, gpu.BF16, shape...)
-		if scale != 0 {
-			if err := b.Upload(x, scrambled(x.Numel(), scale)); err != nil {
-				bb.Fatal(err)
-			}
-		}
-		return x
-	}
+	ten := func(scale float32, shape ...int) gpu.Tensor { return benchScrambled(bb, b, mem, &off, scale, shape...) }
 	x, w, bias := ten(1, T, K), ten(0.05, N, K), ten(0.5, N)
 	qkv := ten(0, T, N)
 	q, k, v := ten(0, T, HQ, D), ten(0, T, HKV, D), ten(0, T, HKV, D)

@@ -106,21 +106,12 @@ func (b *Backend) gateUpSwiGLU(op string, t, k, n int, act, gOut, uOut, x, gate,
 	if t == 0 {
 		return nil
 	}
-	s, err := b.stream()
+	s, ms, err := b.persistentStart(tmapKey{as[1], t, 1, k, gsBM}, tmapKey{as[2], n, 1, k, gsBN}, tmapKey{as[3], n, 1, k, gsBN})
 	if err != nil {
 		return err
 	}
-	ms, err := tensorMaps(b.d, tmapKey{as[1], t, 1, k, gsBM}, tmapKey{as[2], n, 1, k, gsBN}, tmapKey{as[3], n, 1, k, gsBN})
-	if err != nil {
-		return err
-	}
-	name := "k_gemm_swiglu_bf16"
-	if dt == gpu.F16 {
-		name = "k_gemm_swiglu_f16"
-	}
-	// One persistent CTA per SM (or per tile, if fewer).
-	nb := min((t+gsBM-1)/gsBM*((n+gsBN-1)/gsBN), max(b.d.info.SMs, 1))
-	return b.issue(launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: gsThreads, by: 1, bz: 1, smem: gsSmem(),
+	nb := b.persistentGrid((t + gsBM - 1) / gsBM * ((n + gsBN - 1) / gsBN))
+	return b.issue(launch{name: kernel16("k_gemm_swiglu", dt), gx: nb, gy: 1, gz: 1, bx: gsThreads, by: 1, bz: 1, smem: gsSmem(),
 		args: new(kargs).u64(as[0]).u64(as[4]).u64(as[5]).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).put(ms[2][:]).
 			i32(t).i32(n).i32(k)})
 }

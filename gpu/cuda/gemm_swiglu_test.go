@@ -136,16 +136,7 @@ func BenchmarkGateUpSwiGLU(bb *testing.B) {
 	}
 	defer b.Free(mem)
 	var off int64
-	// ten is a [r,c] bf16 operand, of scrambled values when scale is not 0.
-	ten := func(r, c int, scale float32) gpu.Tensor {
-		x := benchTensor(bb, mem, &off, gpu.BF16, r, c)
-		if scale != 0 {
-			if err := b.Upload(x, scrambled(r*c, scale)); err != nil {
-				bb.Fatal(err)
-			}
-		}
-		return x
-	}
+	ten := func(r, c int, scale float32) gpu.Tensor { return benchScrambled(bb, b, mem, &off, scale, r, c) }
 	x, gate, up := ten(T, K, 1), ten(N, K, 0.05), ten(N, K, 0.05)
 	g, u, act := ten(T, N, 0), ten(T, N, 0), ten(T, N, 0)
 	flops := 2 * 2 * float64(T) * float64(K) * float64(N)

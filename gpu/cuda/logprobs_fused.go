@@ -81,13 +81,9 @@ func (b *Backend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature floa
 	if err != nil {
 		return err
 	}
-	name := "k_lp_head_bf16"
-	if dt == gpu.F16 {
-		name = "k_lp_head_f16"
-	}
-	nb := min((a.c+lhBM-1)/lhBM*nn, max(b.d.info.SMs, 1))
+	nb := b.persistentGrid((a.c + lhBM - 1) / lhBM * nn)
 	return b.issue(
-		launch{name: name, gx: uint32(nb), gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
+		launch{name: kernel16("k_lp_head", dt), gx: nb, gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
 			args: new(kargs).u64(part).u64(tz).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
 		launch{name: "k_lp_combine", gx: rowGrid((int64(a.c) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
 			args: new(kargs).u64(part).u64(tz).u64(a.tg).i32(a.c).i32(nn).i32(a.v).u64(lpa).u64(b.d.flag)})

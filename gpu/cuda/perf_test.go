@@ -414,6 +414,20 @@ func benchTensor(bb *testing.B, mem gpu.Memory, off *int64, dt gpu.DType, shape 
 	return x
 }
 
+// benchScrambled is benchTensor of a bf16 operand of shape, uploaded with
+// scrambled values of scale where scale is not 0 (left as it is
+// otherwise: an output).
+func benchScrambled(bb *testing.B, b *Backend, mem gpu.Memory, off *int64, scale float32, shape ...int) gpu.Tensor {
+	bb.Helper()
+	x := benchTensor(bb, mem, off, gpu.BF16, shape...)
+	if scale != 0 {
+		if err := b.Upload(x, scrambled(x.Numel(), scale)); err != nil {
+			bb.Fatal(err)
+		}
+	}
+	return x
+}
+
 // timeOp times f on b as sub-benchmark name of bb: a warm-up run (an op
 // this GPU does not fuse skips), then sb.N runs between syncs, reporting
 // TFLOP/s for flops and GB/s for bytes a run where they are not 0.

@@ -144,43 +144,23 @@ template <bool F16>
 __device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int* ctr, const TMap* tx, const TMap* tg,
                                             const TMap* tu, int m, int n, int k) {
   constexpr int AT = GS_BM * GS_BK * 2, BT = GS_BN * GS_BK * 2, ST = AT + 2 * BT;
-  u32 base;
-  u16* gbase = wg_smem(base);
-  u32 stage = base + GS_ST * ST;      // the staging tile, GS_BM rows of GS_ROW bytes
-  u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
-  u32 staged = bars + 16 * GS_ST, drained = staged + 8;
-  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
-  int* tq = tq_slots(gbase, base, tqb);
-  const char* gstage = (const char*)gbase + GS_ST * ST;
+  // The ring, the staging tile, their mbarriers and the tile queue
+  // (3 epilogue warps).
+  const WgStaged w = wg_staged<GS_ST, true>(ST, GS_BM, GS_ROW, 3);
+  const u32 base = w.base, bars = w.bars, staged = w.staged, drained = w.drained, tqb = w.tqb, stage = w.stage;
+  const char* gstage = w.gstage;
+  int* tq = w.tq;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;
-  if (threadIdx.x == 0) {
-    wg_ring_init<GS_ST, true>(bars);
-    mb_init(staged, 8);   // the consumers' warps
-    mb_init(drained, 3);  // the epilogue's
-    tq_init(tqb, 11);     // read by the consumers' and the epilogue's warps
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
-      // it counts k-steps across the CTA's tiles: buffer it % GS_ST, in
-      // its (it / GS_ST)-th use.
-      int it = 0;
-      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
-        int mt, nt;
-        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
-        int m0 = mt * GS_BM, n0 = nt * GS_BN;
-        for (int kb = 0; kb < nk; kb++, it++) {
-          int b = wg_ring_slot<GS_ST>(bars, it);
-          u32 full = bars + 8 * b, st = base + b * ST;
-          mb_expect(full, (u32)ST);
-          tma_load3(st, tx, kb * GS_BK, 0, m0, full);
-          tma_load3(st + AT, tg, kb * GS_BK, 0, n0, full);
-          tma_load3(st + AT + BT, tu, kb * GS_BK, 0, n0, full);
-        }
-      }
+      wg_produce<GS_ST, GS_GROUP>(base, bars, ST, nk, tqb, tq, ctr, nt_all, nm, nn,
+                                  [&](u32 st, u32 full, int mt, int nt, int kb) {
+                                    tma_load3(st, tx, kb * GS_BK, 0, mt * GS_BM, full);
+                                    tma_load3(st + AT, tg, kb * GS_BK, 0, nt * GS_BN, full);
+                                    tma_load3(st + AT + BT, tu, kb * GS_BK, 0, nt * GS_BN, full);
+                                  });
     } else if (threadIdx.x >= 32) {
       // The epilogue: 12 vectors of 8 outputs per row.
       int e = threadIdx.x - 32;
@@ -275,41 +255,24 @@ template <bool F16>
 __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const TMap* ty, const TMap* tw, const u16* g,
                                              const u16* u, int m, int n, int k) {
   constexpr int AT = GS_BM * GS_BK * 2, BB = GS_BK * 128, ST = AT + 3 * BB;
-  u32 base;
-  u16* gbase = wg_smem(base);
-  u32 stage = base + GS_ST * ST;      // the staging tile, GS_BM rows of GS_ROW bytes
-  u32 bars = stage + GS_BM * GS_ROW;  // full[GS_ST], empty[GS_ST], staged, drained
-  u32 staged = bars + 16 * GS_ST, drained = staged + 8;
-  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
-  int* tq = tq_slots(gbase, base, tqb);
-  const char* gstage = (const char*)gbase + GS_ST * ST;
+  // The ring, the staging tile, their mbarriers and the tile queue
+  // (7 epilogue warps).
+  const WgStaged w = wg_staged<GS_ST, true>(ST, GS_BM, GS_ROW, 7);
+  const u32 base = w.base, bars = w.bars, staged = w.staged, drained = w.drained, tqb = w.tqb, stage = w.stage;
+  const char* gstage = w.gstage;
+  int* tq = w.tq;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + DS_BN - 1) / DS_BN, nk = k / GS_BK, nt_all = nm * nn;
   const int dt = F16 ? DT_F16 : DT_BF16;
-  if (threadIdx.x == 0) {
-    wg_ring_init<GS_ST, true>(bars);
-    mb_init(staged, 8);   // the consumers' warps
-    mb_init(drained, 7);  // the epilogue's
-    tq_init(tqb, 15);     // read by the consumers' and the epilogue's warps
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
   if (threadIdx.x < 128 || threadIdx.x >= 384) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
-      int it = 0;
-      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
-        int mt, nt;
-        wg_tile_order<GS_GROUP>(t, nm, nn, mt, nt);
-        int m0 = mt * GS_BM, n0 = nt * DS_BN;
-        for (int kb = 0; kb < nk; kb++, it++) {
-          int b = wg_ring_slot<GS_ST>(bars, it);
-          u32 full = bars + 8 * b, st = base + b * ST;
-          mb_expect(full, (u32)ST);
-          tma_load3(st, ty, kb * GS_BK, 0, m0, full);
+      wg_produce<GS_ST, GS_GROUP>(base, bars, ST, nk, tqb, tq, ctr, nt_all, nm, nn,
+                                  [&](u32 st, u32 full, int mt, int nt, int kb) {
+                                    tma_load3(st, ty, kb * GS_BK, 0, mt * GS_BM, full);
 #pragma unroll
-          for (int j3 = 0; j3 < 3; j3++) tma_load3(st + AT + j3 * BB, tw, n0 + 64 * j3, 0, kb * GS_BK, full);
-        }
-      }
+                                    for (int j3 = 0; j3 < 3; j3++)
+                                      tma_load3(st + AT + j3 * BB, tw, nt * DS_BN + 64 * j3, 0, kb * GS_BK, full);
+                                  });
     } else if (threadIdx.x >= 32) {
       // The epilogue: 24 vectors of 8 outputs per row, two a thread at a
       // time.

@@ -144,39 +144,22 @@ template <bool F16>
 __device__ __forceinline__ void gemm_qkv(u16* q, u16* k, u16* v, const u16* bias, const u16* cs, int* ctr,
                                          const TMap* tx, const TMap* tw, int m, int hq, int hkv, int d, int kd) {
   constexpr int AT = QP_BM * QP_BK * 2, BT = QP_BN * QP_BK * 2, ST = AT + BT;
-  u32 base;
-  u16* gbase = wg_smem(base);
-  u32 stage = base + QP_ST * ST;      // the staging tile, QP_BM rows of QP_ROW bytes
-  u32 bars = stage + QP_BM * QP_ROW;  // full[QP_ST], empty[QP_ST], staged, drained
-  u32 staged = bars + 16 * QP_ST, drained = staged + 8;
-  u32 tqb = drained + 8;  // the tile queue's mbarriers, then its slots
-  int* tq = tq_slots(gbase, base, tqb);
-  const char* gstage = (const char*)gbase + QP_ST * ST;
+  // The ring, the staging tile, their mbarriers and the tile queue
+  // (3 epilogue warps).
+  const WgStaged w = wg_staged<QP_ST, false>(ST, QP_BM, QP_ROW, 3);
+  const u32 base = w.base, bars = w.bars, staged = w.staged, drained = w.drained, tqb = w.tqb, stage = w.stage;
+  const char* gstage = w.gstage;
+  int* tq = w.tq;
   int n = (hq + 2 * hkv) * d;
   int nm = (m + QP_BM - 1) / QP_BM, nn = (n + QP_BN - 1) / QP_BN, nk = kd / QP_BK, nt_all = nm * nn;
-  if (threadIdx.x == 0) {
-    wg_ring_init<QP_ST, false>(bars);
-    mb_init(staged, 8);   // the consumers' warps
-    mb_init(drained, 3);  // the epilogue's
-    tq_init(tqb, 11);     // read by the consumers' and the epilogue's warps
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n" ::: "memory");
     if (threadIdx.x == 0) {
-      int it = 0;
-      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
-        int mt, nt;
-        wg_tile_order<QP_GROUP>(t, nm, nn, mt, nt);
-        for (int kb = 0; kb < nk; kb++, it++) {
-          int b = wg_ring_slot<QP_ST>(bars, it);
-          u32 full = bars + 8 * b, st = base + b * ST;
-          mb_expect(full, (u32)ST);
-          tma_load3(st, tx, kb * QP_BK, 0, mt * QP_BM, full);
-          tma_load3(st + AT, tw, kb * QP_BK, 0, nt * QP_BN, full);
-        }
-      }
+      wg_produce<QP_ST, QP_GROUP>(base, bars, ST, nk, tqb, tq, ctr, nt_all, nm, nn,
+                                  [&](u32 st, u32 full, int mt, int nt, int kb) {
+                                    tma_load3(st, tx, kb * QP_BK, 0, mt * QP_BM, full);
+                                    tma_load3(st + AT, tw, kb * QP_BK, 0, nt * QP_BN, full);
+                                  });
     } else if (threadIdx.x >= 32) {
       for (int i = 0, t; (t = tq_get(tqb, tq, i)) >= 0; i++) {
         int mt, nt;

@@ -416,6 +416,70 @@ __device__ __forceinline__ int tq_get(u32 bars, const int* tq, int j) {
   return t;
 }
 
+// wg_produce is a persistent product's producer thread: it takes the
+// CTA's tiles from the tile queue (tqb, tq; counter ctr, nt_all tiles of
+// nm row tiles and nn column tiles in GROUP order) and, for each of a
+// tile's nk steps of the reduction, waits for the ring's next buffer (ST
+// buffers of stBytes at base, mbarriers at bars), expects stBytes of
+// copies on its "full" mbarrier and has load(st, full, mt, nt, kb) issue
+// them into the buffer at shared address st. It counts the steps across
+// the CTA's tiles: buffer it % ST, in its (it / ST)-th use.
+template <int ST, int GROUP, class Load>
+__device__ __forceinline__ void wg_produce(u32 base, u32 bars, u32 stBytes, int nk, u32 tqb, int* tq, int* ctr,
+                                           int nt_all, int nm, int nn, Load load) {
+  int it = 0;
+  for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
+    int mt, nt;
+    wg_tile_order<GROUP>(t, nm, nn, mt, nt);
+    for (int kb = 0; kb < nk; kb++, it++) {
+      int b = wg_ring_slot<ST>(bars, it);
+      u32 full = bars + 8 * b, st = base + b * stBytes;
+      mb_expect(full, stBytes);
+      load(st, full, mt, nt, kb);
+    }
+  }
+}
+
+// WgStaged is the shared memory of a persistent product whose epilogue
+// warps read a staging tile (gemm.cu's gate/up and dswiglu, gemm_qkv.cu's
+// q/k/v), after its ring of buffers at base: the staging tile at stage
+// (gstage, generically), the ring's mbarriers full[ST] and empty[ST] at
+// bars, then staged (the consumers' warps hand a tile over) and drained
+// (the epilogue's warps hand the staging tile back), then the tile
+// queue's mbarriers at tqb and its slots at tq.
+struct WgStaged {
+  u32 base, stage, bars, staged, drained, tqb;
+  int* tq;
+  const char* gstage;
+};
+
+// wg_staged lays out WgStaged after a ring of ST buffers of stBytes each
+// and a staging tile of rows rows of row bytes; thread 0 initialises its
+// mbarriers (the ring's buffers released by the consumers' warps when
+// WARP, else by their threads; drained by epi epilogue warps; the queue
+// read by the 8 consumer warps and those), and the block synchronises.
+template <int ST, bool WARP>
+__device__ __forceinline__ WgStaged wg_staged(u32 stBytes, int rows, u32 row, int epi) {
+  WgStaged w;
+  u16* gbase = wg_smem(w.base);
+  w.stage = w.base + ST * stBytes;
+  w.bars = w.stage + rows * row;
+  w.staged = w.bars + 16 * ST;
+  w.drained = w.staged + 8;
+  w.tqb = w.drained + 8;
+  w.tq = tq_slots(gbase, w.base, w.tqb);
+  w.gstage = (const char*)gbase + ST * stBytes;
+  if (threadIdx.x == 0) {
+    wg_ring_init<ST, WARP>(w.bars);
+    mb_init(w.staged, 8);
+    mb_init(w.drained, epi);
+    tq_init(w.tqb, 8 + epi);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  return w;
+}
+
 // wg_consume runs a consumer warpgroup of a persistent product whose
 // epilogue warps read a staging tile (gemm.cu's gate/up, gemm_qkv.cu's
 // q/k/v): for each of the CTA's tiles (from the tile queue at tqb, tq), the

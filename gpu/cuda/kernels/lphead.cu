@@ -53,19 +53,11 @@ __device__ __forceinline__ void lp_head(float2* part, float* tz, const int* targ
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == 0) {
-      int it = 0;
-      for (int j = 0, t; (t = tq_put(tqb, tq, j, ctr, nt_all)) >= 0; j++) {
-        int mt, nt;
-        wg_tile_order<LH_GROUP>(t, nm, nn, mt, nt);
-        int m0 = mt * LH_BM, n0 = nt * LH_BN;
-        for (int kb = 0; kb < nk; kb++, it++) {
-          int b = wg_ring_slot<LH_ST>(bars, it);
-          u32 full = bars + 8 * b, st = base + b * ST;
-          mb_expect(full, (u32)ST);
-          tma_load3(st, tx, kb * LH_BK, 0, m0, full);
-          tma_load3(st + AT, tw, kb * LH_BK, 0, n0, full);
-        }
-      }
+      wg_produce<LH_ST, LH_GROUP>(base, bars, ST, nk, tqb, tq, ctr, nt_all, nm, nn,
+                                  [&](u32 st, u32 full, int mt, int nt, int kb) {
+                                    tma_load3(st, tx, kb * LH_BK, 0, mt * LH_BM, full);
+                                    tma_load3(st + AT, tw, kb * LH_BK, 0, nt * LH_BN, full);
+                                  });
     }
     return;
   }
