@@ -312,7 +312,10 @@ func TestProcessFailures(t *testing.T) {
 	t.Run("the ranks plan differently", func(t *testing.T) {
 		// With micro-batches of 256 tokens the plan takes gather_once for
 		// both models where it fits; rank 1 plans for a GPU of the bytes
-		// the job needs without it.
+		// the job needs without it. The job's device total is 2461163008
+		// bytes without gather_once and 2461294336 with it (rlpipe plan
+		// --json --gpu of the spec, device_total_bytes, at GPUs either
+		// side); rank 1's GPU lies between the two.
 		spec := exampleVariant(t, "tiny-grpo.yaml", "gpus_per_node: 1", "gpus_per_node: 2", "steps: 12", "steps: 3", "max_tokens_per_gpu: 768", "max_tokens_per_gpu: 256")
 		gpus := []string{"h100-80g", "2461228544"}
 		root := t.TempDir()
