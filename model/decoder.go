@@ -451,6 +451,16 @@ type gemmAdder interface {
 	GemmAdd(d, c, a, b gpu.Tensor, transA, transB bool) error
 }
 
+// fusedDone reads a fused op's outcome: nil is done, an error wrapping
+// gpu.ErrNotFused a refusal (the caller runs the op's steps instead), any
+// other error a failure.
+func fusedDone(err error) (bool, error) {
+	if errors.Is(err, gpu.ErrNotFused) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // gemmAdded computes out = res + x·wᵀ as one op where b has one that takes
 // the operands (the sum rounded once), and reports whether it did;
 // otherwise the caller runs the product and the add.
@@ -459,11 +469,7 @@ func gemmAdded(b gpu.Backend, out, res, x, w gpu.Tensor) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	err := f.GemmAdd(out, res, x, w, false, true)
-	if errors.Is(err, gpu.ErrNotFused) {
-		return false, nil
-	}
-	return err == nil, err
+	return fusedDone(f.GemmAdd(out, res, x, w, false, true))
 }
 
 // gateUpSwiGLUer is a backend with the MLP's gate/up product and SwiGLU as
@@ -487,16 +493,10 @@ func gateUpFused(b gpu.Backend, lv layerViews, w LayerWeights, transient, withDo
 	if !ok || transient && !withDown {
 		return false, nil
 	}
-	var err error
 	if transient {
-		err = f.GateUpSwiGLU(lv.act, lv.xn2, w.Gate, w.Up)
-	} else {
-		err = f.GateUpSwiGLUKeep(lv.act, lv.gate, lv.up, lv.xn2, w.Gate, w.Up)
+		return fusedDone(f.GateUpSwiGLU(lv.act, lv.xn2, w.Gate, w.Up))
 	}
-	if errors.Is(err, gpu.ErrNotFused) {
-		return false, nil
-	}
-	return err == nil, err
+	return fusedDone(f.GateUpSwiGLUKeep(lv.act, lv.gate, lv.up, lv.xn2, w.Gate, w.Up))
 }
 
 // downSwiGLUBackwarder is a backend with the down projection's input
@@ -517,11 +517,7 @@ func downSwiGLUFused(b gpu.Backend, gv LayerGradBufs, w LayerWeights, lv layerVi
 	if !ok {
 		return false, nil
 	}
-	err := f.DownSwiGLUBackward(gv.Dgate, gv.Dup, gv.Dy, w.Down, lv.gate, lv.up)
-	if errors.Is(err, gpu.ErrNotFused) {
-		return false, nil
-	}
-	return err == nil, err
+	return fusedDone(f.DownSwiGLUBackward(gv.Dgate, gv.Dup, gv.Dy, w.Down, lv.gate, lv.up))
 }
 
 // qkvRoPEr is a backend with the fused q, k and v projection, its biases
@@ -540,11 +536,7 @@ func qkvRoPEd(b gpu.Backend, q, k, v, x, w, bias, pos, scratch gpu.Tensor, theta
 	if !ok {
 		return false, nil
 	}
-	err := f.QKVRoPE(q, k, v, x, w, bias, pos, scratch, theta, scaling)
-	if errors.Is(err, gpu.ErrNotFused) {
-		return false, nil
-	}
-	return err == nil, err
+	return fusedDone(f.QKVRoPE(q, k, v, x, w, bias, pos, scratch, theta, scaling))
 }
 
 // qkvForward computes q, k and v from xn: projections, biases, the Qwen3

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -164,11 +163,7 @@ func (c *Config) headChunkFused(b gpu.Backend, w HeadWeights, a headArgs, lo, hi
 	if err != nil {
 		return false, err
 	}
-	err = f.LogProbsFused(lc, xc, w.LMHead, tc, s.Temperature, ws)
-	if errors.Is(err, gpu.ErrNotFused) {
-		return false, nil
-	}
-	return err == nil, err
+	return fusedDone(f.LogProbsFused(lc, xc, w.LMHead, tc, s.Temperature, ws))
 }
 
 // HeadBackward backpropagates dlogp (F32 [N]) and dentropy (F32 [N], or the
