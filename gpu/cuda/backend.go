@@ -243,9 +243,13 @@ func ltErr(op string, st C.cublasStatus_t) error {
 }
 
 // memsetFlag zeroes the device error flag (worker only).
-func (d *device) memsetFlag() error {
+func (d *device) memsetFlag() error { return zero4(d.flag, "error flag") }
+
+// zero4 zeroes the 4 bytes at device address a (what names them) and
+// waits for it (worker only).
+func zero4(a uint64, what string) error {
 	var z [4]byte
-	if err := cuErr("cuMemcpyHtoD (error flag)", C.cuMemcpyHtoDAsync_(C.CUdeviceptr(d.flag), unsafe.Pointer(&z[0]), 4, 0)); err != nil {
+	if err := cuErr("cuMemcpyHtoD ("+what+")", C.cuMemcpyHtoDAsync_(C.CUdeviceptr(a), unsafe.Pointer(&z[0]), 4, 0)); err != nil {
 		return err
 	}
 	return cuErr("cuCtxSynchronize", C.cuCtxSynchronize_())
@@ -509,13 +513,7 @@ func (s *Stream) tileCounter() uint64 { return uint64(s.scratch) + scratchUsable
 // zeroTileCounter zeroes the stream's tile counter before its first
 // persistent product; each launch leaves it zero for the next (worker
 // only).
-func (s *Stream) zeroTileCounter() error {
-	var z [4]byte
-	if err := cuErr("cuMemcpyHtoD (tile counter)", C.cuMemcpyHtoDAsync_(C.CUdeviceptr(s.tileCounter()), unsafe.Pointer(&z[0]), 4, 0)); err != nil {
-		return err
-	}
-	return cuErr("cuCtxSynchronize", C.cuCtxSynchronize_())
-}
+func (s *Stream) zeroTileCounter() error { return zero4(s.tileCounter(), "tile counter") }
 
 // destroy releases the stream (worker only).
 func (s *Stream) destroy() error {
