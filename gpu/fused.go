@@ -345,3 +345,26 @@ func DownSwiGLUBackwardDims(op string, dGate, dUp, dy, down, gate, up Tensor) (t
 	}
 	return t, k, n, nil
 }
+
+// DownSwiGLUBackwardSteps runs the down projection's input gradient with
+// SwiGLU's backward as its steps: dact = dy·down into scratch of bk's, in
+// gate's dtype, then SwiGLUBackward from it into dGate and dUp.
+func DownSwiGLUBackwardSteps(bk Backend, dGate, dUp, dy, down, gate, up Tensor) error {
+	t, _, n, err := DownSwiGLUBackwardDims("down swiglu backward", dGate, dUp, dy, down, gate, up)
+	if err != nil {
+		return err
+	}
+	mem, err := bk.Alloc(int64(t * n * gate.DType.Size()))
+	if err != nil {
+		return err
+	}
+	defer bk.Free(mem)
+	dact, err := NewTensor(mem, 0, gate.DType, t, n)
+	if err != nil {
+		return err
+	}
+	if err := bk.Gemm(dact, dy, down, false, false, 1, 0); err != nil {
+		return err
+	}
+	return bk.SwiGLUBackward(dGate, dUp, dact, gate, up)
+}

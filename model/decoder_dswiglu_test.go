@@ -12,11 +12,11 @@ import (
 	"github.com/rlpipe/rlpipe/gpu/cpu"
 )
 
-// downSwiGLUBackend is the CPU backend with a DownSwiGLUBackward that
-// checks its operands (gpu.DownSwiGLUBackwardDims) and runs the steps the
-// backward ran before it had one (dy·W_down into a buffer of its own, then
-// SwiGLUBackward from it), or refuses (refuse) or fails (fail), counting
-// its calls.
+// downSwiGLUBackend is the CPU backend with a DownSwiGLUBackward that runs
+// its steps (gpu.DownSwiGLUBackwardSteps: the product into a buffer of its
+// own, then SwiGLUBackward from it, as the backward ran before it formed
+// the product in dgate), or refuses (refuse) or fails (fail), counting its
+// calls.
 type downSwiGLUBackend struct {
 	gpu.Backend
 	refuse, fail bool
@@ -31,23 +31,7 @@ func (b *downSwiGLUBackend) DownSwiGLUBackward(dGate, dUp, dy, down, gate, up gp
 	case b.fail:
 		return errors.New("test: the fused kernel failed")
 	}
-	t, _, n, err := gpu.DownSwiGLUBackwardDims("down swiglu backward", dGate, dUp, dy, down, gate, up)
-	if err != nil {
-		return err
-	}
-	mem, err := b.Alloc(int64(t * n * dGate.DType.Size()))
-	if err != nil {
-		return err
-	}
-	defer b.Free(mem)
-	dact, err := gpu.NewTensor(mem, 0, dGate.DType, t, n)
-	if err != nil {
-		return err
-	}
-	if err := b.Gemm(dact, dy, down, false, false, 1, 0); err != nil {
-		return err
-	}
-	return b.SwiGLUBackward(dGate, dUp, dact, gate, up)
+	return gpu.DownSwiGLUBackwardSteps(b.Backend, dGate, dUp, dy, down, gate, up)
 }
 
 // The backward takes the backend's DownSwiGLUBackward once per layer and
