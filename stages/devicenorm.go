@@ -99,13 +99,40 @@ func (n *deviceNorms) wrote(ord int) { n.valid[ord] = false }
 // sums downloads the buffer and returns each unit's sum and whether it is
 // valid (b waits for the device).
 func (n *deviceNorms) sums(b gpu.Backend) ([]float64, error) {
-	raw := make([]byte, 8*len(n.valid))
-	if err := b.DownloadBytes(raw, n.buf.t); err != nil {
+	return downloadSums(b, n.buf.t, len(n.valid))
+}
+
+// downloadSums downloads the first n float64s of t (b waits for the
+// device).
+func downloadSums(b gpu.Backend, t gpu.Tensor, n int) ([]float64, error) {
+	raw := make([]byte, 8*n)
+	if err := b.DownloadBytes(raw, t); err != nil {
 		return nil, err
 	}
-	out := make([]float64, len(n.valid))
+	out := make([]float64, n)
 	for k := range out {
 		out[k] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*k:]))
 	}
 	return out, nil
+}
+
+// unitSums queues, on b, each unit's sum of squares of its grads (read
+// through grads) into its 8-byte slot of buf, then downloads buf once (b
+// waits for the device) and returns the sums by unit ordinal: the values
+// SumSquares returns, without a wait for each unit.
+func unitSums(b gpu.Backend, buf gpu.Tensor, units []*Unit, grads func(*Unit) (gpu.Tensor, error)) ([]float64, error) {
+	for _, u := range units {
+		g, err := grads(u)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := buf.Flat(2*u.ord, 2*u.ord+2)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.SumSquaresTo(dst, g); err != nil {
+			return nil, err
+		}
+	}
+	return downloadSums(b, buf, len(units))
 }

@@ -38,6 +38,12 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 	p.op("grad norm + AdamW")
 	red := p.buf(p.stage.ID+".opt.reduce", plan.Comm, gpu.F32, redLen)
 	onHost := st.Model.Offload && st.Model.OffloadOptimizer
+	var sums *ref
+	if !st.Model.OffloadOptimizer {
+		// Each unit's sum of squares lands here on the device and comes
+		// back in one download (unitSums), instead of a wait a unit.
+		sums = p.buf(p.stage.ID+".opt.grad_sumsq", plan.Comm, gpu.I32, 2*len(st.Units))
+	}
 	var stage [4]*ref
 	if st.Model.OffloadOptimizer && !onHost {
 		var largest int64
@@ -90,7 +96,17 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 		}
 		var sumsq float64
 		served := 0
+		if sums != nil {
+			var err error
+			if dev, err = unitSums(b, sums.t, st.Units, d.gradView); err != nil {
+				return err
+			}
+		}
 		for _, u := range st.Units {
+			if sums != nil {
+				sumsq += dev[u.ord]
+				continue
+			}
 			if dev != nil && d.devNorms.valid[u.ord] {
 				sumsq += dev[u.ord]
 				served++

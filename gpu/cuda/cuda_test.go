@@ -95,7 +95,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	g := backend(t)
-	const size = 96 << 20
+	const size = 320 << 20
 	gm, err := g.Alloc(size)
 	if err != nil {
 		t.Fatal(err)
@@ -452,6 +452,16 @@ func TestElementwise(t *testing.T) {
 	e.compare("add unaligned view", gbig, cbig, tolFor(false, gpu.BF16))
 }
 
+// mustFlat is x.Flat(lo, hi), failing t on an error.
+func mustFlat(t *testing.T, x gpu.Tensor, lo, hi int) gpu.Tensor {
+	t.Helper()
+	v, err := x.Flat(lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func TestAdamWAndSumSquares(t *testing.T) {
 	e := newEnv(t)
 	n := 100003
@@ -474,15 +484,56 @@ func TestAdamWAndSumSquares(t *testing.T) {
 	e.compare("adamw p", gp, cp, tolF32)
 	e.compare("adamw m", gm, cm, tolF32)
 	e.compare("adamw v", gv, cv, tolF32)
+	// n above is odd: k_adamw. A multiple of 4 at 16-byte aligned
+	// addresses takes k_adamw4, the same views one float into their
+	// buffers k_adamw: the same bits.
+	n4 := 4096*3 + 4
+	var vec, sca [4]gpu.Tensor
+	for k, sc := range []float64{1, 0.1, 0.01, 0.001} {
+		vals := e.randn(n4, sc, gpu.F32)
+		if k == 3 {
+			for i := range vals {
+				vals[i] *= vals[i]
+			}
+		}
+		a, _ := e.alloc(gpu.F32, n4+1)
+		u, _ := e.alloc(gpu.F32, n4+1)
+		vec[k], sca[k] = mustFlat(t, a, 0, n4), mustFlat(t, u, 1, n4+1)
+		for _, x := range []gpu.Tensor{vec[k], sca[k]} {
+			if err := e.g.Upload(x, vals); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for step := 1; step <= 2; step++ {
+		st := gpu.AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: step, GradScale: 0.37}
+		if err := e.g.AdamW(vec[0], vec[1], vec[2], vec[3], st); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.g.AdamW(sca[0], sca[1], sca[2], sca[3], st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, nm := range []string{"p", "g", "m", "v"} {
+		e.sameBits("adamw 4-wide against scalar "+nm, vec[k], sca[k])
+	}
 	for _, dt := range floatTypes {
 		gx, cx := e.in(dt, 3, 77, 1001)
-		got, err := e.g.SumSquares(gx)
-		want, err2 := e.c.SumSquares(cx)
-		e.check("sumsquares", err, err2)
-		rel := math.Abs(got-want) / want
-		record("sumsquares "+dt.String(), rel)
-		if !(rel <= 1e-12) {
-			t.Errorf("sumsquares %v: %v, want %v (rel %.3g)", dt, got, want, rel)
+		// k_sumsq8 with a tail of 5 elements, k_sumsq on a view 1 element
+		// in, and k_sumsq8 on 8-element groups only.
+		for _, c := range []struct {
+			name   string
+			lo, hi int
+		}{{"", 0, 77 * 1001}, {" unaligned", 1, 77 * 1001}, {" groups", 0, 77 * 1000}} {
+			g, cv := mustFlat(t, gx, c.lo, c.hi), mustFlat(t, cx, c.lo, c.hi)
+			got, err := e.g.SumSquares(g)
+			want, err2 := e.c.SumSquares(cv)
+			e.check("sumsquares", err, err2)
+			rel := math.Abs(got-want) / want
+			record("sumsquares "+dt.String()+c.name, rel)
+			if !(rel <= 1e-12) {
+				t.Errorf("sumsquares %v%s: %v, want %v (rel %.3g)", dt, c.name, got, want, rel)
+			}
 		}
 		// SumSquaresTo leaves the same float64 in device memory, without
 		// waiting; an empty tensor's sum is 0.
@@ -613,9 +664,11 @@ func TestRMSNorm(t *testing.T) {
 
 // TestFusedNorms checks AddRMSNorm and RMSNormBackwardAdd: bit for bit
 // against their steps (gpu.AddRMSNormSteps, gpu.RMSNormBackwardAddSteps)
-// on the GPU, on the shapes the fused kernels take (rows of 1000, 1536
-// and 5120 values) and on those that run the steps (64, 36), and against
-// the CPU backend within the dtype's tolerance.
+// on the GPU, on the shapes the fused kernels take (rows of 1000, 1024,
+// 1536, 4104 and 5120 values; with 1200 and 1060 rows a block of the
+// backward takes three rows on a GPU of up to 132 SMs, loading each next
+// row ahead for the one-group kernel) and on those that run the steps
+// (64, 36), and against the CPU backend within the dtype's tolerance.
 func TestFusedNorms(t *testing.T) {
 	e := newEnv(t)
 	same := e.sameBits
@@ -628,7 +681,7 @@ func TestFusedNorms(t *testing.T) {
 		return d
 	}
 	for _, dt := range floatTypes {
-		for _, c := range []struct{ rows, h int }{{67, 1000}, {700, 1536}, {67, 5120}, {67, 64}, {5, 36}} {
+		for _, c := range []struct{ rows, h int }{{67, 1000}, {700, 1536}, {1200, 1024}, {67, 5120}, {1060, 4104}, {67, 64}, {5, 36}} {
 			e.off = 0 // the previous case's buffers are dead
 			rows, h := c.rows, c.h
 			name := fmt.Sprintf("%v %dx%d", dt, rows, h)

@@ -59,7 +59,13 @@ var scalarOnly = os.Getenv("RLPIPE_CUDA_SCALAR") == "1"
 // *8 variant: n a multiple of 8 and every operand 16-byte aligned (the
 // callers have checked that the dtypes are float dtypes).
 func vec8(n int64, as ...uint64) bool {
-	if n%8 != 0 || scalarOnly {
+	return n%8 == 0 && aligned16(as...)
+}
+
+// aligned16 reports whether the vector kernels may take operands at the
+// addresses as: each 16-byte aligned, and RLPIPE_CUDA_SCALAR unset.
+func aligned16(as ...uint64) bool {
+	if scalarOnly {
 		return false
 	}
 	for _, a := range as {
@@ -502,8 +508,29 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	stepSize := float32(-(lr / bc1))
 	bc2sqrt := float32(math.Sqrt(bc2))
 	n := int64(p.Numel())
-	return b.issue(b.flat1("k_adamw", n, new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).i64(n).
+	name, units := adamwKernel(n, as...)
+	return b.issue(b.flat1(name, units, new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).i64(units).
 		f32(decay).f32(w1).f32(b2).f32(w2).f32(stepSize).f32(bc2sqrt).f32(float32(eps)).f32(st.Scale())))
+}
+
+// adamwKernel names AdamW's kernel for n elements at addresses as, and
+// the units its launch covers: k_adamw4 (float4s) when n is a multiple of
+// 4 and every operand 16-byte aligned, else k_adamw.
+func adamwKernel(n int64, as ...uint64) (string, int64) {
+	if n%4 == 0 && aligned16(as...) {
+		return "k_adamw4", n / 4
+	}
+	return "k_adamw", n
+}
+
+// sumSquaresKernel names SumSquares' kernel for n elements at address a
+// and its grid (at most sumPartials blocks): k_sumsq8 (16-byte loads, two groups a thread a turn) when a is 16-byte
+// aligned, else k_sumsq.
+func (d *device) sumSquaresKernel(n int64, a uint64) (string, uint32) {
+	if aligned16(a) {
+		return "k_sumsq8", max(min(d.gridFor((n+15)/16), sumPartials), 1)
+	}
+	return "k_sumsq", max(min(d.gridFor(n), sumPartials), 1)
 }
 
 // SumSquares returns Σ x² in float64: fixed-grid per-block float64 partial
@@ -554,7 +581,7 @@ func (b *Backend) sumSquares(x gpu.Tensor, res uint64, then func(s *Stream, res 
 		return err
 	}
 	n := int64(x.Numel())
-	grid := max(min(b.d.gridFor(n), sumPartials), 1)
+	name, grid := b.d.sumSquaresKernel(n, as[0])
 	part := uint64(s.scratch)
 	if res == 0 {
 		res = part + 8*sumPartials
@@ -562,7 +589,7 @@ func (b *Backend) sumSquares(x gpu.Tensor, res uint64, then func(s *Stream, res 
 	return b.d.do(func() error {
 		ls := []launch{{name: "k_sum_partials", gx: 1, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(part).i32(int(grid)).u64(res)}}
 		if n > 0 {
-			ls = append([]launch{{name: "k_sumsq", gx: grid, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(as[0]).dt(x.DType).i64(n).u64(part)}}, ls...)
+			ls = append([]launch{{name: name, gx: grid, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, args: new(kargs).u64(as[0]).dt(x.DType).i64(n).u64(part)}}, ls...)
 		} else {
 			ls[0].args = new(kargs).u64(part).i32(0).u64(res)
 		}

@@ -30,7 +30,7 @@ func BenchmarkOps(bb *testing.B) {
 	const (
 		T, H, Hq, Hkv, D, I, V, C = 8192, 1536, 12, 2, 128, 8960, 151936, 1024
 	)
-	mem, err := b.Alloc(6 << 30)
+	mem, err := b.Alloc(7 << 30)
 	if err != nil {
 		bb.Fatal(err)
 	}
@@ -99,6 +99,13 @@ func BenchmarkOps(bb *testing.B) {
 	// Qwen3-style per-head norms: 8192 tokens × 16 heads of 128.
 	xq, xq2 := ten(gpu.BF16, T*16, 128), ten(gpu.BF16, T*16, 128)
 	rstdq, nwq, nwgq := ten(gpu.F32, T*16), ten(gpu.BF16, 128), ten(gpu.F32, 128)
+	// The decoder's norm backward at 3B: float32 residual rows of 2048,
+	// 16384 tokens, the grad added into a float32 sum and cast to bf16.
+	const H3, T3 = 2048, 8 * 2048
+	xn3, accr := ten(gpu.F32, T3, H3), ten(gpu.F32, T3, H3)
+	dyr, castr := ten(gpu.BF16, T3, H3), ten(gpu.BF16, T3, H3)
+	rstdr, nwr, dwr := ten(gpu.F32, T3), ten(gpu.BF16, H3), ten(gpu.F32, H3)
+	_ = b.Upload(dyr, scrambled(T3*H3, 1))
 	if err := b.Sync(); err != nil {
 		bb.Fatal(err)
 	}
@@ -377,6 +384,16 @@ func BenchmarkOps(bb *testing.B) {
 		}},
 		{"rmsnorm bwd 8192x1536 bf16 +dw f32", 0, 3 * 2 * T * H, func() error {
 			return b.RMSNormBackward(dx, nwg, dx, x, nw, rstd)
+		}},
+		// x read, dy read, the sum read and written, the cast written.
+		{"rmsnorm bwd add 16384x2048 f32 rows, bf16 dy, +cast +dw f32", 0, (4 + 2 + 8 + 2) * T8 * H3, func() error {
+			return b.RMSNormBackwardAdd(accr, castr, dwr, dyr, xn3, nwr, rstdr)
+		}},
+		{"rmsnorm bwd add 16384x2048 f32 rows, bf16 dy, +dw f32", 0, (4 + 2 + 8) * T8 * H3, func() error {
+			return b.RMSNormBackwardAdd(accr, gpu.Tensor{}, dwr, dyr, xn3, nwr, rstdr)
+		}},
+		{"rmsnorm bwd 8192x1536 bf16 +dw f32, dx apart", 0, 3 * 2 * T * H, func() error {
+			return b.RMSNormBackward(dx, nwg, x, x, nw, rstd)
 		}},
 		{"rmsnorm fwd 131072x128 bf16 (q/k norm)", 0, 2 * 2 * T * H, func() error { return b.RMSNorm(xq, rstdq, xq, nwq, 1e-6) }},
 		{"rmsnorm bwd 131072x128 bf16 +dw f32 (q/k norm)", 0, 3 * 2 * T * H, func() error {

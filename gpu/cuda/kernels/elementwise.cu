@@ -242,6 +242,46 @@ extern "C" __global__ void k_adamw(float* p, const float* g, float* m, float* v,
   }
 }
 
+// k_adamw4 is k_adamw on float4s: n a multiple of 4 and every operand
+// 16-byte aligned (the Go side checks); the same operations element by
+// element, so the same bits.
+extern "C" __global__ void k_adamw4(float4* p, const float4* g, float4* m, float4* v, i64 n4, float decay, float w1,
+                                    float b2, float w2, float stepSize, float bc2sqrt, float eps, float gs) {
+  GRID_STRIDE(i, n4) {
+    float4 pp = p[i], gg = g[i], mm = m[i], vv = v[i];
+    float* pe = &pp.x;
+    float* ge = &gg.x;
+    float* me = &mm.x;
+    float* ve = &vv.x;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float x = pe[e] * decay;
+      float gi = ge[e] * gs;
+      float mo = me[e];
+      float mi;
+      if (w1 >= 0.5f) {
+        float t = (gi - mo) * (1.0f - w1);
+        mi = gi - t;
+      } else {
+        float t = w1 * (gi - mo);
+        mi = mo + t;
+      }
+      float a = ve[e] * b2;
+      float c = w2 * gi;
+      float vi = a + c * gi;
+      float den = sqrtf(vi) / bc2sqrt + eps;
+      float st = stepSize * mi;
+      x += st / den;
+      pe[e] = x;
+      me[e] = mi;
+      ve[e] = vi;
+    }
+    p[i] = pp;
+    m[i] = mm;
+    v[i] = vv;
+  }
+}
+
 // k_sumsq writes one float64 partial sum of squares per block.
 extern "C" __global__ void k_sumsq(const void* x, int dt, i64 n, double* partial) {
   __shared__ double sh[33];
@@ -251,6 +291,40 @@ extern "C" __global__ void k_sumsq(const void* x, int dt, i64 n, double* partial
     s += v * v;
   }
   s = block_sum_d(s, sh);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// k_sumsq8 is k_sumsq with 16-byte loads: each thread takes two
+// 8-element groups a turn, a grid-stride apart, into two float64 sums;
+// block 0 also takes the n%8 elements after the last whole group. x is
+// 16-byte aligned (the Go side checks). The partials are in another order
+// than k_sumsq's, fixed by the grid.
+extern "C" __global__ void k_sumsq8(const void* x, int dt, i64 n, double* partial) {
+  __shared__ double sh[33];
+  double s0 = 0.0, s1 = 0.0;
+  i64 n8 = n / 8 * 8, stride = (i64)gridDim.x * blockDim.x * 8;
+  i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  for (; i + stride < n8; i += 2 * stride) {
+    float a[8], b[8];
+    ld8(x, dt, i, a);
+    ld8(x, dt, i + stride, b);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      s0 += (double)a[k] * (double)a[k];
+      s1 += (double)b[k] * (double)b[k];
+    }
+  }
+  if (i < n8) {
+    float a[8];
+    ld8(x, dt, i, a);
+#pragma unroll
+    for (int k = 0; k < 8; k++) s0 += (double)a[k] * (double)a[k];
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n - n8) {
+    double t = (double)ldf(x, dt, n8 + threadIdx.x);
+    s1 += t * t;
+  }
+  double s = block_sum_d(s0 + s1, sh);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 

@@ -230,10 +230,38 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) 
 // of written, and with cast not null the updated sum is also stored there
 // in dtc: the values of the backward into dx, an add of dx into addto and
 // a cast of the sum (RMSNormBackwardAdd).
+//
+// A row's loads (x, dy, addto and its rstd) are issued together, before
+// its reduction, and with K = 1 the next row's are issued before this
+// row's work, so that a block has two rows' reads in flight instead of
+// waiting on each row's loads in turn (rows are disjoint: reading row r+1
+// before writing row r changes nothing).
+template <int K>
+struct normRow {
+  float x[K][8], g[K][8], a[K][8];
+  double rv;
+};
+
+template <int K>
+__device__ __forceinline__ void norm_row_load(normRow<K>& o, const void* dy, int dtdy, const void* x, int dtx,
+                                              const float* rstd, const float* addto, i64 r, i64 h, i64 ng) {
+  o.rv = (double)rstd[r];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    i64 g = threadIdx.x + (i64)k * blockDim.x;
+    if (g < ng) {
+      ld8(x, dtx, r * h + g * 8, o.x[k]);
+      ld8(dy, dtdy, r * h + g * 8, o.g[k]);
+      if (addto != 0) ld8(addto, DT_F32, r * h + g * 8, o.a[k]);
+    }
+  }
+}
+
 template <int K>
 __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx, const void* w,
                              int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial, float* addto,
                              void* cast, int dtc) {
+  constexpr bool ahead = K == 1;  // registers for a second row
   __shared__ double sh[33];
   i64 ng = h / 8;
   float wf[K][8];
@@ -246,22 +274,22 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
     for (int e = 0; e < 8; e++) acc[k][e] = 0.0;
   }
   i64 r0 = (i64)blockIdx.x * rpb, r1 = min(rows, r0 + rpb);
+  normRow<K> cur, nxt;
+  if (r0 < r1) norm_row_load<K>(cur, dy, dtdy, x, dtx, rstd, addto, r0, h, ng);
   for (i64 r = r0; r < r1; r++) {
-    double rv = (double)rstd[r];
-    float xv[K][8], gv[K][8];
+    if (ahead && r + 1 < r1) norm_row_load<K>(nxt, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
+    double rv = cur.rv;
     double dot = 0.0;
 #pragma unroll
     for (int k = 0; k < K; k++) {
       i64 g = threadIdx.x + (i64)k * blockDim.x;
       if (g < ng) {
-        ld8(x, dtx, r * h + g * 8, xv[k]);
-        ld8(dy, dtdy, r * h + g * 8, gv[k]);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-          double xn = (double)xv[k][e] * rv;
-          double gw = (double)gv[k][e] * (double)wf[k][e];
+          double xn = (double)cur.x[k][e] * rv;
+          double gw = (double)cur.g[k][e] * (double)wf[k][e];
           dot += gw * xn;
-          acc[k][e] += (double)gv[k][e] * xn;
+          acc[k][e] += (double)cur.g[k][e] * xn;
         }
       }
     }
@@ -274,8 +302,8 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
         float o[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-          double xn = (double)xv[k][e] * rv;
-          double gw = (double)gv[k][e] * (double)wf[k][e];
+          double xn = (double)cur.x[k][e] * rv;
+          double gw = (double)cur.g[k][e] * (double)wf[k][e];
           o[e] = (float)(rv * (gw - xn * dot));
         }
         if (addto == 0) {
@@ -283,13 +311,16 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
           continue;
         }
         float a[8];
-        ld8(addto, DT_F32, r * h + g * 8, a);
 #pragma unroll
-        for (int e = 0; e < 8; e++) a[e] = a[e] + rnd(dtdx, o[e]);
+        for (int e = 0; e < 8; e++) a[e] = cur.a[k][e] + rnd(dtdx, o[e]);
         st8(addto, DT_F32, r * h + g * 8, a);
         if (cast != 0) st8(cast, dtc, r * h + g * 8, a);
       }
     }
+    if (ahead)
+      cur = nxt;
+    else if (r + 1 < r1)
+      norm_row_load<K>(cur, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
   }
   if (partial == 0) return;
 #pragma unroll
