@@ -221,8 +221,9 @@ type Backend interface {
 	LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
 
 	// AdamW performs one torch.optim.AdamW step (decoupled weight decay,
-	// bias correction, eps added after the square root) on F32 tensors of
-	// equal shape: p -= lr*wd*p; m = lerp(m, g, 1-beta1); v = beta2*v +
+	// bias correction, eps added after the square root) on tensors of
+	// equal shape, p, m and v F32 and g F32, BF16 or F16 (a 16-bit grad is
+	// read as its exact float32 value): p -= lr*wd*p; m = lerp(m, g, 1-beta1); v = beta2*v +
 	// (1-beta2)*g²; p -= lr/(1-beta1^step) * m / (sqrt(v)/sqrt(1-beta2^step)
 	// + eps). The hyper-parameters are float64 like the Python floats torch
 	// receives; scalar factors are formed in float64 and applied in float32,

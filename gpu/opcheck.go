@@ -313,12 +313,15 @@ func BiasDims(op string, grad bool, mat, vec Tensor) (t, n int, err error) {
 	return t, n, nil
 }
 
-// CheckAdamW checks that AdamW's p, g, m and v are F32 and pairwise
-// disjoint; their shapes are the backends' elementwise checks.
+// CheckAdamW checks that AdamW's p, m and v are F32, g F32, BF16 or F16,
+// and the four pairwise disjoint; their shapes are the backends'
+// elementwise checks.
 func CheckAdamW(op string, p, g, m, v Tensor) error {
 	ts := []Named{{"p", p}, {"g", g}, {"m", m}, {"v", v}}
 	for i, t := range ts {
-		if t.T.DType != F32 {
+		if t.Name == "g" && (t.T.DType == BF16 || t.T.DType == F16) {
+			// A 16-bit grad is read as float32.
+		} else if t.T.DType != F32 {
 			return fmt.Errorf("%s: %s must be f32, got %v", op, t.Name, t.T.DType)
 		}
 		for _, u := range ts[:i] {

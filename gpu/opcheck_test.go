@@ -176,7 +176,13 @@ func TestOpChecks(t *testing.T) {
 		}, nil, ""},
 		{"adamw bf16 grads", func() ([]int, error) {
 			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, BF16, 4), at(2*k, F32, 4), at(3*k, F32, 4))
+		}, nil, ""},
+		{"adamw i32 grads", func() ([]int, error) {
+			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, I32, 4), at(2*k, F32, 4), at(3*k, F32, 4))
 		}, nil, "g must be f32"},
+		{"adamw bf16 params", func() ([]int, error) {
+			return nil, CheckAdamW("adamw", at(0, BF16, 4), at(k, F32, 4), at(2*k, F32, 4), at(3*k, F32, 4))
+		}, nil, "p must be f32"},
 		{"adamw v on m", func() ([]int, error) {
 			return nil, CheckAdamW("adamw", at(0, F32, 4), at(k, F32, 4), at(2*k, F32, 4), at(2*k+4, F32, 4))
 		}, nil, "v overlaps m"},

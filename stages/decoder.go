@@ -55,6 +55,10 @@ type decoder struct {
 	grads        []*ref
 	gradsFrom    int
 	severalMicro bool
+	// raw are, by unit ordinal, the update's grads of the units whose
+	// grads AdamW reads where the backward accumulated them (rawGrads;
+	// nil for the others).
+	raw []*ref
 	// ring and adder add later micro-batches' grads into offloaded grads on
 	// the host (see hostAdder); ring is hostAddSlots slots of ringElems.
 	ring      *ref
@@ -141,6 +145,7 @@ func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool
 	d.acts = make([]*model.LayerActs, n)
 	d.layerIn = make([]*ref, n)
 	d.grads = make([]*ref, n)
+	d.raw = make([]*ref, n)
 	d.gradsFrom = -1
 	return d
 }
@@ -917,6 +922,11 @@ func (d *decoder) headForward(train bool) int {
 // stream read) live until.
 func (d *decoder) reduce(i int, grad *ref) {
 	p, u := d.p, d.st.Units[i]
+	if d.rawGrads(u) {
+		// AdamW reads them there; they live to the optimizer op.
+		d.raw[u.ord] = grad
+		return
+	}
 	op := p.op("reduce-scatter grads " + u.Name)
 	d.settleReduce(op)
 	until(op, grad)

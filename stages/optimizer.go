@@ -98,7 +98,7 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 		served := 0
 		if sums != nil {
 			var err error
-			if dev, err = unitSums(b, sums.t, st.Units, d.gradView); err != nil {
+			if dev, err = unitSums(b, sums.t, st.Units, d.normView); err != nil {
 				return err
 			}
 		}
@@ -151,7 +151,12 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 			}
 			return fmt.Errorf("update %d (step %d, epoch %d, mini-batch %d): gradient norm is %v", up.Index+1, r.Step, up.Epoch, up.MiniBatch, norm)
 		}
-		step := func(u *Unit) error { return adamw(ob, p, st, u, d.gradView, stage, coef, lr, up.Index+1) }
+		step := func(u *Unit) error {
+			if r := d.raw[u.ord]; r != nil {
+				return adamwRaw(ob, p, st, u, r.t, coef, lr, up.Index+1)
+			}
+			return adamw(ob, p, st, u, d.gradView, stage, coef, lr, up.Index+1)
+		}
 		switch {
 		case early:
 			// Running since the backward began, each unit as its grads
@@ -257,6 +262,37 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grads func(*Unit) (g
 			if err := b.Copy(views[k], work[k]); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// adamwRaw is adamw for a unit whose grads stay raw (rawGrads): one step
+// over each run of its slots, reading the grads in their dtype from grad,
+// the buffer its backward accumulated them into.
+func adamwRaw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grad gpu.Tensor, coef, lr float64, step int) error {
+	tr := p.job.Spec.Train
+	as := gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
+		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}
+	for _, r := range rawRuns(u) {
+		g, err := section(grad, r.gathered*int64(grad.DType.Size()), grad.DType, r.elems)
+		if err != nil {
+			return err
+		}
+		pv, err := section(st.Params.t, u.Off+r.shard*int64(u.Master.Size()), u.Master, r.elems)
+		if err != nil {
+			return err
+		}
+		m, err := section(st.AdamM.t, u.GradOff+r.shard*4, gpu.F32, r.elems)
+		if err != nil {
+			return err
+		}
+		v, err := section(st.AdamV.t, u.GradOff+r.shard*4, gpu.F32, r.elems)
+		if err != nil {
+			return err
+		}
+		if err := b.AdamW(pv, g, m, v, as); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -260,7 +260,7 @@ func (s *Train) update(p *prog, d *decoder, in stepInputs, up *update) {
 	}
 	d.endEarly()
 	s.optimize(p, d, up, &acc, early)
-	until(p.now(), append(append(kept, ring, sq, gacc), d.grads...)...)
+	until(p.now(), append(append(append(kept, ring, sq, gacc), d.grads...), d.raw...)...)
 	if d.adder != nil {
 		// The optimizer waited for the host adds; after an error it did not
 		// run, and adds still queued must finish before the ring and the

@@ -14,7 +14,7 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 		return err
 	}
 	spans(b, len(a.p), adamwSpan, func(lo, hi int) {
-		c.update(a.p[lo:hi], a.g[lo:hi], a.m[lo:hi], a.v[lo:hi])
+		c.update(a.p[lo:hi], a.grads(lo, hi), a.m[lo:hi], a.v[lo:hi])
 	})
 	return nil
 }
@@ -43,7 +43,7 @@ func (b *Backend) AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error 
 		return err
 	}
 	spans(b, len(a.p), adamwSpan, func(lo, hi int) {
-		c.updateBF16(a.p[lo:hi], a.g[lo:hi], a.m[lo:hi], a.v[lo:hi], ov.h[lo:hi])
+		c.updateBF16(a.p[lo:hi], a.grads(lo, hi), a.m[lo:hi], a.v[lo:hi], ov.h[lo:hi])
 	})
 	return nil
 }
@@ -55,8 +55,22 @@ func (b *Backend) AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error 
 // contiguous chunks would wait for its whole chunk.
 const adamwSpan = 1 << 18
 
-// adamwArrays are the elements of an AdamW step's four tensors.
-type adamwArrays struct{ p, g, m, v []float32 }
+// adamwArrays are the elements of an AdamW step's four tensors, the
+// grads' in their dtype.
+type adamwArrays struct {
+	p, m, v []float32
+	g       fview
+}
+
+// grads returns the grads' elements [lo, hi) as float32: their own storage
+// for F32, otherwise converted (exactly) into a new slice.
+func (a adamwArrays) grads(lo, hi int) []float32 {
+	var buf []float32
+	if a.g.dt != gpu.F32 {
+		buf = make([]float32, hi-lo)
+	}
+	return a.g.get(buf, lo, hi-lo)
+}
 
 // adamwArgs checks an AdamW step's tensors and hyperparameters for op and
 // returns the step's constants and the tensors' elements.
@@ -71,7 +85,7 @@ func adamwArgs(op string, p, g, m, v gpu.Tensor, st gpu.AdamWStep) (adamwConsts,
 	if err := st.Check(op); err != nil {
 		return adamwConsts{}, adamwArrays{}, err
 	}
-	return newAdamWConsts(st), adamwArrays{vs[0].f, vs[1].f, vs[2].f, vs[3].f}, nil
+	return newAdamWConsts(st), adamwArrays{p: vs[0].f, g: vs[1], m: vs[2].f, v: vs[3].f}, nil
 }
 
 // adamwConsts are the float32 constants of one AdamW step, in the layout

@@ -232,3 +232,43 @@ func TestSumSquaresThreads(t *testing.T) {
 		}
 	}
 }
+
+// TestAdamWGrads16 checks that AdamW with bf16 or f16 grads gives the bits
+// of AdamW with the float32 grads of the same values, for AdamW and
+// AdamWBF16, over spans of the parallel loop and their tails.
+func TestAdamWGrads16(t *testing.T) {
+	st := gpu.AdamWStep{LR: 3e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, GradScale: 0.5}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, gd := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, n := range []int{1, 9, 4097, adamwSpan + 13} {
+			pv, mv, vv := randn(r, n, 1, gpu.F32), randn(r, n, 0.1, gpu.F32), randn(r, n, 0.01, gpu.F32)
+			for i := range vv {
+				vv[i] *= vv[i]
+			}
+			gv := randn(r, n, 1, gd) // representable in gd
+			for _, bf16Out := range []bool{false, true} {
+				e := newEnv(t)
+				want := [4]gpu.Tensor{e.up(gpu.F32, pv, n), e.up(gpu.F32, gv, n), e.up(gpu.F32, mv, n), e.up(gpu.F32, vv, n)}
+				got := [4]gpu.Tensor{e.up(gpu.F32, pv, n), e.up(gd, gv, n), e.up(gpu.F32, mv, n), e.up(gpu.F32, vv, n)}
+				for _, x := range [][4]gpu.Tensor{want, got} {
+					var err error
+					if bf16Out {
+						err = e.b.AdamWBF16(x[0], x[1], x[2], x[3], e.tensor(gpu.BF16, n), st)
+					} else {
+						err = e.b.AdamW(x[0], x[1], x[2], x[3], st)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, k := range []int{0, 2, 3} {
+					a, _ := got[k].HostBytes()
+					b, _ := want[k].HostBytes()
+					if string(a) != string(b) {
+						t.Fatalf("%v grads, n %d, bf16 out %v: %s differs from AdamW's with float32 grads", gd, n, bf16Out, "pgmv"[k:k+1])
+					}
+				}
+			}
+		}
+	}
+}

@@ -517,6 +517,42 @@ func TestAdamWAndSumSquares(t *testing.T) {
 	for k, nm := range []string{"p", "g", "m", "v"} {
 		e.sameBits("adamw 4-wide against scalar "+nm, vec[k], sca[k])
 	}
+	// 16-bit grads (k_adamw4_16, and k_adamw on a view one element in)
+	// give the bits of float32 grads of the same values (k_adamw4).
+	for _, gd := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, lo := range []int{0, 1} {
+			gvals := e.randn(n4, 0.1, gd)
+			var f32, h16 [4]gpu.Tensor
+			for k := range f32 {
+				f32[k], _ = e.alloc(gpu.F32, n4)
+				h16[k], _ = e.alloc(gpu.F32, n4)
+				if k == 1 {
+					g16, _ := e.alloc(gd, n4+1)
+					h16[k] = mustFlat(t, g16, lo, n4+lo)
+				}
+				if err := e.g.Copy(f32[k], vec[k]); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.g.Copy(h16[k], vec[k]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, x := range []gpu.Tensor{f32[1], h16[1]} {
+				if err := e.g.Upload(x, gvals); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := gpu.AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 3, GradScale: 0.37}
+			for _, x := range [][4]gpu.Tensor{f32, h16} {
+				if err := e.g.AdamW(x[0], x[1], x[2], x[3], st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range []int{0, 2, 3} {
+				e.sameBits(fmt.Sprintf("adamw %v grads at element %d, %s", gd, lo, "pgmv"[k:k+1]), h16[k], f32[k])
+			}
+		}
+	}
 	for _, dt := range floatTypes {
 		gx, cx := e.in(dt, 3, 77, 1001)
 		// k_sumsq8 with a tail of 5 elements, k_sumsq on a view 1 element

@@ -99,7 +99,7 @@ func kernelModules(t *testing.T) map[string]string {
 // the names as found).
 func TestKernelNames(t *testing.T) {
 	seen := kernelModules(t)
-	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16", "k_rmsnorm_r4_bf16", "k_rmsnorm_r16_f16", "k_lp_head_bf16", "k_lp_head_f16", "k_lp_combine", "k_gemm_qkv_bf16", "k_gemm_qkv_f16", "k_rope_cs16_bf16", "k_rope_cs16_f16", "k_adamw", "k_adamw4", "k_sumsq", "k_sumsq8"} {
+	for _, f := range []string{"k_lp_bwd", "k_lp_bwd8", "k_rope8", "k_colsum8_part", "k_embedding_bwd_b", "k_rmsnorm8", "k_rmsnorm_bwd8_1", "k_rmsnorm_bwd8_1a", "k_rmsnorm_bwd8_2", "k_swiglu8", "k_cast8", "k_qkv_split8_bf16", "k_qkv_split8_f16", "k_qkv_pack8_bf16", "k_qkv_pack8_f16", "k_rmsnorm_r4_bf16", "k_rmsnorm_r16_f16", "k_lp_head_bf16", "k_lp_head_f16", "k_lp_combine", "k_gemm_qkv_bf16", "k_gemm_qkv_f16", "k_rope_cs16_bf16", "k_rope_cs16_f16", "k_adamw", "k_adamw4", "k_adamw4_16", "k_sumsq", "k_sumsq8"} {
 		if seen[f] == "" {
 			t.Errorf("kernel %s not found", f)
 		}
@@ -112,19 +112,26 @@ func TestVectorKernels(t *testing.T) {
 	have := kernelModules(t)
 	for _, c := range []struct {
 		n         int64
+		gd        gpu.DType
 		as        []uint64
 		want      string
 		wantUnits int64
 	}{
-		{1024, []uint64{0, 4096, 8192, 12288}, "k_adamw4", 256},
-		{1028, []uint64{256, 512, 768, 1024}, "k_adamw4", 257},
-		{1026, []uint64{0, 4096, 8192, 12288}, "k_adamw", 1026},
-		{1024, []uint64{0, 4100, 8192, 12288}, "k_adamw", 1024},
-		{1024, []uint64{8, 4096, 8192, 12288}, "k_adamw", 1024},
+		{1024, gpu.F32, []uint64{0, 4096, 8192, 12288}, "k_adamw4", 256},
+		{1028, gpu.F32, []uint64{256, 512, 768, 1024}, "k_adamw4", 257},
+		{1026, gpu.F32, []uint64{0, 4096, 8192, 12288}, "k_adamw", 1026},
+		{1024, gpu.F32, []uint64{0, 4100, 8192, 12288}, "k_adamw", 1024},
+		{1024, gpu.F32, []uint64{0, 4104, 8192, 12288}, "k_adamw", 1024},
+		{1024, gpu.F32, []uint64{8, 4096, 8192, 12288}, "k_adamw", 1024},
+		{1024, gpu.BF16, []uint64{0, 4104, 8192, 12288}, "k_adamw4_16", 256},
+		{1024, gpu.F16, []uint64{0, 4096, 8192, 12288}, "k_adamw4_16", 256},
+		{1024, gpu.BF16, []uint64{0, 4100, 8192, 12288}, "k_adamw", 1024},
+		{1026, gpu.BF16, []uint64{0, 4096, 8192, 12288}, "k_adamw", 1026},
+		{1024, gpu.BF16, []uint64{0, 4096, 8200, 12288}, "k_adamw", 1024},
 	} {
-		name, units := adamwKernel(c.n, c.as...)
+		name, units := adamwKernel(c.n, c.gd, c.as...)
 		if name != c.want || units != c.wantUnits || have[name] == "" {
-			t.Errorf("adamwKernel(%d, %v) = %s, %d; want %s, %d (a kernel)", c.n, c.as, name, units, c.want, c.wantUnits)
+			t.Errorf("adamwKernel(%d, %v, %v) = %s, %d; want %s, %d (a kernel)", c.n, c.gd, c.as, name, units, c.want, c.wantUnits)
 		}
 	}
 	d := &device{info: DeviceInfo{SMs: 132}}

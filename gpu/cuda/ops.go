@@ -508,17 +508,24 @@ func (b *Backend) AdamW(p, g, m, v gpu.Tensor, st gpu.AdamWStep) error {
 	stepSize := float32(-(lr / bc1))
 	bc2sqrt := float32(math.Sqrt(bc2))
 	n := int64(p.Numel())
-	name, units := adamwKernel(n, as...)
-	return b.issue(b.flat1(name, units, new(kargs).u64(as[0]).u64(as[1]).u64(as[2]).u64(as[3]).i64(units).
+	name, units := adamwKernel(n, g.DType, as...)
+	return b.issue(b.flat1(name, units, new(kargs).u64(as[0]).u64(as[1]).dt(g.DType).u64(as[2]).u64(as[3]).i64(units).
 		f32(decay).f32(w1).f32(b2).f32(w2).f32(stepSize).f32(bc2sqrt).f32(float32(eps)).f32(st.Scale())))
 }
 
-// adamwKernel names AdamW's kernel for n elements at addresses as, and
-// the units its launch covers: k_adamw4 (float4s) when n is a multiple of
-// 4 and every operand 16-byte aligned, else k_adamw.
-func adamwKernel(n int64, as ...uint64) (string, int64) {
-	if n%4 == 0 && aligned16(as...) {
-		return "k_adamw4", n / 4
+// adamwKernel names AdamW's kernel for n elements, grads of dtype gd, at
+// addresses as (p, g, m, v), and the units its launch covers: when n is a
+// multiple of 4 and p, m and v are 16-byte aligned, k_adamw4 (float4s)
+// for float32 grads also 16-byte aligned, k_adamw4_16 for 16-bit grads
+// 8-byte aligned; otherwise k_adamw.
+func adamwKernel(n int64, gd gpu.DType, as ...uint64) (string, int64) {
+	if n%4 == 0 && aligned16(as[0], as[2], as[3]) {
+		switch {
+		case gd == gpu.F32 && aligned16(as[1]):
+			return "k_adamw4", n / 4
+		case gd != gpu.F32 && as[1]%8 == 0:
+			return "k_adamw4_16", n / 4
+		}
 	}
 	return "k_adamw", n
 }
@@ -656,9 +663,10 @@ func groupBlock(ng int64, limit int64) uint32 {
 // adds the blocks' sums in a fixed order. Threads own K = 1 or 2 groups of
 // 8 columns, so h/8 may be up to 2*maxRowBlock; rows of at most warpGroups
 // groups take k_rmsnorm_bwd8_w, a warp per row.
-// fusedAdd, when acc is not 0, makes k_rmsnorm_bwd8_1/2 add dx into the
+// fusedAdd, when acc is not 0, makes k_rmsnorm_bwd8_1a/2 add dx into the
 // float32 acc (and store it again in cast, dtype ct, when cast is not 0)
-// instead of writing it (RMSNormBackwardAdd).
+// instead of writing it (RMSNormBackwardAdd); k_rmsnorm_bwd8_1a is
+// k_rmsnorm_bwd8_1 with each next row's loads issued ahead.
 type fusedAdd struct {
 	acc, cast uint64
 	ct        gpu.DType
@@ -689,6 +697,9 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 	rpb := (t + blocks - 1) / blocks
 	blocks = (t + rpb - 1) / rpb
 	name := fmt.Sprintf("k_rmsnorm_bwd8_%d", k)
+	if k == 1 && fa.acc != 0 {
+		name += "a" // the next row's loads ahead
+	}
 	if ng <= warpGroups {
 		name, bx = "k_rmsnorm_bwd8_w", 256
 	}

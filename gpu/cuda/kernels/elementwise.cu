@@ -213,69 +213,78 @@ extern "C" __global__ void k_colsum8_part(double* partial, const void* x, int dt
   }
 }
 
-// k_adamw is one torch.optim.AdamW step in torch's float32 operation order;
-// the scalar factors were formed in float64 on the host. Each gradient is
-// read multiplied by gs (the clipping coefficient; 1 multiplies exactly).
-extern "C" __global__ void k_adamw(float* p, const float* g, float* m, float* v, i64 n, float decay, float w1,
-                                   float b2, float w2, float stepSize, float bc2sqrt, float eps, float gs) {
+// adamw1 is one torch.optim.AdamW step of one element in torch's float32
+// operation order; the scalar factors were formed in float64 on the host.
+// The gradient is read multiplied by gs (the clipping coefficient; 1
+// multiplies exactly).
+__device__ __forceinline__ void adamw1(float& p, float g, float& m, float& v, float decay, float w1, float b2, float w2,
+                                       float stepSize, float bc2sqrt, float eps, float gs) {
+  float x = p * decay;
+  float gi = g * gs;
+  float mo = m;
+  float mi;
+  if (w1 >= 0.5f) {
+    float t = (gi - mo) * (1.0f - w1);
+    mi = gi - t;
+  } else {
+    float t = w1 * (gi - mo);
+    mi = mo + t;
+  }
+  float a = v * b2;
+  float c = w2 * gi;
+  float vi = a + c * gi;
+  float den = sqrtf(vi) / bc2sqrt + eps;
+  float st = stepSize * mi;
+  x += st / den;
+  p = x;
+  m = mi;
+  v = vi;
+}
+
+#define ADAMW_ARGS \
+  i64 n, float decay, float w1, float b2, float w2, float stepSize, float bc2sqrt, float eps, float gs
+#define ADAMW_CONSTS decay, w1, b2, w2, stepSize, bc2sqrt, eps, gs
+
+// k_adamw is AdamW over n elements, the grads g of dtype dtg (float32 or
+// 16-bit, read as float32).
+extern "C" __global__ void k_adamw(float* p, const void* g, int dtg, float* m, float* v, ADAMW_ARGS) {
   GRID_STRIDE(i, n) {
-    float x = p[i] * decay;
-    float gi = g[i] * gs;
-    float mo = m[i];
-    float mi;
-    if (w1 >= 0.5f) {
-      float t = (gi - mo) * (1.0f - w1);
-      mi = gi - t;
-    } else {
-      float t = w1 * (gi - mo);
-      mi = mo + t;
-    }
-    float a = v[i] * b2;
-    float c = w2 * gi;
-    float vi = a + c * gi;
-    float den = sqrtf(vi) / bc2sqrt + eps;
-    float st = stepSize * mi;
-    x += st / den;
-    p[i] = x;
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamw1(pi, ldf(g, dtg, i), mi, vi, ADAMW_CONSTS);
+    p[i] = pi;
     m[i] = mi;
     v[i] = vi;
   }
 }
 
-// k_adamw4 is k_adamw on float4s: n a multiple of 4 and every operand
-// 16-byte aligned (the Go side checks); the same operations element by
-// element, so the same bits.
-extern "C" __global__ void k_adamw4(float4* p, const float4* g, float4* m, float4* v, i64 n4, float decay, float w1,
-                                    float b2, float w2, float stepSize, float bc2sqrt, float eps, float gs) {
-  GRID_STRIDE(i, n4) {
+// k_adamw4 is k_adamw on float4s: n counts groups of 4, every operand
+// 16-byte aligned (the Go side checks), float32 grads (dtg unused).
+extern "C" __global__ void k_adamw4(float4* p, const float4* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
+  GRID_STRIDE(i, n) {
     float4 pp = p[i], gg = g[i], mm = m[i], vv = v[i];
-    float* pe = &pp.x;
-    float* ge = &gg.x;
-    float* me = &mm.x;
-    float* ve = &vv.x;
+    adamw1(pp.x, gg.x, mm.x, vv.x, ADAMW_CONSTS);
+    adamw1(pp.y, gg.y, mm.y, vv.y, ADAMW_CONSTS);
+    adamw1(pp.z, gg.z, mm.z, vv.z, ADAMW_CONSTS);
+    adamw1(pp.w, gg.w, mm.w, vv.w, ADAMW_CONSTS);
+    p[i] = pp;
+    m[i] = mm;
+    v[i] = vv;
+  }
+}
+
+// k_adamw4_16 is k_adamw4 for 16-bit grads of dtype dtg, 8-byte aligned.
+extern "C" __global__ void k_adamw4_16(float4* p, const uint2* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
+  GRID_STRIDE(i, n) {
+    float4 pp = p[i], mm = m[i], vv = v[i];
+    uint2 gg = g[i];
+    u16 h[4] = {(u16)(gg.x & 0xffffu), (u16)(gg.x >> 16), (u16)(gg.y & 0xffffu), (u16)(gg.y >> 16)};
+    float gf[4];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float x = pe[e] * decay;
-      float gi = ge[e] * gs;
-      float mo = me[e];
-      float mi;
-      if (w1 >= 0.5f) {
-        float t = (gi - mo) * (1.0f - w1);
-        mi = gi - t;
-      } else {
-        float t = w1 * (gi - mo);
-        mi = mo + t;
-      }
-      float a = ve[e] * b2;
-      float c = w2 * gi;
-      float vi = a + c * gi;
-      float den = sqrtf(vi) / bc2sqrt + eps;
-      float st = stepSize * mi;
-      x += st / den;
-      pe[e] = x;
-      me[e] = mi;
-      ve[e] = vi;
-    }
+    for (int e = 0; e < 4; e++) gf[e] = dtg == DT_BF16 ? bf2f(h[e]) : h2f(h[e]);
+    adamw1(pp.x, gf[0], mm.x, vv.x, ADAMW_CONSTS);
+    adamw1(pp.y, gf[1], mm.y, vv.y, ADAMW_CONSTS);
+    adamw1(pp.z, gf[2], mm.z, vv.z, ADAMW_CONSTS);
+    adamw1(pp.w, gf[3], mm.w, vv.w, ADAMW_CONSTS);
     p[i] = pp;
     m[i] = mm;
     v[i] = vv;

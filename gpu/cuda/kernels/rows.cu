@@ -231,18 +231,22 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) 
 // in dtc: the values of the backward into dx, an add of dx into addto and
 // a cast of the sum (RMSNormBackwardAdd).
 //
-// A row's loads (x, dy, addto and its rstd) are issued together, before
-// its reduction, and with K = 1 the next row's are issued before this
-// row's work, so that a block has two rows' reads in flight instead of
-// waiting on each row's loads in turn (rows are disjoint: reading row r+1
-// before writing row r changes nothing).
+// With AHEAD (the fused add's one-group kernel, k_rmsnorm_bwd8_1a), a
+// row's loads (x, dy, addto and its rstd) are issued together, before its
+// reduction, and the next row's before this row's work, so that a block
+// has two rows' reads in flight instead of waiting on each row's loads in
+// turn (rows are disjoint: reading row r+1 before writing row r changes
+// nothing). The second row's registers (120 a thread instead of 90) cost
+// occupancy, which the plain backward of 16-bit rows felt (8192 rows of
+// 1536 with dw: 124 µs against 79 on an H200); the others load a row as
+// they reach it, and addto after the reduction.
 template <int K>
 struct normRow {
   float x[K][8], g[K][8], a[K][8];
   double rv;
 };
 
-template <int K>
+template <int K, bool AHEAD>
 __device__ __forceinline__ void norm_row_load(normRow<K>& o, const void* dy, int dtdy, const void* x, int dtx,
                                               const float* rstd, const float* addto, i64 r, i64 h, i64 ng) {
   o.rv = (double)rstd[r];
@@ -252,16 +256,15 @@ __device__ __forceinline__ void norm_row_load(normRow<K>& o, const void* dy, int
     if (g < ng) {
       ld8(x, dtx, r * h + g * 8, o.x[k]);
       ld8(dy, dtdy, r * h + g * 8, o.g[k]);
-      if (addto != 0) ld8(addto, DT_F32, r * h + g * 8, o.a[k]);
+      if (AHEAD && addto != 0) ld8(addto, DT_F32, r * h + g * 8, o.a[k]);
     }
   }
 }
 
-template <int K>
+template <int K, bool AHEAD>
 __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx, const void* w,
                              int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial, float* addto,
                              void* cast, int dtc) {
-  constexpr bool ahead = K == 1;  // registers for a second row
   __shared__ double sh[33];
   i64 ng = h / 8;
   float wf[K][8];
@@ -275,9 +278,10 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
   }
   i64 r0 = (i64)blockIdx.x * rpb, r1 = min(rows, r0 + rpb);
   normRow<K> cur, nxt;
-  if (r0 < r1) norm_row_load<K>(cur, dy, dtdy, x, dtx, rstd, addto, r0, h, ng);
+  if (AHEAD && r0 < r1) norm_row_load<K, AHEAD>(cur, dy, dtdy, x, dtx, rstd, addto, r0, h, ng);
   for (i64 r = r0; r < r1; r++) {
-    if (ahead && r + 1 < r1) norm_row_load<K>(nxt, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
+    if (AHEAD && r + 1 < r1) norm_row_load<K, AHEAD>(nxt, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
+    if (!AHEAD) norm_row_load<K, AHEAD>(cur, dy, dtdy, x, dtx, rstd, addto, r, h, ng);
     double rv = cur.rv;
     double dot = 0.0;
 #pragma unroll
@@ -310,6 +314,7 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
           st8(dx, dtdx, r * h + g * 8, o);
           continue;
         }
+        if (!AHEAD) ld8(addto, DT_F32, r * h + g * 8, cur.a[k]);
         float a[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) a[e] = cur.a[k][e] + rnd(dtdx, o[e]);
@@ -317,10 +322,7 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
         if (cast != 0) st8(cast, dtc, r * h + g * 8, a);
       }
     }
-    if (ahead)
-      cur = nxt;
-    else if (r + 1 < r1)
-      norm_row_load<K>(cur, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
+    if (AHEAD) cur = nxt;
   }
   if (partial == 0) return;
 #pragma unroll
@@ -336,14 +338,22 @@ extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_1(void* dx, int
                                                                    const void* x, int dtx, const void* w, int dtw,
                                                                    const float* rstd, i64 rows, i64 h, i64 rpb,
                                                                    double* partial, float* addto, void* cast, int dtc) {
-  rmsnorm_bwd8<1>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
+  rmsnorm_bwd8<1, false>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
+}
+
+extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_1a(void* dx, int dtdx, const void* dy, int dtdy,
+                                                                    const void* x, int dtx, const void* w, int dtw,
+                                                                    const float* rstd, i64 rows, i64 h, i64 rpb,
+                                                                    double* partial, float* addto, void* cast,
+                                                                    int dtc) {
+  rmsnorm_bwd8<1, true>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
 }
 
 extern "C" __global__ void __launch_bounds__(512) k_rmsnorm_bwd8_2(void* dx, int dtdx, const void* dy, int dtdy,
                                                                    const void* x, int dtx, const void* w, int dtw,
                                                                    const float* rstd, i64 rows, i64 h, i64 rpb,
                                                                    double* partial, float* addto, void* cast, int dtc) {
-  rmsnorm_bwd8<2>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
+  rmsnorm_bwd8<2, false>(dx, dtdx, dy, dtdy, x, dtx, w, dtw, rstd, rows, h, rpb, partial, addto, cast, dtc);
 }
 
 // The *_w kernels are the 8-wide RMSNorm kernels for short rows (at most
