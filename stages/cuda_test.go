@@ -247,8 +247,8 @@ func checkCUDARun(t *testing.T, path string, short func(*spec.Spec), relTol floa
 // deterministic; within 1e-6 relative otherwise). While asleep, the
 // NVML-measured process memory must be within the plan's asleep device
 // bytes (the resident arena and the CUDA context), or, where earlier tests
-// of the process left memory on the GPU, within that memory and the
-// resident arena; it logs sleep and wake seconds and GB/s. It skips
+// of the process (or the run without sleep) left memory on the GPU, within
+// that memory and the resident arena; it logs sleep and wake seconds and GB/s. It skips
 // without a CUDA driver.
 func TestSleepWakeCUDA(t *testing.T) {
 	if _, err := cuda.Versions(); err != nil {
@@ -290,13 +290,19 @@ func TestSleepWakeCUDA(t *testing.T) {
 	// then reach that much plus the plan's resident arena in whole 2 MiB
 	// pages (NVML counts the driver's pages: 2 MiB over for an arena of
 	// 8,960 bytes, call6); in a process of its own the bound is the plan's
-	// asleep bytes.
+	// asleep bytes. What the process holds is read after the run without
+	// sleep, which has freed its arena but not what the process keeps
+	// once it has run a kernel (the driver may load kernels' code at their
+	// first launch): read before that run, the bound was 2 MiB short on
+	// two H200s after the two-GPU tests once the train stage ran new
+	// kernels (bench/results/2026-11-28-memory-bound, calls 4 and 5;
+	// which allocation it was was not traced).
 	const page = 2 << 20
+	awake, _ := run(false)
 	before, err := nvml.ProcessMemory(0)
 	if err != nil {
 		before = 0
 	}
-	awake, _ := run(false)
 	asleep, p := run(true)
 	arena := (p.ResidentArena + page - 1) / page * page
 	bound := max(p.AsleepDeviceBytes(), before+arena)
