@@ -319,9 +319,8 @@ func BiasDims(op string, grad bool, mat, vec Tensor) (t, n int, err error) {
 func CheckAdamW(op string, p, g, m, v Tensor) error {
 	ts := []Named{{"p", p}, {"g", g}, {"m", m}, {"v", v}}
 	for i, t := range ts {
-		if t.Name == "g" && (t.T.DType == BF16 || t.T.DType == F16) {
-			// A 16-bit grad is read as float32.
-		} else if t.T.DType != F32 {
+		grad16 := t.Name == "g" && (t.T.DType == BF16 || t.T.DType == F16) // read as float32
+		if t.T.DType != F32 && !grad16 {
 			return fmt.Errorf("%s: %s must be f32, got %v", op, t.Name, t.T.DType)
 		}
 		for _, u := range ts[:i] {

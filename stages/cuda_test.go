@@ -294,9 +294,9 @@ func TestSleepWakeCUDA(t *testing.T) {
 	// sleep, which has freed its arena but not what the process keeps
 	// once it has run a kernel (the driver may load kernels' code at their
 	// first launch): read before that run, the bound was 2 MiB short on
-	// two H200s after the two-GPU tests once the train stage ran new
-	// kernels (bench/results/2026-11-28-memory-bound, calls 4 and 5;
-	// which allocation it was was not traced).
+	// two H200s after the two-GPU tests (bench/results/
+	// 2026-11-28-memory-bound, call 4; call 5 passes with the same asleep
+	// figure). What the 2 MiB were was not traced.
 	const page = 2 << 20
 	awake, _ := run(false)
 	before, err := nvml.ProcessMemory(0)

@@ -85,29 +85,29 @@ func (s *Train) optimize(p *prog, d *decoder, up *update, acc *updateSums, early
 			}
 			ob = r.Host
 		}
+		// The units' sums of squares: the device's, all of them (sums)
+		// or those of the units it staged whole for the host
+		// (deviceNorms); ob sums the others.
 		var dev []float64
-		if onHost && d.devNorms != nil {
-			// The device summed the squares of the units it staged whole
-			// (deviceNorms).
-			var err error
-			if dev, err = d.devNorms.sums(b); err != nil {
-				return err
-			}
-		}
-		var sumsq float64
-		served := 0
-		if sums != nil {
+		fromDev := func(int) bool { return false }
+		switch {
+		case sums != nil:
 			var err error
 			if dev, err = unitSums(b, sums.t, st.Units, d.normView); err != nil {
 				return err
 			}
-		}
-		for _, u := range st.Units {
-			if sums != nil {
-				sumsq += dev[u.ord]
-				continue
+			fromDev = func(int) bool { return true }
+		case onHost && d.devNorms != nil:
+			var err error
+			if dev, err = d.devNorms.sums(b); err != nil {
+				return err
 			}
-			if dev != nil && d.devNorms.valid[u.ord] {
+			fromDev = func(ord int) bool { return d.devNorms.valid[ord] }
+		}
+		var sumsq float64
+		served := 0
+		for _, u := range st.Units {
+			if fromDev(u.ord) {
 				sumsq += dev[u.ord]
 				served++
 				continue
@@ -202,10 +202,17 @@ type bf16Updater interface {
 	AdamWBF16(p, g, m, v, out gpu.Tensor, st gpu.AdamWStep) error
 }
 
+// adamwStep is AdamW step step (1-based) of the train section tr at
+// learning rate lr, the grads clipped by coef: it scales them as AdamW
+// reads them (they are not modified), 1 when the norm is within the clip.
+func adamwStep(tr spec.Train, coef, lr float64, step int) gpu.AdamWStep {
+	return gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
+		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}
+}
+
 // adamw clips and takes AdamW step step (1-based) of one unit's shard on
 // backend b, reading its grads through grads (decoder.gradView).
 func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grads func(*Unit) (gpu.Tensor, error), stage [4]*ref, coef, lr float64, step int) error {
-	tr := p.job.Spec.Train
 	views := make([]gpu.Tensor, 4)
 	g, err := grads(u)
 	if err != nil {
@@ -237,10 +244,7 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grads func(*Unit) (g
 			work[k] = sv
 		}
 	}
-	// The clip coefficient scales the grads as AdamW reads them (grads
-	// are not modified); 1 when the norm is within the clip.
-	as := gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
-		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}
+	as := adamwStep(p.job.Spec.Train, coef, lr, step)
 	if st.HostBF16 != nil && u.BF16Off >= 0 {
 		// The params are in host memory and so is their bf16 copy
 		// (hostBF16Units): write it as the unit is updated.
@@ -271,9 +275,7 @@ func adamw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grads func(*Unit) (g
 // over each run of its slots, reading the grads in their dtype from grad,
 // the buffer its backward accumulated them into.
 func adamwRaw(b gpu.Backend, p *prog, st *ShardState, u *Unit, grad gpu.Tensor, coef, lr float64, step int) error {
-	tr := p.job.Spec.Train
-	as := gpu.AdamWStep{LR: lr, Beta1: tr.Betas[0], Beta2: tr.Betas[1], Eps: tr.Eps,
-		WeightDecay: tr.WeightDecay, Step: step, GradScale: float32(min(coef, 1))}
+	as := adamwStep(p.job.Spec.Train, coef, lr, step)
 	for _, r := range rawRuns(u) {
 		g, err := section(grad, r.gathered*int64(grad.DType.Size()), grad.DType, r.elems)
 		if err != nil {

@@ -531,8 +531,8 @@ func adamwKernel(n int64, gd gpu.DType, as ...uint64) (string, int64) {
 }
 
 // sumSquaresKernel names SumSquares' kernel for n elements at address a
-// and its grid (at most sumPartials blocks): k_sumsq8 (16-byte loads, two groups a thread a turn) when a is 16-byte
-// aligned, else k_sumsq.
+// and its grid (at most sumPartials blocks): k_sumsq8 (16-byte loads, two
+// groups a thread a turn) when a is 16-byte aligned, else k_sumsq.
 func (d *device) sumSquaresKernel(n int64, a uint64) (string, uint32) {
 	if aligned16(a) {
 		return "k_sumsq8", max(min(d.gridFor((n+15)/16), sumPartials), 1)

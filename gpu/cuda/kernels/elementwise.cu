@@ -257,11 +257,25 @@ extern "C" __global__ void k_adamw(float* p, const void* g, int dtg, float* m, f
   }
 }
 
-// k_adamw4 is k_adamw on float4s: n counts groups of 4, every operand
-// 16-byte aligned (the Go side checks), float32 grads (dtg unused).
-extern "C" __global__ void k_adamw4(float4* p, const float4* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
+// grads4 reads a group of 4 grads as floats: float4s as they are, uint2s
+// as 4 16-bit values of dtype dtg.
+__device__ __forceinline__ float4 grads4(float4 g, int) { return g; }
+__device__ __forceinline__ float4 grads4(uint2 g, int dtg) {
+  u16 h[4] = {(u16)(g.x & 0xffffu), (u16)(g.x >> 16), (u16)(g.y & 0xffffu), (u16)(g.y >> 16)};
+  float f[4];
+#pragma unroll
+  for (int e = 0; e < 4; e++) f[e] = dtg == DT_BF16 ? bf2f(h[e]) : h2f(h[e]);
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
+
+// adamw4 is k_adamw on float4s (k_adamw4, k_adamw4_16): n counts groups
+// of 4, p, m and v 16-byte aligned (the Go side checks); G is a group of 4
+// grads: float4 (float32 grads, 16-byte aligned; dtg unused) or uint2
+// (16-bit grads of dtype dtg, 8-byte aligned).
+template <typename G>
+__device__ __forceinline__ void adamw4(float4* p, const G* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
   GRID_STRIDE(i, n) {
-    float4 pp = p[i], gg = g[i], mm = m[i], vv = v[i];
+    float4 pp = p[i], gg = grads4(g[i], dtg), mm = m[i], vv = v[i];
     adamw1(pp.x, gg.x, mm.x, vv.x, ADAMW_CONSTS);
     adamw1(pp.y, gg.y, mm.y, vv.y, ADAMW_CONSTS);
     adamw1(pp.z, gg.z, mm.z, vv.z, ADAMW_CONSTS);
@@ -272,23 +286,11 @@ extern "C" __global__ void k_adamw4(float4* p, const float4* g, int dtg, float4*
   }
 }
 
-// k_adamw4_16 is k_adamw4 for 16-bit grads of dtype dtg, 8-byte aligned.
+extern "C" __global__ void k_adamw4(float4* p, const float4* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
+  adamw4(p, g, dtg, m, v, n, ADAMW_CONSTS);
+}
 extern "C" __global__ void k_adamw4_16(float4* p, const uint2* g, int dtg, float4* m, float4* v, ADAMW_ARGS) {
-  GRID_STRIDE(i, n) {
-    float4 pp = p[i], mm = m[i], vv = v[i];
-    uint2 gg = g[i];
-    u16 h[4] = {(u16)(gg.x & 0xffffu), (u16)(gg.x >> 16), (u16)(gg.y & 0xffffu), (u16)(gg.y >> 16)};
-    float gf[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) gf[e] = dtg == DT_BF16 ? bf2f(h[e]) : h2f(h[e]);
-    adamw1(pp.x, gf[0], mm.x, vv.x, ADAMW_CONSTS);
-    adamw1(pp.y, gf[1], mm.y, vv.y, ADAMW_CONSTS);
-    adamw1(pp.z, gf[2], mm.z, vv.z, ADAMW_CONSTS);
-    adamw1(pp.w, gf[3], mm.w, vv.w, ADAMW_CONSTS);
-    p[i] = pp;
-    m[i] = mm;
-    v[i] = vv;
-  }
+  adamw4(p, g, dtg, m, v, n, ADAMW_CONSTS);
 }
 
 // k_sumsq writes one float64 partial sum of squares per block.

@@ -236,10 +236,11 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) 
 // reduction, and the next row's before this row's work, so that a block
 // has two rows' reads in flight instead of waiting on each row's loads in
 // turn (rows are disjoint: reading row r+1 before writing row r changes
-// nothing). The second row's registers (120 a thread instead of 90) cost
-// occupancy, which the plain backward of 16-bit rows felt (8192 rows of
-// 1536 with dw: 124 µs against 79 on an H200); the others load a row as
-// they reach it, and addto after the reduction.
+// nothing). The second row's registers (ptxas: 120 a thread instead of
+// 94, so two 192-thread blocks an SM instead of three) cost occupancy,
+// which the plain backward of 16-bit rows felt (BenchmarkOps, 8192 rows
+// of 1536 with dw: 124 µs against 79 on an H200); the others load a row
+// as they reach it, and addto after the reduction.
 template <int K>
 struct normRow {
   float x[K][8], g[K][8], a[K][8];
