@@ -222,35 +222,47 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) 
 }
 
 // rmsnorm_bwd8 is RMSNorm's backward over the rows [b*rpb, (b+1)*rpb) of
-// block b. Thread t owns the K column groups t + k*blockDim.x, holds their
-// weights and, when partial is not null, its float64 sums of dy*x*rstd over
-// the block's rows, written at the end to partial[b*h + column]. Each
-// thread reads its dy before writing dx, so dx may be dy. With addto
+// block b. Thread t owns the K column groups t + k*blockDim.x and holds
+// their weights. A row's arithmetic is float32 except its dot product's sum
+// over the block, which adds the threads' float32 sums of 8K products in
+// float64; when partial is not null, each thread also sums dy*x*rstd of
+// its columns over the block's rows in float32 and writes them at the end,
+// as float64, to partial[b*h + column]. (The kernel did every element's
+// arithmetic in float64, with its conversions, and took three barriers a
+// row: on an H200 the plain backward of 8192 bf16 rows of 1536 took 77 µs
+// that way and 42 this way, the decoder's fused add at the 3B shape 188
+// and 176; BenchmarkOps' rmsnorm_bwd rows, the two changes measured
+// together, bench/results/2026-11-28-epilogue/.) Each thread reads its dy before writing dx, so dx may be dy. With addto
 // (float32 [rows,h]) not null, dx rounded to dtdx is added into it instead
 // of written, and with cast not null the updated sum is also stored there
 // in dtc: the values of the backward into dx, an add of dx into addto and
 // a cast of the sum (RMSNormBackwardAdd).
+//
+// The row's sum takes one barrier: each warp's sum goes to one of two
+// shared arrays by row parity, and every warp adds the array in the same
+// order, so all threads have the same bits. A warp can write a row's array
+// again only after every warp has passed the next row's barrier, that is,
+// after it read the array.
 //
 // With AHEAD (the fused add's one-group kernel, k_rmsnorm_bwd8_1a), a
 // row's loads (x, dy, addto and its rstd) are issued together, before its
 // reduction, and the next row's before this row's work, so that a block
 // has two rows' reads in flight instead of waiting on each row's loads in
 // turn (rows are disjoint: reading row r+1 before writing row r changes
-// nothing). The second row's registers (ptxas: 120 a thread instead of
-// 94, so two 192-thread blocks an SM instead of three) cost occupancy,
-// which the plain backward of 16-bit rows felt (BenchmarkOps, 8192 rows
-// of 1536 with dw: 124 µs against 79 on an H200); the others load a row
-// as they reach it, and addto after the reduction.
+// nothing). The second row's registers cost occupancy, which the plain
+// backward of 16-bit rows felt (BenchmarkOps, 8192 rows of 1536 with dw:
+// 124 µs against 79 on an H200); the others load a row as they reach it,
+// and addto after the reduction.
 template <int K>
 struct normRow {
   float x[K][8], g[K][8], a[K][8];
-  double rv;
+  float rv;
 };
 
 template <int K, bool AHEAD>
 __device__ __forceinline__ void norm_row_load(normRow<K>& o, const void* dy, int dtdy, const void* x, int dtx,
                                               const float* rstd, const float* addto, i64 r, i64 h, i64 ng) {
-  o.rv = (double)rstd[r];
+  o.rv = rstd[r];
 #pragma unroll
   for (int k = 0; k < K; k++) {
     i64 g = threadIdx.x + (i64)k * blockDim.x;
@@ -266,16 +278,16 @@ template <int K, bool AHEAD>
 __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const void* x, int dtx, const void* w,
                              int dtw, const float* rstd, i64 rows, i64 h, i64 rpb, double* partial, float* addto,
                              void* cast, int dtc) {
-  __shared__ double sh[33];
+  __shared__ double sh[2][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   i64 ng = h / 8;
-  float wf[K][8];
-  double acc[K][8];
+  float wf[K][8], acc[K][8];
 #pragma unroll
   for (int k = 0; k < K; k++) {
     i64 g = threadIdx.x + (i64)k * blockDim.x;
     if (g < ng) ld8(w, dtw, g * 8, wf[k]);
 #pragma unroll
-    for (int e = 0; e < 8; e++) acc[k][e] = 0.0;
+    for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
   }
   i64 r0 = (i64)blockIdx.x * rpb, r1 = min(rows, r0 + rpb);
   normRow<K> cur, nxt;
@@ -283,23 +295,25 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
   for (i64 r = r0; r < r1; r++) {
     if (AHEAD && r + 1 < r1) norm_row_load<K, AHEAD>(nxt, dy, dtdy, x, dtx, rstd, addto, r + 1, h, ng);
     if (!AHEAD) norm_row_load<K, AHEAD>(cur, dy, dtdy, x, dtx, rstd, addto, r, h, ng);
-    double rv = cur.rv;
-    double dot = 0.0;
+    float rv = cur.rv, dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
       i64 g = threadIdx.x + (i64)k * blockDim.x;
       if (g < ng) {
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-          double xn = (double)cur.x[k][e] * rv;
-          double gw = (double)cur.g[k][e] * (double)wf[k][e];
-          dot += gw * xn;
-          acc[k][e] += (double)cur.g[k][e] * xn;
+          float xn = cur.x[k][e] * rv;
+          dot = fmaf(cur.g[k][e] * wf[k][e], xn, dot);
+          acc[k][e] = fmaf(cur.g[k][e], xn, acc[k][e]);
         }
       }
     }
-    dot = block_sum_d(dot, sh);
-    if (h > 0) dot /= (double)h;
+    double (*s)[32] = &sh[(r - r0) & 1];
+    double ws = warp_sum_d((double)dot);
+    if (lane == 0) (*s)[warp] = ws;
+    __syncthreads();
+    double bs = warp_sum_d(lane < nw ? (*s)[lane] : 0.0);
+    float dm = h > 0 ? (float)(bs / (double)h) : 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
       i64 g = threadIdx.x + (i64)k * blockDim.x;
@@ -307,9 +321,8 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
         float o[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-          double xn = (double)cur.x[k][e] * rv;
-          double gw = (double)cur.g[k][e] * (double)wf[k][e];
-          o[e] = (float)(rv * (gw - xn * dot));
+          float xn = cur.x[k][e] * rv;
+          o[e] = rv * (cur.g[k][e] * wf[k][e] - xn * dm);
         }
         if (addto == 0) {
           st8(dx, dtdx, r * h + g * 8, o);
@@ -331,7 +344,7 @@ __device__ void rmsnorm_bwd8(void* dx, int dtdx, const void* dy, int dtdy, const
     i64 g = threadIdx.x + (i64)k * blockDim.x;
     if (g < ng)
 #pragma unroll
-      for (int e = 0; e < 8; e++) partial[(i64)blockIdx.x * h + g * 8 + e] = acc[k][e];
+      for (int e = 0; e < 8; e++) partial[(i64)blockIdx.x * h + g * 8 + e] = (double)acc[k][e];
   }
 }
 
