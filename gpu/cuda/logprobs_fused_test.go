@@ -110,8 +110,12 @@ func TestLogProbsFusedRefuses(t *testing.T) {
 
 // BenchmarkLogProbsHead times the log-prob head's chunk at one model's
 // shapes with pseudo-random operands: LogProbs (the float32 logits
-// through memory) and LogProbsFused. RLPIPE_BENCH_LP="C,H,V" picks the
-// shapes (default Qwen2.5-3B's with 2048-row chunks: "2048,2048,151936"):
+// through memory) and LogProbsFused; then the train step's chunk
+// (model.Config.HeadStep) and its parts: LogProbs with entropies,
+// LogitsBackward (the dlogits pass and the dh and dw products), and the
+// logits, dh and dw products alone, so that the statistics passes are the
+// differences. RLPIPE_BENCH_LP="C,H,V" picks the shapes (default
+// Qwen2.5-3B's with 2048-row chunks: "2048,2048,151936"):
 //
 //	go test -run '^$' -bench LogProbsHead -benchtime 20x ./gpu/cuda
 func BenchmarkLogProbsHead(bb *testing.B) {
@@ -122,7 +126,7 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 			bb.Fatalf("RLPIPE_BENCH_LP=%q: want C,H,V: %v", d, err)
 		}
 	}
-	mem, err := b.Alloc(int64(C*H+V*H)*2 + int64(C*V+2*C)*4 + 8<<10)
+	mem, err := b.Alloc(int64(2*C*H+2*V*H)*2 + int64(C*V+5*C)*4 + 16<<10)
 	if err != nil {
 		bb.Fatal(err)
 	}
@@ -143,15 +147,50 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 	if err := b.UploadI32(tg, ids); err != nil {
 		bb.Fatal(err)
 	}
+	// The train step's chunk: entropies, the loss gradient of each row's
+	// log-prob (dlogp), none of its entropy, the head's grads in bf16.
+	ent, dlp, dent := ten(gpu.F32, C), ten(gpu.F32, C), ten(gpu.F32, C)
+	dh, dw := ten(gpu.BF16, C, H), ten(gpu.BF16, V, H)
+	if err := b.Upload(dlp, scrambled(C, 1e-3)); err != nil {
+		bb.Fatal(err)
+	}
+	for _, x := range []gpu.Tensor{dent, dw} {
+		if err := b.Zero(x); err != nil {
+			bb.Fatal(err)
+		}
+	}
+	addr := func(x gpu.Tensor) uint64 {
+		a, err := b.faddr("bench", "x", x)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		return a
+	}
+	wa, ha, wsa := addr(w), addr(h), addr(ws)
+	// The bf16 dlogits LogitsBackward leaves, packed at the start of each
+	// float32 row of the workspace.
+	dl := mat{wsa, gpu.BF16, C, V, 2 * int64(V)}
 	flops := 2 * float64(C) * float64(H) * float64(V)
 	shape := fmt.Sprintf("%dx%dx%d", C, V, H)
 	for _, c := range []struct {
-		name string
-		f    func() error
+		name     string
+		products float64
+		f        func() error
 	}{
-		{"logits " + shape, func() error { return b.LogProbs(lp, gpu.Tensor{}, h, w, tg, 1, false, ws) }},
-		{"fused " + shape, func() error { return b.LogProbsFused(lp, h, w, tg, 1, ws) }},
+		{"logits " + shape, 1, func() error { return b.LogProbs(lp, gpu.Tensor{}, h, w, tg, 1, false, ws) }},
+		{"fused " + shape, 1, func() error { return b.LogProbsFused(lp, h, w, tg, 1, ws) }},
+		{"step: logits product alone " + shape, 1, func() error {
+			return b.matmul(mat{wsa, gpu.F32, C, V, int64(V)}, mat{ha, gpu.BF16, C, H, int64(H)}, mat{wa, gpu.BF16, V, H, int64(H)}, false, true, 1, 0)
+		}},
+		{"step: logits + entropy " + shape, 1, func() error { return b.LogProbs(lp, ent, h, w, tg, 1, false, ws) }},
+		{"step: logits backward " + shape, 2, func() error { return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws) }},
+		{"step: dh product alone " + shape, 1, func() error {
+			return b.matmul(mat{addr(dh), gpu.BF16, C, H, int64(H)}, dl, mat{wa, gpu.BF16, V, H, int64(H)}, false, false, 1, 0)
+		}},
+		{"step: dw product alone " + shape, 1, func() error {
+			return b.matmul(mat{addr(dw), gpu.BF16, V, H, int64(H)}, dl, mat{ha, gpu.BF16, C, H, int64(H)}, true, false, 1, 1)
+		}},
 	} {
-		timeOp(bb, b, c.name, flops, 0, c.f)
+		timeOp(bb, b, c.name, c.products*flops, 0, c.f)
 	}
 }

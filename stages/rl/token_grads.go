@@ -3,6 +3,8 @@ package rl
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 )
 
 // TokenGrads computes ComputeLoss's gradients a range of tokens at a time,
@@ -83,10 +85,19 @@ func NewTokenGrads(cfg LossConfig, b *Batch, n Norm) (*TokenGrads, error) {
 	return g, nil
 }
 
+// fillSpan is the fewest tokens Fill gives a goroutine of its own: a
+// token takes about 100 ns (mostly math.Exp), a goroutine's start and join
+// a few microseconds.
+const fillSpan = 256
+
 // Fill writes the gradients of tokens [lo,hi) into dlogp and, when the
 // batch has entropies, dentropy (both indexed like b.LogP), from the
 // batch's values of those tokens, which it checks as ComputeLoss does.
-// Masked tokens get 0.
+// Masked tokens get 0. A range of more than fillSpan tokens is split over
+// up to GOMAXPROCS goroutines (the host's part of a train step's head runs
+// while the GPU waits for it); each token's values are the same either
+// way, and an error is that of the first bad token, as in one pass, though
+// tokens after it may then have been written.
 func (g *TokenGrads) Fill(lo, hi int, dlogp, dentropy []float32) error {
 	lc := g.lc
 	if lo < 0 || hi > len(lc.b.LogP) || lo > hi {
@@ -95,6 +106,32 @@ func (g *TokenGrads) Fill(lo, hi int, dlogp, dentropy []float32) error {
 	if len(dlogp) != len(lc.b.LogP) || (lc.useEnt && len(dentropy) != len(lc.b.LogP)) {
 		return fmt.Errorf("token grads: gradients of %d and %d entries for %d tokens", len(dlogp), len(dentropy), len(lc.b.LogP))
 	}
+	parts := min(runtime.GOMAXPROCS(0), (hi-lo)/fillSpan)
+	if parts <= 1 {
+		return g.fill(lo, hi, dlogp, dentropy)
+	}
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		a, b := lo+(hi-lo)*i/parts, lo+(hi-lo)*(i+1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = g.fill(a, b, dlogp, dentropy)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill is Fill's loop over tokens [lo,hi).
+func (g *TokenGrads) fill(lo, hi int, dlogp, dentropy []float32) error {
+	lc := g.lc
 	for t := lo; t < hi; t++ {
 		dlogp[t] = 0
 		if lc.useEnt {

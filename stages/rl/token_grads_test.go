@@ -2,8 +2,11 @@ package rl
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -66,6 +69,79 @@ func TestTokenGrads(t *testing.T) {
 	}
 	if tested < 100 {
 		t.Fatalf("only %d batches compared", tested)
+	}
+}
+
+// TestTokenGradsSplit checks Fill over ranges long enough to be split
+// over goroutines (GOMAXPROCS set to 4 for the test): ComputeLoss's
+// gradients bit for bit, and, with two bad log-probs in different parts,
+// the error of the first.
+func TestTokenGradsSplit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	rng := rand.New(rand.NewPCG(9, 10))
+	tested := 0
+	for ci, cfg := range referenceConfigs() {
+		if !cfg.Separable(false) {
+			continue
+		}
+		// Random batches of up to 28 tokens, concatenated.
+		b := &Batch{}
+		for len(b.LogP) < 6*fillSpan {
+			r := randomBatch(rng, cfg)
+			b.Lengths = append(b.Lengths, r.Lengths...)
+			b.Advantages = append(b.Advantages, r.Advantages...)
+			b.LogP = append(b.LogP, r.LogP...)
+			b.OldLogP = append(b.OldLogP, r.OldLogP...)
+			b.RolloutLogP = append(b.RolloutLogP, r.RolloutLogP...)
+			b.RefLogP = append(b.RefLogP, r.RefLogP...)
+			b.Entropy = append(b.Entropy, r.Entropy...)
+			b.Mask = append(b.Mask, r.Mask...)
+		}
+		n := randomNorm(&cfg, b)
+		var want Output
+		if err := ComputeLoss(cfg, b, n, &want); err != nil {
+			t.Fatalf("config %d: %v", ci, err)
+		}
+		g, err := NewTokenGrads(cfg, b, n)
+		if err != nil {
+			t.Fatalf("config %d: %v", ci, err)
+		}
+		N := len(b.LogP)
+		dl, de := make([]float32, N), make([]float32, N)
+		// Two ranges: one of several parts and the rest, of two or more.
+		for _, r := range [][2]int{{0, 4*fillSpan + 17}, {4*fillSpan + 17, N}} {
+			if err := g.Fill(r[0], r[1], dl, de); err != nil {
+				t.Fatalf("config %d: %v", ci, err)
+			}
+		}
+		for i := range dl {
+			if math.Float32bits(dl[i]) != math.Float32bits(want.DLogP[i]) || math.Float32bits(de[i]) != math.Float32bits(want.DEntropy[i]) {
+				t.Fatalf("config %d, token %d: TokenGrads %v, %v; ComputeLoss %v, %v", ci, i, dl[i], de[i], want.DLogP[i], want.DEntropy[i])
+			}
+		}
+		tested++
+		if ci > 0 {
+			continue
+		}
+		// The first bad token's error, whichever part finishes first.
+		first, second := -1, -1
+		for i := range b.Mask {
+			if b.Mask[i] != 0 && i > fillSpan/2 && first < 0 {
+				first = i
+			}
+			if b.Mask[i] != 0 && i > 5*fillSpan {
+				second = i
+				break
+			}
+		}
+		b.LogP[first], b.LogP[second] = float32(math.NaN()), float32(math.Inf(1))
+		err = g.Fill(0, N, dl, de)
+		if wantErr := fmt.Sprintf("log-prob %d is NaN", first); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Fill with bad tokens %d and %d: %v, want an error with %q", first, second, err, wantErr)
+		}
+	}
+	if tested < 5 {
+		t.Fatalf("only %d configurations compared", tested)
 	}
 }
 
