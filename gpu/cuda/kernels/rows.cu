@@ -232,7 +232,9 @@ extern "C" __global__ void __launch_bounds__(256) k_rmsnorm_r16_f16(RMS_R_ARGS) 
 // row: on an H200 the plain backward of 8192 bf16 rows of 1536 took 77 µs
 // that way and 42 this way, the decoder's fused add at the 3B shape 188
 // and 176; BenchmarkOps' rmsnorm_bwd rows, the two changes measured
-// together, bench/results/2026-11-28-epilogue/.) Each thread reads its dy before writing dx, so dx may be dy. With addto
+// together, bench/results/2026-11-28-epilogue/.)
+//
+// Each thread reads its dy before writing dx, so dx may be dy. With addto
 // (float32 [rows,h]) not null, dx rounded to dtdx is added into it instead
 // of written, and with cast not null the updated sum is also stored there
 // in dtc: the values of the backward into dx, an add of dx into addto and
