@@ -166,7 +166,7 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 		}
 		return a
 	}
-	wa, ha, wsa := addr(w), addr(h), addr(ws)
+	wa, ha, wsa, dha, dwa := addr(w), addr(h), addr(ws), addr(dh), addr(dw)
 	// The bf16 dlogits LogitsBackward leaves, packed at the start of each
 	// float32 row of the workspace.
 	dl := mat{wsa, gpu.BF16, C, V, 2 * int64(V)}
@@ -185,10 +185,10 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 		{"step: logits + entropy " + shape, 1, func() error { return b.LogProbs(lp, ent, h, w, tg, 1, false, ws) }},
 		{"step: logits backward " + shape, 2, func() error { return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws) }},
 		{"step: dh product alone " + shape, 1, func() error {
-			return b.matmul(mat{addr(dh), gpu.BF16, C, H, int64(H)}, dl, mat{wa, gpu.BF16, V, H, int64(H)}, false, false, 1, 0)
+			return b.matmul(mat{dha, gpu.BF16, C, H, int64(H)}, dl, mat{wa, gpu.BF16, V, H, int64(H)}, false, false, 1, 0)
 		}},
 		{"step: dw product alone " + shape, 1, func() error {
-			return b.matmul(mat{addr(dw), gpu.BF16, V, H, int64(H)}, dl, mat{ha, gpu.BF16, C, H, int64(H)}, true, false, 1, 1)
+			return b.matmul(mat{dwa, gpu.BF16, V, H, int64(H)}, dl, mat{ha, gpu.BF16, C, H, int64(H)}, true, false, 1, 1)
 		}},
 	} {
 		timeOp(bb, b, c.name, c.products*flops, 0, c.f)

@@ -205,3 +205,42 @@ func TestTokenGradsErrors(t *testing.T) {
 		t.Fatal("Fill accepted a range past the tokens")
 	}
 }
+
+// BenchmarkTokenGradsFill times Fill on one head chunk of the benchmark
+// workload (8 samples of 1984 response tokens, GRPO with low_var_kl, a
+// chunk of 2048 tokens) in one goroutine and split over GOMAXPROCS:
+//
+//	go test -run '^$' -bench TokenGradsFill ./stages/rl
+func BenchmarkTokenGradsFill(bb *testing.B) {
+	cfg := DefaultLossConfig()
+	cfg.KL, cfg.KLCoef = KLLowVarKL, 0.01
+	rng := rand.New(rand.NewPCG(1, 2))
+	const samples, length, chunk = 8, 1984, 2048
+	b := &Batch{}
+	for range samples {
+		b.Lengths = append(b.Lengths, length)
+		b.Advantages = append(b.Advantages, rng.Float64()-0.5)
+		for range length {
+			b.LogP = append(b.LogP, -rng.Float32())
+			b.OldLogP = append(b.OldLogP, -rng.Float32())
+			b.RefLogP = append(b.RefLogP, -rng.Float32())
+			b.Entropy = append(b.Entropy, rng.Float32())
+			b.Mask = append(b.Mask, 1)
+		}
+	}
+	g, err := NewTokenGrads(cfg, b, Norm{DP: 1, Samples: samples})
+	if err != nil {
+		bb.Fatal(err)
+	}
+	dl, de := make([]float32, len(b.LogP)), make([]float32, len(b.LogP))
+	for _, procs := range []int{1, runtime.GOMAXPROCS(0)} {
+		bb.Run(fmt.Sprintf("procs=%d", procs), func(sb *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			for range sb.N {
+				if err := g.Fill(0, chunk, dl, de); err != nil {
+					sb.Fatal(err)
+				}
+			}
+		})
+	}
+}
