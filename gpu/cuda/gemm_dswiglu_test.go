@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
@@ -66,6 +67,66 @@ func TestDownSwiGLUBackward(t *testing.T) {
 			}
 			e.sameBits(name+", dgate of a second run against the first", adg, gdg)
 			e.sameBits(name+", dup of a second run against the first", adu, gdu)
+		}
+	}
+}
+
+// TestDownSwiGLUBackwardBits holds the fused kernel to the unfused ops
+// (cuBLASLt's product, then k_swiglu_bwd8) bit for bit where the product
+// is exact in any order (dy in {-1, 0, 1}, the weights in sixteenths of
+// -2..2), with infinities, NaNs, zeros of both signs and large values
+// among the gate and up values and dy, so that the epilogue's NaN path
+// (dswiglu8 rounding pairs, then f2bf2 for a vector with a NaN) runs too.
+func TestDownSwiGLUBackwardBits(t *testing.T) {
+	e := newEnv(t)
+	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0, float32(math.Copysign(0, -1)),
+		1e30, -1e30, 100, -100, 88, -88, 87, -87, 1e-30, -1e-30}
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
+		for _, c := range []struct{ t, k, n int }{{300, 256, 384}, {130, 64, 8}, {257, 320, 520}} {
+			name := fmt.Sprintf("%v t%d k%d n%d", dt, c.t, c.k, c.n)
+			e.off = 0
+			ints := func(n int, lo, hi int, scale float32) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(lo+e.r.IntN(hi-lo+1)) * scale
+				}
+				return v
+			}
+			withSpecial := func(v []float32, every int, special []float32) []float32 {
+				for i := 0; i < len(v); i += every {
+					v[i] = gpu.Round(dt, special[e.r.IntN(len(special))])
+				}
+				return v
+			}
+			// At most one of these a row of dy (k < 997), so that each
+			// product stays exact whatever the order of its sums.
+			gy, cy := e.alloc(dt, c.t, c.k)
+			e.set(gy, cy, withSpecial(ints(c.t*c.k, -1, 1, 1), 997, special[:7]))
+			gw, cw := e.alloc(dt, c.k, c.n)
+			e.set(gw, cw, ints(c.k*c.n, -2, 2, 1.0/16))
+			gg, cg := e.alloc(dt, c.t, c.n)
+			e.set(gg, cg, withSpecial(e.randn(c.t*c.n, 4, dt), 7, special))
+			gu, cu := e.alloc(dt, c.t, c.n)
+			e.set(gu, cu, withSpecial(e.randn(c.t*c.n, 4, dt), 11, special))
+			gdg, _ := e.out(dt, c.t, c.n)
+			gdu, _ := e.out(dt, c.t, c.n)
+			err := e.g.DownSwiGLUBackward(gdg, gdu, gy, gw, gg, gu)
+			if errors.Is(err, gpu.ErrNotFused) {
+				t.Skipf("%s: %v", name, err)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			udg, _ := e.out(dt, c.t, c.n)
+			udu, _ := e.out(dt, c.t, c.n)
+			if err := e.g.Gemm(udg, gy, gw, false, false, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.g.SwiGLUBackward(udg, udu, udg, gg, gu); err != nil {
+				t.Fatal(err)
+			}
+			e.sameBits(name+", dgate against the unfused ops", gdg, udg)
+			e.sameBits(name+", dup against the unfused ops", gdu, udu)
 		}
 	}
 }

@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
@@ -80,6 +81,45 @@ func testGateUpSwiGLU(t *testing.T, e *env, cases []gateUpShape) {
 			}
 			e.sameBits(name+", SwiGLU of the kept products against act", sw, kact)
 		}
+	}
+}
+
+// TestGateUpSwiGLUSpecial holds the fused kernel's SwiGLU to k_swiglu8's
+// bits on its own kept products where x holds infinities, NaNs and large
+// values, so that its products do too and the epilogue's NaN path
+// (swiglu8 rounding pairs, then f2bf2 for a vector with a NaN) runs.
+func TestGateUpSwiGLUSpecial(t *testing.T) {
+	e := newEnv(t)
+	defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)
+	gateUpKeepOn = true
+	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e30, -1e30, 300, -300}
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F16} {
+		c := gateUpShape{300, 256, 384}
+		name := fmt.Sprintf("%v t%d k%d n%d", dt, c.t, c.k, c.n)
+		e.off = 0
+		gx, cx := e.alloc(dt, c.t, c.k)
+		xv := e.randn(c.t*c.k, 1, dt)
+		for i := 0; i < len(xv); i += 509 {
+			xv[i] = gpu.Round(dt, special[e.r.IntN(len(special))])
+		}
+		e.set(gx, cx, xv)
+		gg, _ := e.in(dt, 0.1, c.n, c.k)
+		gu, _ := e.in(dt, 0.1, c.n, c.k)
+		kact, _ := e.out(dt, c.t, c.n)
+		kg, _ := e.out(dt, c.t, c.n)
+		ku, _ := e.out(dt, c.t, c.n)
+		err := e.g.GateUpSwiGLUKeep(kact, kg, ku, gx, gg, gu)
+		if errors.Is(err, gpu.ErrNotFused) {
+			t.Skipf("%s: %v", name, err)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sw, _ := e.out(dt, c.t, c.n)
+		if err := e.g.SwiGLU(sw, kg, ku); err != nil {
+			t.Fatal(err)
+		}
+		e.sameBits(name+", SwiGLU of the kept products against act", sw, kact)
 	}
 }
 

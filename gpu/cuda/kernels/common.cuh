@@ -52,6 +52,22 @@ __device__ __forceinline__ u32 f2bf2(float lo, float hi) {
   return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16);
 #endif
 }
+// bf16x2_rn packs lo and hi rounded to bfloat16, lo in the low half, in
+// one cvt.rn.bf16x2 (sm_80 on): f2bf2's bits for a pair without a NaN; a
+// NaN comes out as the canonical 0x7fff, where f2bf2 keeps its payload
+// (bf16x2_nan finds it, for the callers that then take f2bf2).
+__device__ __forceinline__ u32 bf16x2_rn(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+  u32 w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+#else
+  return f2bf2(lo, hi);
+#endif
+}
+// bf16x2_nan is not 0 when a half of w is a NaN: its low 15 bits above
+// 0x7f80 carry into its top bit once 0x7f is added.
+__device__ __forceinline__ u32 bf16x2_nan(u32 w) { return ((w & 0x7fff7fffu) + 0x007f007fu) & 0x80008000u; }
 __device__ __forceinline__ float h2f(u16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -138,17 +154,31 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // sigmoid is computed in float32 with the hardware's approximate
-// exponential and reciprocal (__expf, __fdividef: a few float32 ulps, more
-// for |x| in the tens), where the CPU reference takes float64 and rounds
-// once: both far below a bf16 activation's rounding. expf and an IEEE
-// division were about half the instructions of the fused gate/up
-// product's epilogue (gemm.cu), where the tensor cores wait for it;
-// without them the kernel took 644 instead of 715 us (docs/performance.md).
-// __fdividef gives 0 for a denominator past 2^126, that is sigmoid(x) = 0
-// for x below about -87 (the true value is below 1e-38). A float64
-// exponential per element held the SwiGLU kernels (elementwise.cu) below
-// the memory's speed.
-__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+// exponential and reciprocal (a few float32 ulps, more for |x| in the
+// tens), where the CPU reference takes float64 and rounds once: both far
+// below a bf16 activation's rounding. expf and an IEEE division were about
+// half the instructions of the fused gate/up product's epilogue (gemm.cu),
+// where the tensor cores wait for it; without them the kernel took 644
+// instead of 715 us (docs/performance.md). The reciprocal gives 0 for a
+// denominator past 2^126, that is sigmoid(x) = 0 for x below about -87
+// (the true value is below 1e-38). A float64 exponential per element held
+// the SwiGLU kernels (elementwise.cu) below the memory's speed.
+//
+// It is __fdividef(1, 1 + __expf(-x)) with subnormals flushed (ex2 and div
+// .approx.ftz), bit for bit for every float32 x: the exponential's
+// argument -x·log2(e) is the same product; only a result below 2^-126
+// differs, and 1 + it rounds to 1 either way; the denominator is 1 or
+// more (or a NaN), never subnormal, and its reciprocal past 2^126 is 0
+// either way (a check over all 2^32 inputs found no pattern that differs:
+// bench/results/2026-11-28-prefetch/, call 3). Without the flush, each of
+// the two took a range test and a rescaling around it: 11 instructions a
+// sigmoid instead of 4 in the SASS of k_gemm_dswiglu_bf16 (same place).
+__device__ __forceinline__ float sigmoid(float x) {
+  float e, s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(x, -1.44269502162933349609375f)));
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(s) : "f"(1.0f), "f"(__fadd_rn(1.0f, e)));
+  return s;
+}
 
 // ld8 loads the 8 elements p[i..i+8) as floats: one 16-byte load for a
 // 16-bit dtype, two for float32. i must be a multiple of 8 and p 16-byte

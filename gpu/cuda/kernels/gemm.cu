@@ -140,6 +140,97 @@ __device__ __forceinline__ float gs_val(u32 w, int hi) {
   return F16 ? h2f(h) : bf2f(h);
 }
 
+// swiglu8 is k_swiglu8's SwiGLU for 8 outputs from the words of the
+// gate and up products g and u: o, their words. For bf16 it rounds each
+// pair's two values together (bf16x2_rn) and takes f2bf2's path only for a
+// vector with a NaN among its outputs: the same bits, in fewer
+// instructions than a rounding a value (the epilogues are
+// instruction-bound).
+template <bool F16>
+__device__ __forceinline__ void swiglu8(const u32* g, const u32* u, u32* o) {
+  const int dt = F16 ? DT_F16 : DT_BF16;
+  auto exact = [&]() {
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+      float y[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float x = gs_val<F16>(g[p], h);
+        y[h] = rnd(dt, x * sigmoid(x)) * gs_val<F16>(u[p], h);
+      }
+      o[p] = wg_pack<F16>(y[0], y[1]);
+    }
+  };
+  if (F16) {
+    exact();
+    return;
+  }
+  u32 nan = 0;
+#pragma unroll
+  for (int p = 0; p < 4; p++) {
+    float x0 = gs_val<false>(g[p], 0), x1 = gs_val<false>(g[p], 1);
+    u32 a = bf16x2_rn(x0 * sigmoid(x0), x1 * sigmoid(x1));
+    o[p] = bf16x2_rn(__uint_as_float(a << 16) * gs_val<false>(u[p], 0),
+                     __uint_as_float(a & 0xffff0000u) * gs_val<false>(u[p], 1));
+    nan |= bf16x2_nan(o[p]);
+  }
+  if (nan) exact();
+}
+
+// dswiglu8 is k_swiglu_bwd8's SwiGLU backward for 8 outputs from the
+// words of dact (d), the gate and up products (g, u): dg and du, their
+// words. For bf16 it rounds pairs together as swiglu8 does.
+template <bool F16>
+__device__ __forceinline__ void dswiglu8(const u32* d, const u32* g, const u32* u, u32* dg, u32* du) {
+  const int dt = F16 ? DT_F16 : DT_BF16;
+  auto exact = [&]() {
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+      float rg[2], ru[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float dd = gs_val<F16>(d[p], h), x = gs_val<F16>(g[p], h), y = gs_val<F16>(u[p], h);
+        float s = sigmoid(x);
+        ru[h] = dd * rnd(dt, x * s);
+        float tt = rnd(dt, dd * y);
+        rg[h] = tt * (s * (1.0f + x * (1.0f - s)));
+      }
+      dg[p] = wg_pack<F16>(rg[0], rg[1]);
+      du[p] = wg_pack<F16>(ru[0], ru[1]);
+    }
+  };
+  if (F16) {
+    exact();
+    return;
+  }
+  u32 nan = 0;
+#pragma unroll
+  for (int p = 0; p < 4; p++) {
+    float dd[2], x[2], s[2], xs[2], dy[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      dd[h] = gs_val<false>(d[p], h);
+      x[h] = gs_val<false>(g[p], h);
+      s[h] = sigmoid(x[h]);
+      xs[h] = x[h] * s[h];
+      dy[h] = dd[h] * gs_val<false>(u[p], h);
+    }
+    u32 a = bf16x2_rn(xs[0], xs[1]), b = bf16x2_rn(dy[0], dy[1]);
+    float ra[2] = {__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u)};
+    float rb[2] = {__uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u)};
+    float rg[2], ru[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      ru[h] = dd[h] * ra[h];
+      rg[h] = rb[h] * (s[h] * (1.0f + x[h] * (1.0f - s[h])));
+    }
+    dg[p] = bf16x2_rn(rg[0], rg[1]);
+    du[p] = bf16x2_rn(ru[0], ru[1]);
+    nan |= bf16x2_nan(dg[p]) | bf16x2_nan(du[p]);
+  }
+  if (nan) exact();
+}
+
 template <bool F16>
 __device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int* ctr, const TMap* tx, const TMap* tg,
                                             const TMap* tu, int m, int n, int k) {
@@ -151,7 +242,6 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int*
   const char* gstage = w.gstage;
   int* tq = w.tq;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + GS_BN - 1) / GS_BN, nk = k / GS_BK, nt_all = nm * nn;
-  const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     if (threadIdx.x == 0) {
@@ -174,16 +264,7 @@ __device__ __forceinline__ void gemm_swiglu(u16* out, u16* gout, u16* uout, int*
           uint4 g = *(const uint4*)(gstage + row * GS_ROW + v * 16);
           uint4 u = *(const uint4*)(gstage + row * GS_ROW + 2 * GS_BN + v * 16);
           u32 gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w}, o[4];
-#pragma unroll
-          for (int p = 0; p < 4; p++) {
-            float y[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-              float x = gs_val<F16>(gw[p], h);
-              y[h] = rnd(dt, x * sigmoid(x)) * gs_val<F16>(uw[p], h);
-            }
-            o[p] = wg_pack<F16>(y[0], y[1]);
-          }
+          swiglu8<F16>(gw, uw, o);
           int col = n0 + v * 8;
           if (m0 + row < m && col < n) {
             i64 at = (i64)(m0 + row) * n + col;
@@ -238,11 +319,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) k_gemm_swiglu_f16(u16* out,
 // - the second and third warpgroups own 64 rows each and issue m64n192k16
 //   products with B transposed, round the tile's sums to the dtype into
 //   the staging tile and go on to the next tile;
-// - warps 1-3 and the fourth warpgroup prefetch the tile's g and u rows into L2 as soon as they
-//   know the tile (cp.async.bulk.prefetch, a row at a time), then, once
-//   the tile is staged, read them, two vectors of 8 a thread at a time
-//   with their loads first, and write dg and du 16 bytes at a time while
+// - warps 1-3 and the fourth warpgroup prefetch the tile's g and u rows
+//   into L2 as soon as they know the tile (cp.async.bulk.prefetch, a row
+//   at a time), then, once the tile is staged, read them two vectors of 8
+//   a thread at a time, each pair's loads issued before the pair before
+//   it is computed (dswiglu8), and write dg and du 16 bytes at a time while
 //   the tensor cores run the next tile.
+//
+// The epilogue is the kernel's bound: its warps are busy throughout and
+// the consumers wait for them (their clocks, docs/performance.md), on
+// its instructions, not its loads (about 6% of its time waiting for
+// them). So the consumers run at 160 registers (their accumulators take
+// 96), which leaves the other warps 96 for the loads in flight, and
+// dswiglu8 rounds values two at a time.
 //
 // The TMA reads w's columns past n as zeros, and outputs past n are not
 // written.
@@ -262,9 +351,8 @@ __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const T
   const char* gstage = w.gstage;
   int* tq = w.tq;
   int nm = (m + GS_BM - 1) / GS_BM, nn = (n + DS_BN - 1) / DS_BN, nk = k / GS_BK, nt_all = nm * nn;
-  const int dt = F16 ? DT_F16 : DT_BF16;
   if (threadIdx.x < 128 || threadIdx.x >= 384) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
     if (threadIdx.x == 0) {
       wg_produce<GS_ST, GS_GROUP>(base, bars, ST, nk, tqb, tq, ctr, nt_all, nm, nn,
                                   [&](u32 st, u32 full, int mt, int nt, int kb) {
@@ -294,8 +382,8 @@ __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const T
           }
         }
         mb_wait(staged, i & 1);
-        for (int q = e; q < GS_BM * 24; q += 2 * DS_EPI) {
-          uint4 gv[2], uv[2];
+        // Each pair's loads go out before the pair before it is computed.
+        auto load = [&](int q, uint4* gv, uint4* uv) {
 #pragma unroll
           for (int h2 = 0; h2 < 2; h2++) {
             int qq = q + DS_EPI * h2, row = qq / 24, col = n0 + (qq - row * 24) * 8;
@@ -305,6 +393,12 @@ __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const T
               uv[h2] = *(const uint4*)(u + at);
             }
           }
+        };
+        uint4 gv[2], uv[2];
+        load(e, gv, uv);
+        for (int q = e; q < GS_BM * 24; q += 2 * DS_EPI) {
+          uint4 gn[2], un[2];
+          load(q + 2 * DS_EPI, gn, un);
 #pragma unroll
           for (int h2 = 0; h2 < 2; h2++) {
             int qq = q + DS_EPI * h2, row = qq / 24, v = qq - row * 24, col = n0 + v * 8;
@@ -313,22 +407,14 @@ __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const T
             uint4 dv = *(const uint4*)(gstage + row * GS_ROW + v * 16);
             u32 dw4[4] = {dv.x, dv.y, dv.z, dv.w}, gw[4] = {gv[h2].x, gv[h2].y, gv[h2].z, gv[h2].w},
                 uw[4] = {uv[h2].x, uv[h2].y, uv[h2].z, uv[h2].w}, og[4], ou[4];
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-              float rg[2], ru[2];
-#pragma unroll
-              for (int h = 0; h < 2; h++) {
-                float d = gs_val<F16>(dw4[p], h), x = gs_val<F16>(gw[p], h), y = gs_val<F16>(uw[p], h);
-                float s = sigmoid(x);
-                ru[h] = d * rnd(dt, x * s);
-                float tt = rnd(dt, d * y);
-                rg[h] = tt * (s * (1.0f + x * (1.0f - s)));
-              }
-              og[p] = wg_pack<F16>(rg[0], rg[1]);
-              ou[p] = wg_pack<F16>(ru[0], ru[1]);
-            }
+            dswiglu8<F16>(dw4, gw, uw, og, ou);
             *(uint4*)(du + at) = make_uint4(ou[0], ou[1], ou[2], ou[3]);
             *(uint4*)(dg + at) = make_uint4(og[0], og[1], og[2], og[3]);
+          }
+#pragma unroll
+          for (int h2 = 0; h2 < 2; h2++) {
+            gv[h2] = gn[h2];
+            uv[h2] = un[h2];
           }
         }
         warp_arrive(drained);
@@ -336,7 +422,7 @@ __device__ __forceinline__ void gemm_dswiglu(u16* dg, u16* du, int* ctr, const T
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
   wg_consume<F16, GS_ST, 192, true, true>(base, bars, ST, AT, nk, tqb, tq, stage, GS_ROW, staged, drained);
 }
 
