@@ -67,6 +67,12 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	return b.lpRows(a, temperature, entropyTempered, lpa, ea)
+}
+
+// lpRows issues k_lp_fwd on the logits in a's workspace: the log-probs at
+// lpa and, where ea is not 0, the entropies there.
+func (b *Backend) lpRows(a lpArgs, temperature float32, entropyTempered bool, lpa, ea uint64) error {
 	return b.issue(launch{name: "k_lp_fwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
 			u64(lpa).u64(ea).u64(b.d.flag)})

@@ -167,6 +167,10 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 		return a
 	}
 	wa, ha, wsa, dha, dwa := addr(w), addr(h), addr(ws), addr(dh), addr(dw)
+	lpa, err := b.lpCheck("bench", ent, h, w, tg, 1, ws)
+	if err != nil {
+		bb.Fatal(err)
+	}
 	// The bf16 dlogits LogitsBackward leaves, packed at the start of each
 	// float32 row of the workspace.
 	dl := mat{wsa, gpu.BF16, C, V, 2 * int64(V)}
@@ -183,6 +187,9 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 			return b.matmul(mat{wsa, gpu.F32, C, V, int64(V)}, mat{ha, gpu.BF16, C, H, int64(H)}, mat{wa, gpu.BF16, V, H, int64(H)}, false, true, 1, 0)
 		}},
 		{"step: logits + entropy " + shape, 1, func() error { return b.LogProbs(lp, ent, h, w, tg, 1, false, ws) }},
+		// The row statistics of the logits the row above left (k_lp_fwd
+		// does not change them).
+		{"step: k_lp_fwd with entropies alone " + shape, 0, func() error { return b.lpRows(lpa, 1, false, addr(lp), addr(ent)) }},
 		{"step: logits backward " + shape, 2, func() error { return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws) }},
 		{"step: dh product alone " + shape, 1, func() error {
 			return b.matmul(mat{dha, gpu.BF16, C, H, int64(H)}, dl, mat{wa, gpu.BF16, V, H, int64(H)}, false, false, 1, 0)
@@ -191,6 +198,11 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 			return b.matmul(mat{dwa, gpu.BF16, V, H, int64(H)}, dl, mat{ha, gpu.BF16, C, H, int64(H)}, true, false, 1, 1)
 		}},
 	} {
-		timeOp(bb, b, c.name, c.products*flops, 0, c.f)
+		// A row without products reads the float32 logits once.
+		bytes := 0.0
+		if c.products == 0 {
+			bytes = 4 * float64(C) * float64(V)
+		}
+		timeOp(bb, b, c.name, c.products*flops, bytes, c.f)
 	}
 }
