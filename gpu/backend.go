@@ -208,8 +208,11 @@ type Backend interface {
 	// logp[c] = log_softmax(logits[c]/temperature)[targets[c]] (logp F32
 	// [C], targets I32 [C] in [0,V)) and, unless entropy is empty, entropy[c]
 	// = −Σ p log p of softmax(logits[c]) (of logits[c]/temperature when
-	// entropyTempered). temperature must be positive.
-	LogProbs(logp, entropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
+	// entropyTempered). temperature must be positive. Unless stats is
+	// empty, it is an F32 [C, LogProbsStatsCols] workspace where LogProbs
+	// leaves the rows' softmax statistics for LogitsBackward (their layout
+	// is the backend's).
+	LogProbs(logp, entropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits, stats Tensor) error
 	// LogProbsBackward recomputes the logits into the workspace, turns them
 	// into dlogits in place, and computes dh = dlogits@w (write, [C,H]) and
 	// dw += dlogitsᵀ@h (accumulate, [V,H]) from dlogp F32 [C] and dentropy
@@ -218,7 +221,11 @@ type Backend interface {
 	// LogitsBackward is LogProbsBackward for a chunk whose logits LogProbs
 	// has just written into the workspace, for the same h, w and
 	// temperature: it turns them into dlogits without recomputing them.
-	LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits Tensor) error
+	// Unless stats is empty, it is the workspace where that LogProbs left
+	// the rows' statistics: the backward takes them from there instead of
+	// reading the logits a second time (a backend may recompute them; the
+	// results are the same).
+	LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits, stats Tensor) error
 
 	// AdamW performs one torch.optim.AdamW step (decoupled weight decay,
 	// bias correction, eps added after the square root) on tensors of

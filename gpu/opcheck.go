@@ -261,6 +261,25 @@ func CheckLogProbs(op string, logp, entropy, h, w, targets, logits Tensor, c int
 	return CheckNoAliasAll(op, "entropy", entropy, ins...)
 }
 
+// LogProbsStatsCols is the width of the row statistics workspace of
+// LogProbs and LogitsBackward: F32 [C, LogProbsStatsCols], 32 bytes a row.
+const LogProbsStatsCols = 8
+
+// CheckLogProbsStats checks that workspace: absent (Mem nil), or F32
+// [c, LogProbsStatsCols] and overlapping none of others.
+func CheckLogProbsStats(op string, stats Tensor, c int, others ...Named) error {
+	if stats.Mem == nil {
+		return nil
+	}
+	if stats.DType != F32 {
+		return fmt.Errorf("%s: stats is %v, want f32", op, stats.DType)
+	}
+	if err := CheckShape(op, "stats", stats, c, LogProbsStatsCols); err != nil {
+		return err
+	}
+	return CheckNoAliasAll(op, "stats", stats, others...)
+}
+
 // CheckLogProbsBackward checks LogProbsBackward's other operands, given
 // LogProbsDims' c, hd and v: dh [c,hd], dlogp [c], dw [v,hd] unless absent
 // (Mem nil); the outputs overlap no other operand, and the logits workspace

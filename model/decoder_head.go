@@ -119,7 +119,7 @@ func (c *Config) HeadForward(b gpu.Backend, w HeadWeights, rows, xn, rstd, targe
 				continue
 			}
 		}
-		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, chunkForward); err != nil {
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, gpu.Tensor{}, s, chunkForward); err != nil {
 			return fmt.Errorf("head forward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -181,7 +181,7 @@ func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, 
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, chunkBackward); err != nil {
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, gpu.Tensor{}, s, chunkBackward); err != nil {
 			return fmt.Errorf("head backward: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -197,8 +197,11 @@ func (c *Config) HeadBackward(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, 
 // dlogp and dentropy of rows [lo,hi) (it may read logp and entropy of
 // those rows); the chunk's logits, still in the workspace, then become its
 // gradients (LogitsBackward). It computes one logits product a chunk where
-// HeadForward and HeadBackward compute two. The operands are theirs.
-func (c *Config) HeadStep(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, logp, entropy, dlogp, dentropy, dxn, drows, logits gpu.Tensor, chunk int, s Sampling, grad func(lo, hi int) error) error {
+// HeadForward and HeadBackward compute two. The operands are theirs, and
+// stats, unless empty, is an F32 [chunk, gpu.LogProbsStatsCols] workspace
+// where each chunk's LogProbs leaves the rows' statistics for its
+// LogitsBackward.
+func (c *Config) HeadStep(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targets, logp, entropy, dlogp, dentropy, dxn, drows, logits, stats gpu.Tensor, chunk int, s Sampling, grad func(lo, hi int) error) error {
 	a, dxn, drows, err := c.checkHeadGrads(w, rows, xn, rstd, targets, dxn, drows, logits, chunk, s)
 	if err != nil {
 		return fmt.Errorf("head step: %w", err)
@@ -208,13 +211,13 @@ func (c *Config) HeadStep(b gpu.Backend, w, dw HeadWeights, rows, xn, rstd, targ
 	}
 	for lo := 0; lo < a.n; lo += a.chunk {
 		hi := min(lo+a.chunk, a.n)
-		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, s, chunkForward); err != nil {
+		if err := c.headChunk(b, w, HeadWeights{}, a, lo, hi, targets, logp, entropy, gpu.Tensor{}, logits, stats, s, chunkForward); err != nil {
 			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
 		}
 		if err := grad(lo, hi); err != nil {
 			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
 		}
-		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, s, chunkLogitsBackward); err != nil {
+		if err := c.headChunk(b, w, dw, a, lo, hi, targets, dlogp, dentropy, dxn, logits, stats, s, chunkLogitsBackward); err != nil {
 			return fmt.Errorf("head step: rows [%d,%d): %w", lo, hi, err)
 		}
 	}
@@ -252,8 +255,9 @@ const (
 
 // headChunk runs pass (LogProbs, LogProbsBackward or LogitsBackward) on
 // rows [lo,hi). In the forward, lp and ent are logp and entropy; in the
-// backward, dlogp and dentropy, with dxn the output.
-func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits gpu.Tensor, s Sampling, pass int) error {
+// backward, dlogp and dentropy, with dxn the output. stats, unless empty,
+// is the row statistics' workspace of LogProbs and LogitsBackward.
+func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi int, targets, lp, ent, dxn, logits, stats gpu.Tensor, s Sampling, pass int) error {
 	n := a.n
 	xc, err := a.xn.Rows(lo, hi)
 	if err != nil {
@@ -278,15 +282,21 @@ func (c *Config) headChunk(b gpu.Backend, w, dw HeadWeights, a headArgs, lo, hi 
 	if err != nil {
 		return err
 	}
+	var sc gpu.Tensor
+	if stats.Mem != nil {
+		if sc, err = stats.Rows(0, hi-lo); err != nil {
+			return fmt.Errorf("stats: %w", err)
+		}
+	}
 	if pass == chunkForward {
-		return b.LogProbs(lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
+		return b.LogProbs(lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws, sc)
 	}
 	dc, err := dxn.Rows(lo, hi)
 	if err != nil {
 		return err
 	}
 	if pass == chunkLogitsBackward {
-		return b.LogitsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
+		return b.LogitsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws, sc)
 	}
 	return b.LogProbsBackward(dc, dw.LMHead, lc, ec, xc, w.LMHead, tc, s.Temperature, s.EntropyTempered, ws)
 }

@@ -30,7 +30,7 @@ func (b *lpFusedBackend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperatu
 	case b.fail:
 		return errors.New("test: the fused head failed")
 	}
-	if err := b.LogProbs(logp, gpu.Tensor{}, h, w, targets, temperature, false, scratch); err != nil {
+	if err := b.LogProbs(logp, gpu.Tensor{}, h, w, targets, temperature, false, scratch, gpu.Tensor{}); err != nil {
 		return err
 	}
 	return b.Fill(scratch, float32(math.NaN()))

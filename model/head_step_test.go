@@ -111,7 +111,8 @@ func headStepCase(t *testing.T, b gpu.Backend, dt gpu.DType, withEnt bool, n, h,
 			return nil
 		}
 		if step {
-			if err := c.HeadStep(b, w, dw, rows, xn, rstd, tg, logp, ent, dlogp, dent, dxn, drows, logits, chunk, s, gradsOf); err != nil {
+			stats := a.tensor(gpu.F32, chunk, gpu.LogProbsStatsCols)
+			if err := c.HeadStep(b, w, dw, rows, xn, rstd, tg, logp, ent, dlogp, dent, dxn, drows, logits, stats, chunk, s, gradsOf); err != nil {
 				t.Fatal(err)
 			}
 		} else {

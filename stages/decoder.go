@@ -1258,6 +1258,8 @@ func (d *decoder) headStep(grad func(lo, hi int) error) *ref {
 	dw := d.zeroed(d.name("grad", "head"), plan.Grads, dt, int(u.Elems))
 	dxn := p.buf(d.name("bwd", "head", "dxn"), plan.Activations, dt, d.N, H)
 	drows := p.buf(d.name("bwd", "head", "drows"), plan.Activations, gpu.F32, d.N, H)
+	// Each chunk's row statistics, from its LogProbs to its LogitsBackward.
+	stats := p.buf(d.name("head", "lpstats"), plan.Logits, gpu.F32, d.C, gpu.LogProbsStatsCols)
 	p.do(func() error {
 		w, err := d.headWeights(h)
 		if err != nil {
@@ -1268,7 +1270,7 @@ func (d *decoder) headStep(grad func(lo, hi int) error) *ref {
 			return err
 		}
 		return d.cfg.HeadStep(d.b(), w, dhw, d.head.rows.t, d.head.xn.t, d.head.rstd.t, d.io.targets.t, d.io.logp.t,
-			d.io.entropy.t, d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, d.C, d.samp, grad)
+			d.io.entropy.t, d.io.dlogp.t, d.io.dentropy.t, dxn.t, drows.t, logits.t, stats.t, d.C, d.samp, grad)
 	})
 	d.untilGathered(p.now(), d.gathered[h])
 	until(p.now(), d.head.rows, d.head.xn, d.head.rstd)

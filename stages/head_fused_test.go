@@ -21,7 +21,7 @@ type lpFusingBackend struct {
 
 func (b lpFusingBackend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature float32, scratch gpu.Tensor) error {
 	b.calls.Add(1)
-	if err := b.LogProbs(logp, gpu.Tensor{}, h, w, targets, temperature, false, scratch); err != nil {
+	if err := b.LogProbs(logp, gpu.Tensor{}, h, w, targets, temperature, false, scratch, gpu.Tensor{}); err != nil {
 		return err
 	}
 	return b.Fill(scratch, float32(math.NaN()))

@@ -100,13 +100,20 @@ func (a *lpArgs) u(x float32) float64 {
 
 // LogProbs computes per-token log-probs (and optionally entropies) for a
 // chunk of hidden states.
-func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+//
+// The CPU leaves a statistics workspace (stats) as it is: its
+// LogitsBackward computes the statistics again.
+func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	const op = "logprobs"
 	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, entropyTempered, logits)
 	if err != nil {
 		return err
 	}
 	if err := gpu.CheckLogProbs(op, logp, entropy, h, w, targets, logits, a.c, a.hasEntropy); err != nil {
+		return err
+	}
+	if err := gpu.CheckLogProbsStats(op, stats, a.c, gpu.Arg("logp", logp), gpu.Arg("entropy", entropy), gpu.Arg("h", h),
+		gpu.Arg("w", w), gpu.Arg("targets", targets), gpu.Arg("logits", logits)); err != nil {
 		return err
 	}
 	lp, err := f32View(op, "logp", logp)
@@ -135,22 +142,27 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 
 // LogProbsBackward computes dh and accumulates dw for LogProbs.
 func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, gpu.Tensor{})
 }
 
 // LogitsBackward is LogProbsBackward on the logits LogProbs left in the
-// workspace: it skips their recomputation.
-func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+// workspace: it skips their recomputation. It checks stats and computes
+// the rows' statistics again.
+func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
+	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, stats)
 }
 
 // lpBackward is LogProbsBackward (recompute true) or LogitsBackward.
-func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, entropyTempered, logits)
 	if err != nil {
 		return err
 	}
 	if err := gpu.CheckLogProbsBackward(op, dh, dw, dlogp, dentropy, h, w, targets, logits, a.c, a.hd, a.v); err != nil {
+		return err
+	}
+	if err := gpu.CheckLogProbsStats(op, stats, a.c, gpu.Arg("dh", dh), gpu.Arg("dw", dw), gpu.Arg("dlogp", dlogp),
+		gpu.Arg("dentropy", dentropy), gpu.Arg("h", h), gpu.Arg("w", w), gpu.Arg("targets", targets), gpu.Arg("logits", logits)); err != nil {
 		return err
 	}
 	withDW := dw.Mem != nil

@@ -67,7 +67,7 @@ func TestLogProbs(t *testing.T) {
 			if tc.entropy {
 				ent = e.tensor(f32, c)
 			}
-			if err := e.b.LogProbs(lp, ent, h, w, tg, tc.temp, tc.tempered, logits); err != nil {
+			if err := e.b.LogProbs(lp, ent, h, w, tg, tc.temp, tc.tempered, logits, gpu.Tensor{}); err != nil {
 				t.Fatal(err)
 			}
 			h64, w64 := f64(hv), f64(wv)
@@ -135,7 +135,7 @@ func TestLogProbsErrors(t *testing.T) {
 		{"logits aliases h", lp, gpu.Tensor{}, h, w, tg, gpu.Tensor{Mem: h.Mem, Off: h.Off, DType: f32, Shape: []int{c, v}}, 1},
 	}
 	for _, tc := range tests {
-		if err := e.b.LogProbs(tc.lp, tc.ent, tc.h, tc.w, tc.tg, tc.temp, false, tc.logits); err == nil {
+		if err := e.b.LogProbs(tc.lp, tc.ent, tc.h, tc.w, tc.tg, tc.temp, false, tc.logits, gpu.Tensor{}); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}

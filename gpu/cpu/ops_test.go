@@ -671,7 +671,7 @@ func TestZeroTokens(t *testing.T) {
 		{"rope", e.b.RoPE(q, ids, 1e4, nil)},
 		{"attention", e.b.Attention(e.tensor(f32, 0, 2, hd), lse, q, k, k, cu, 1)},
 		{"swiglu", e.b.SwiGLU(y, x, x)},
-		{"logprobs", e.b.LogProbs(rstd, gpu.Tensor{}, x, e.tensor(f32, v, h), ids, 1, false, e.tensor(f32, 0, v))},
+		{"logprobs", e.b.LogProbs(rstd, gpu.Tensor{}, x, e.tensor(f32, v, h), ids, 1, false, e.tensor(f32, 0, v), gpu.Tensor{})},
 	}
 	for _, c := range calls {
 		if c.err != nil {

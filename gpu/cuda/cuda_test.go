@@ -1062,8 +1062,8 @@ func TestLogProbs(t *testing.T) {
 			if cfg.entropy {
 				gent, cent = e.out(gpu.F32, c)
 			}
-			e.check(name, e.g.LogProbs(glp, gent, gh, gw, gtg, cfg.temp, cfg.tempered, glog),
-				e.c.LogProbs(clp, cent, ch, cw, ctg, cfg.temp, cfg.tempered, clog))
+			e.check(name, e.g.LogProbs(glp, gent, gh, gw, gtg, cfg.temp, cfg.tempered, glog, gpu.Tensor{}),
+				e.c.LogProbs(clp, cent, ch, cw, ctg, cfg.temp, cfg.tempered, clog, gpu.Tensor{}))
 			e.compare(name+" logits", glog, clog, tolHeavy)
 			e.compare(name+" logp", glp, clp, tolHeavy)
 			if cfg.entropy {
@@ -1093,7 +1093,7 @@ func TestLogProbs(t *testing.T) {
 	gtg, ctg := e.ids(e.randIDs(c, v))
 	glog, clog := e.out(gpu.F32, c, v)
 	glp, clp := e.out(gpu.F32, c)
-	e.check("logprobs mixed", e.g.LogProbs(glp, gpu.Tensor{}, gh, gw, gtg, 1, false, glog), e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, 1, false, clog))
+	e.check("logprobs mixed", e.g.LogProbs(glp, gpu.Tensor{}, gh, gw, gtg, 1, false, glog, gpu.Tensor{}), e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, 1, false, clog, gpu.Tensor{}))
 	e.compare("logprobs f32 h, bf16 w logp", glp, clp, tolHeavy)
 	gdlp, cdlp := e.in(gpu.F32, 1, c)
 	gdh, cdh := e.out(gpu.F32, c, h)

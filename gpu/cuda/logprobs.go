@@ -40,8 +40,10 @@ func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperat
 // (float32 accumulation; float32 output), then one block per row computes
 // the log-softmax of the tempered logits at the target and the entropy
 // (float32 exponentials summed in float64; see kernels/logprobs.cu). A
-// target outside [0,V) yields NaN and an error at the next Sync.
-func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+// target outside [0,V) yields NaN and an error at the next Sync. Unless
+// stats is empty, each row's statistics (three float64s and a tag of the
+// temperature and what they hold) go there too, for LogitsBackward.
+func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	const op = "logprobs"
 	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, logits)
 	if err != nil {
@@ -60,6 +62,11 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 			return err
 		}
 	}
+	sa, err := b.lpStats(op, stats, a.c, gpu.Arg("logp", logp), gpu.Arg("entropy", entropy), gpu.Arg("h", h),
+		gpu.Arg("w", w), gpu.Arg("targets", targets), gpu.Arg("logits", logits))
+	if err != nil {
+		return err
+	}
 	if a.c == 0 {
 		return nil
 	}
@@ -67,15 +74,33 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return b.lpRows(a, temperature, entropyTempered, lpa, ea)
+	return b.lpRows(a, temperature, entropyTempered, lpa, ea, sa)
+}
+
+// lpStats checks the statistics workspace and returns its address (0 when
+// it is absent).
+func (b *Backend) lpStats(op string, stats gpu.Tensor, c int, others ...gpu.Named) (uint64, error) {
+	if err := gpu.CheckLogProbsStats(op, stats, c, others...); err != nil || stats.Mem == nil {
+		return 0, err
+	}
+	a, err := b.taddr(op, "stats", stats, gpu.F32)
+	if err != nil {
+		return 0, err
+	}
+	// The kernels keep float64s there.
+	if a%8 != 0 {
+		return 0, fmt.Errorf("%s: stats at %#x is not 8-byte aligned", op, a)
+	}
+	return a, nil
 }
 
 // lpRows issues k_lp_fwd on the logits in a's workspace: the log-probs at
-// lpa and, where ea is not 0, the entropies there.
-func (b *Backend) lpRows(a lpArgs, temperature float32, entropyTempered bool, lpa, ea uint64) error {
+// lpa and, where ea is not 0, the entropies there; where sa is not 0, the
+// rows' statistics there.
+func (b *Backend) lpRows(a lpArgs, temperature float32, entropyTempered bool, lpa, ea, sa uint64) error {
 	return b.issue(launch{name: "k_lp_fwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
-			u64(lpa).u64(ea).u64(b.d.flag)})
+			u64(lpa).u64(ea).u64(sa).u64(b.d.flag)})
 }
 
 // LogProbsBackward recomputes the logits, turns them into dlogits in place
@@ -87,17 +112,21 @@ func (b *Backend) lpRows(a lpArgs, temperature float32, entropyTempered bool, lp
 // rounding is 2^-9 relative per element (bf16). Otherwise they stay float32
 // and products with mixed dtypes use the SIMT kernel.
 func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+	return b.lpBackward("logprobs backward", true, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, gpu.Tensor{})
 }
 
 // LogitsBackward is LogProbsBackward on the logits LogProbs left in the
-// workspace: it skips their recomputation.
-func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
-	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+// workspace: it skips their recomputation. With the statistics LogProbs
+// left in stats it also skips their second reading: a row takes them
+// where their tag matches this call's temperature and entropy (k_lp_bwd8
+// would have computed the same bits, in the same block), else it computes
+// them as without stats.
+func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
+	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, stats)
 }
 
 // lpBackward is LogProbsBackward (recompute true) or LogitsBackward.
-func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	a, err := b.lpCheck(op, dentropy, h, w, targets, temperature, logits)
 	if err != nil {
 		return err
@@ -126,6 +155,11 @@ func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy,
 			return err
 		}
 	}
+	sa, err := b.lpStats(op, stats, a.c, gpu.Arg("dh", dh), gpu.Arg("dw", dw), gpu.Arg("dlogp", dlogp),
+		gpu.Arg("dentropy", dentropy), gpu.Arg("h", h), gpu.Arg("w", w), gpu.Arg("targets", targets), gpu.Arg("logits", logits))
+	if err != nil {
+		return err
+	}
 	if a.c == 0 {
 		return nil
 	}
@@ -145,7 +179,7 @@ func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy,
 	}
 	if err := b.issue(launch{name: kernel, gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
-			u64(ga).u64(gea).dt(dl.dt).u64(b.d.flag)}); err != nil {
+			u64(ga).u64(gea).dt(dl.dt).u64(sa).u64(b.d.flag)}); err != nil {
 		return err
 	}
 	if err := b.matmul(mat{dha, dh.DType, a.c, a.hd, int64(a.hd)}, dl, mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, false, 1, 0); err != nil {

@@ -38,7 +38,7 @@ func TestLogProbsFused(t *testing.T) {
 			if errors.Is(err, gpu.ErrNotFused) {
 				t.Skipf("%s: %v", name, err)
 			}
-			e.check(name, err, e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, c.temp, false, cws))
+			e.check(name, err, e.c.LogProbs(clp, gpu.Tensor{}, ch, cw, ctg, c.temp, false, cws, gpu.Tensor{}))
 			e.compare("logprobs fused "+name, glp, clp, tolHeavy)
 			again, _ := e.out(gpu.F32, c.rows)
 			if err := e.g.LogProbsFused(again, gh, gw, gtg, c.temp, gws); err != nil {
@@ -126,7 +126,7 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 			bb.Fatalf("RLPIPE_BENCH_LP=%q: want C,H,V: %v", d, err)
 		}
 	}
-	mem, err := b.Alloc(int64(2*C*H+2*V*H)*2 + int64(C*V+5*C)*4 + 16<<10)
+	mem, err := b.Alloc(int64(2*C*H+2*V*H)*2 + int64(C*V+5*C+C*gpu.LogProbsStatsCols)*4 + 16<<10)
 	if err != nil {
 		bb.Fatal(err)
 	}
@@ -150,6 +150,7 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 	// The train step's chunk: entropies, the loss gradient of each row's
 	// log-prob (dlogp), none of its entropy, the head's grads in bf16.
 	ent, dlp, dent := ten(gpu.F32, C), ten(gpu.F32, C), ten(gpu.F32, C)
+	st := ten(gpu.F32, C, gpu.LogProbsStatsCols)
 	dh, dw := ten(gpu.BF16, C, H), ten(gpu.BF16, V, H)
 	if err := b.Upload(dlp, scrambled(C, 1e-3)); err != nil {
 		bb.Fatal(err)
@@ -181,16 +182,23 @@ func BenchmarkLogProbsHead(bb *testing.B) {
 		products float64
 		f        func() error
 	}{
-		{"logits " + shape, 1, func() error { return b.LogProbs(lp, gpu.Tensor{}, h, w, tg, 1, false, ws) }},
+		{"logits " + shape, 1, func() error { return b.LogProbs(lp, gpu.Tensor{}, h, w, tg, 1, false, ws, gpu.Tensor{}) }},
 		{"fused " + shape, 1, func() error { return b.LogProbsFused(lp, h, w, tg, 1, ws) }},
 		{"step: logits product alone " + shape, 1, func() error {
 			return b.matmul(mat{wsa, gpu.F32, C, V, int64(V)}, mat{ha, gpu.BF16, C, H, int64(H)}, mat{wa, gpu.BF16, V, H, int64(H)}, false, true, 1, 0)
 		}},
-		{"step: logits + entropy " + shape, 1, func() error { return b.LogProbs(lp, ent, h, w, tg, 1, false, ws) }},
+		{"step: logits + entropy " + shape, 1, func() error { return b.LogProbs(lp, ent, h, w, tg, 1, false, ws, st) }},
 		// The row statistics of the logits the row above left (k_lp_fwd
 		// does not change them).
-		{"step: k_lp_fwd with entropies alone " + shape, 0, func() error { return b.lpRows(lpa, 1, false, addr(lp), addr(ent)) }},
-		{"step: logits backward " + shape, 2, func() error { return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws) }},
+		{"step: k_lp_fwd with entropies alone " + shape, 0, func() error {
+			return b.lpRows(lpa, 1, false, addr(lp), addr(ent), addr(st))
+		}},
+		// With the statistics LogProbs left (the train step's), then
+		// without (each row's read twice).
+		{"step: logits backward " + shape, 2, func() error { return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws, st) }},
+		{"step: logits backward without statistics " + shape, 2, func() error {
+			return b.LogitsBackward(dh, dw, dlp, dent, h, w, tg, 1, false, ws, gpu.Tensor{})
+		}},
 		{"step: dh product alone " + shape, 1, func() error {
 			return b.matmul(mat{dha, gpu.BF16, C, H, int64(H)}, dl, mat{wa, gpu.BF16, V, H, int64(H)}, false, false, 1, 0)
 		}},

@@ -373,7 +373,7 @@ func BenchmarkOps(bb *testing.B) {
 		{"attention fwd 8x2048 h14/2 d64 mma.sync", flops8(14, 64), 0, mmaSync(fwd8(a64, 0.125))},
 		{"attention bwd 8x2048 h14/2 d64 mma.sync", 2.5 * flops8(14, 64), 0, mmaSync(bwd8(a64, 0.125))},
 		{"logprobs fwd 1024x151936 bf16 +entropy", 2 * C * V * H, 0, func() error {
-			return b.LogProbs(logp, ent, hc, wv, tg, 1, false, logits)
+			return b.LogProbs(logp, ent, hc, wv, tg, 1, false, logits, gpu.Tensor{})
 		}},
 		{"logprobs bwd 1024x151936 bf16", 3 * 2 * C * V * H, 0, func() error {
 			return b.LogProbsBackward(dhc, dwv, dlogp, gpu.Tensor{}, hc, wv, tg, 1, false, logits)

@@ -129,9 +129,9 @@ func (b *Backend) AddScaled(dst, x gpu.Tensor, s float32) error {
 }
 
 // LogProbs issues the inner backend's LogProbs.
-func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	return b.do(func(in gpu.Backend) error {
-		return in.LogProbs(logp, entropy, h, w, targets, temperature, entropyTempered, logits)
+		return in.LogProbs(logp, entropy, h, w, targets, temperature, entropyTempered, logits, stats)
 	})
 }
 
@@ -143,9 +143,9 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 }
 
 // LogitsBackward issues the inner backend's LogitsBackward.
-func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits gpu.Tensor) error {
+func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	return b.do(func(in gpu.Backend) error {
-		return in.LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits)
+		return in.LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, stats)
 	})
 }
 

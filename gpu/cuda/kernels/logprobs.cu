@@ -236,14 +236,34 @@ __device__ RowStats row_stats(const float* l, i64 v, float temp, int tempered, b
   return row_stats_m<LP_ENT_U>(l, v, temp, sh);
 }
 
+// stats_mode is the kind of statistics row_stats computes: LP_LSE without
+// an entropy, else LP_ENT_Z or LP_ENT_U.
+__device__ __forceinline__ int stats_mode(float temp, int tempered, bool ent) {
+  if (!ent) return LP_LSE;
+  return tempered || temp == 1.0f ? LP_ENT_Z : LP_ENT_U;
+}
+
+// stats_tag is what a row's saved statistics were computed for: the
+// temperature's bits and the mode, exactly representable as a float64.
+__device__ __forceinline__ double stats_tag(float temp, int mode) {
+  return (double)__float_as_uint(temp) * 4.0 + (double)mode;
+}
+
 // k_lp_fwd writes logp[r] and, when ent is not null, entropy[r]. A target
-// outside [0,v) writes NaN and raises FLAG_TARGETS.
+// outside [0,v) writes NaN and raises FLAG_TARGETS. Where stats is not
+// null, row r's statistics go to stats[4r..4r+3]: lseZ, lseU, meanU and
+// their tag (stats_tag), for k_lp_bwd and k_lp_bwd8.
 extern "C" __global__ void k_lp_fwd(const float* logits, i64 c, i64 v, const int* targets, float temp, int tempered,
-                                    float* logp, float* ent, int* flag) {
+                                    float* logp, float* ent, double* stats, int* flag) {
   __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     const float* l = logits + r * v;
     RowStats st = row_stats(l, v, temp, tempered, ent != 0, sh);
+    if (stats && threadIdx.x == 0) {
+      double* s = stats + 4 * r;
+      s[0] = st.lseZ, s[1] = st.lseU, s[2] = st.meanU;
+      s[3] = stats_tag(temp, stats_mode(temp, tempered, ent != 0));
+    }
     if (threadIdx.x == 0) {
       int y = targets[r];
       if (y < 0 || y >= v) {
@@ -269,13 +289,23 @@ struct BwdRow {
 };
 
 // bwd_row computes the statistics and factors of row l; every thread of the
-// block must call it.
+// block must call it. Where stats is not null and row r's saved
+// statistics (k_lp_fwd's) were computed for this temperature with what
+// this row needs (an entropy's too when dent[r] is not 0: the log-sum-exp
+// of z comes out the same in every mode), it takes them instead of
+// reading the row: the same bits, as k_lp_fwd's block is 512 threads too.
 __device__ BwdRow bwd_row(const float* l, i64 r, i64 v, const int* targets, float temp, int tempered,
-                          const float* dlogp, const float* dent, int* flag, double* sh) {
+                          const float* dlogp, const float* dent, const double* stats, int* flag, double* sh) {
   BwdRow b;
   b.ent = dent != 0 && dent[r] != 0.0f;
   b.tempered = tempered != 0;
-  b.st = row_stats(l, v, temp, tempered, b.ent, sh);
+  const double* s = stats ? stats + 4 * r : 0;
+  int mode = stats_mode(temp, tempered, b.ent);
+  if (s && (s[3] == stats_tag(temp, mode) || (mode == LP_LSE && s[3] == stats_tag(temp, stats_mode(temp, tempered, true))))) {
+    b.st.lseZ = s[0], b.st.lseU = s[1], b.st.meanU = s[2];
+  } else {
+    b.st = row_stats(l, v, temp, tempered, b.ent, sh);
+  }
   double tau = tempered ? 1.0 / (double)temp : 1.0;
   b.gl = (float)((double)dlogp[r] / (double)temp);
   b.gh = b.ent ? (float)((double)dent[r] * tau) : 0.0f;
@@ -316,11 +346,11 @@ __device__ __forceinline__ float dlogit(float x, i64 j, const BwdRow& b, float t
 // value).
 extern "C" __global__ void __launch_bounds__(1024)
     k_lp_bwd(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered, const float* dlogp,
-             const float* dent, int outdt, int* flag) {
+             const float* dent, int outdt, const double* stats, int* flag) {
   __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     float* l = logits + r * v;
-    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, flag, sh);
+    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, stats, flag, sh);
     u16* o16 = (u16*)l;
     for (i64 base = 0; base < v; base += blockDim.x) {
       i64 j = base + threadIdx.x;
@@ -351,12 +381,12 @@ extern "C" __global__ void __launch_bounds__(1024)
 // the same as k_lp_bwd's, element for element.
 extern "C" __global__ void __launch_bounds__(512, 2)
     k_lp_bwd8(float* logits, i64 c, i64 v, const int* targets, float temp, int tempered, const float* dlogp,
-              const float* dent, int outdt, int* flag) {
+              const float* dent, int outdt, const double* stats, int* flag) {
   __shared__ double sh[6 * 33];
   i64 ng = v / 8, B = blockDim.x;
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
     float* l = logits + r * v;
-    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, flag, sh);
+    BwdRow br = bwd_row(l, r, v, targets, temp, tempered, dlogp, dent, stats, flag, sh);
     i64 g = threadIdx.x;
     float x[8], nx[8];
     if (g < ng) ld8(l, DT_F32, g * 8, x);
