@@ -75,8 +75,10 @@ func TestDownSwiGLUBackward(t *testing.T) {
 // (cuBLASLt's product, then k_swiglu_bwd8) bit for bit where the product
 // is exact in any order (dy in {-1, 0, 1}, the weights in sixteenths of
 // -2..2), with infinities, NaNs, zeros of both signs and large values
-// among the gate and up values and dy, so that the epilogue's NaN path
-// (dswiglu8 rounding pairs, then f2bf2 for a vector with a NaN) runs too.
+// among the gate and up values and dy: dswiglu8's pairs rounded together
+// meet overflow and infinities, and its vectors with a NaN take f2bf2's
+// path (whose NaNs are the fast path's bits where the hardware's NaNs
+// are canonical, so this cannot tell which path ran for them).
 func TestDownSwiGLUBackwardBits(t *testing.T) {
 	e := newEnv(t)
 	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0, float32(math.Copysign(0, -1)),

@@ -86,8 +86,9 @@ func testGateUpSwiGLU(t *testing.T, e *env, cases []gateUpShape) {
 
 // TestGateUpSwiGLUSpecial holds the fused kernel's SwiGLU to k_swiglu8's
 // bits on its own kept products where x holds infinities, NaNs and large
-// values, so that its products do too and the epilogue's NaN path
-// (swiglu8 rounding pairs, then f2bf2 for a vector with a NaN) runs.
+// values, so that its products do too: swiglu8's pairs rounded together
+// meet them, and its vectors with a NaN take f2bf2's path (which gives
+// the fast path's bits for canonical NaNs: this cannot tell them apart).
 func TestGateUpSwiGLUSpecial(t *testing.T) {
 	e := newEnv(t)
 	defer func(on bool) { gateUpKeepOn = on }(gateUpKeepOn)

@@ -77,6 +77,12 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	return b.lpRows(a, temperature, entropyTempered, lpa, ea, sa)
 }
 
+// lpBlock is the block of k_lp_fwd, k_lp_bwd and k_lp_bwd8: one a row. The
+// forward and the backward must share it, as a row's statistics are summed
+// over the block's threads: the backward's equal the forward's saved ones
+// only so.
+const lpBlock = 512
+
 // lpStats checks the statistics workspace and returns its address (0 when
 // it is absent).
 func (b *Backend) lpStats(op string, stats gpu.Tensor, c int, others ...gpu.Named) (uint64, error) {
@@ -98,7 +104,7 @@ func (b *Backend) lpStats(op string, stats gpu.Tensor, c int, others ...gpu.Name
 // lpa and, where ea is not 0, the entropies there; where sa is not 0, the
 // rows' statistics there.
 func (b *Backend) lpRows(a lpArgs, temperature float32, entropyTempered bool, lpa, ea, sa uint64) error {
-	return b.issue(launch{name: "k_lp_fwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
+	return b.issue(launch{name: "k_lp_fwd", gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: lpBlock, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
 			u64(lpa).u64(ea).u64(sa).u64(b.d.flag)})
 }
@@ -177,7 +183,7 @@ func (b *Backend) lpBackward(op string, recompute bool, dh, dw, dlogp, dentropy,
 	if a.v%8 == 0 && a.logits%16 == 0 {
 		kernel = "k_lp_bwd8"
 	}
-	if err := b.issue(launch{name: kernel, gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: 512, by: 1, bz: 1,
+	if err := b.issue(launch{name: kernel, gx: rowGrid(int64(a.c)), gy: 1, gz: 1, bx: lpBlock, by: 1, bz: 1,
 		args: new(kargs).u64(a.logits).i64(int64(a.c)).i64(int64(a.v)).u64(a.tg).f32(temperature).i32(b2i(entropyTempered)).
 			u64(ga).u64(gea).dt(dl.dt).u64(sa).u64(b.d.flag)}); err != nil {
 		return err

@@ -180,6 +180,26 @@ __device__ __forceinline__ float sigmoid(float x) {
   return s;
 }
 
+// SwiGLU and its backward, one element, in the roundings of the gate's
+// dtype dt: the unfused kernels (elementwise.cu) and the fused products'
+// epilogues (gemm.cu) take these, so that their bits agree.
+//
+// swiglu1 is silu(x) rounded to dt, times y (the caller rounds the
+// result).
+__device__ __forceinline__ float swiglu1(int dt, float x, float y) { return rnd(dt, x * sigmoid(x)) * y; }
+// dswiglu_tail finishes the backward at gate x, s = sigmoid(x), for the
+// output's gradient d, from its two rounded values a = rnd(x·s) and
+// b = rnd(d·y): du = d·a and dg = b·s·(1 + x·(1 − s)).
+__device__ __forceinline__ void dswiglu_tail(float d, float x, float s, float a, float b, float& dg, float& du) {
+  du = d * a;
+  dg = b * (s * (1.0f + x * (1.0f - s)));
+}
+// dswiglu1 is the backward at gate x and up y for the gradient d.
+__device__ __forceinline__ void dswiglu1(int dt, float d, float x, float y, float& dg, float& du) {
+  float s = sigmoid(x);
+  dswiglu_tail(d, x, s, rnd(dt, x * s), rnd(dt, d * y), dg, du);
+}
+
 // ld8 loads the 8 elements p[i..i+8) as floats: one 16-byte load for a
 // 16-bit dtype, two for float32. i must be a multiple of 8 and p 16-byte
 // aligned; dt is a float dtype (the Go side checks both).

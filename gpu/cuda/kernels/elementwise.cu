@@ -34,22 +34,15 @@ extern "C" __global__ void k_addscaled(void* dst, int dtd, const void* x, int dt
 
 extern "C" __global__ void k_swiglu(void* out, int dto, const void* g, int dtg, const void* u, int dtu, i64 n) {
   GRID_STRIDE(i, n) {
-    float x = ldf(g, dtg, i);
-    float y = ldf(u, dtu, i);
-    stf(out, dto, i, rnd(dtg, x * sigmoid(x)) * y);
+    stf(out, dto, i, swiglu1(dtg, ldf(g, dtg, i), ldf(u, dtu, i)));
   }
 }
 
 extern "C" __global__ void k_swiglu_bwd(void* dg, int dtdg, void* du, int dtdu, const void* dout, int dtdo,
                                         const void* g, int dtg, const void* u, int dtu, i64 n) {
   GRID_STRIDE(i, n) {
-    float d = ldf(dout, dtdo, i);
-    float x = ldf(g, dtg, i);
-    float y = ldf(u, dtu, i);
-    float s = sigmoid(x);
-    float dup = d * rnd(dtg, x * s);
-    float t = rnd(dtg, d * y);
-    float dgv = t * (s * (1.0f + x * (1.0f - s)));
+    float dgv, dup;
+    dswiglu1(dtg, ldf(dout, dtdo, i), ldf(g, dtg, i), ldf(u, dtu, i), dgv, dup);
     stf(du, dtdu, i, dup);
     stf(dg, dtdg, i, dgv);
   }
@@ -109,7 +102,7 @@ extern "C" __global__ void k_swiglu8(void* out, int dto, const void* g, int dtg,
     ld8(g, dtg, i, x);
     ld8(u, dtu, i, y);
 #pragma unroll
-    for (int k = 0; k < 8; k++) x[k] = rnd(dtg, x[k] * sigmoid(x[k])) * y[k];
+    for (int k = 0; k < 8; k++) x[k] = swiglu1(dtg, x[k], y[k]);
     st8(out, dto, i, x);
   }
 }
@@ -122,12 +115,7 @@ extern "C" __global__ void k_swiglu_bwd8(void* dg, int dtdg, void* du, int dtdu,
     ld8(g, dtg, i, x);
     ld8(u, dtu, i, y);
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-      float s = sigmoid(x[k]);
-      uv[k] = d[k] * rnd(dtg, x[k] * s);
-      float t = rnd(dtg, d[k] * y[k]);
-      gv[k] = t * (s * (1.0f + x[k] * (1.0f - s)));
-    }
+    for (int k = 0; k < 8; k++) dswiglu1(dtg, d[k], x[k], y[k], gv[k], uv[k]);
     st8(du, dtdu, i, uv);
     st8(dg, dtdg, i, gv);
   }

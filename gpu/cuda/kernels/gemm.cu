@@ -140,25 +140,21 @@ __device__ __forceinline__ float gs_val(u32 w, int hi) {
   return F16 ? h2f(h) : bf2f(h);
 }
 
-// swiglu8 is k_swiglu8's SwiGLU for 8 outputs from the words of the
+// swiglu8 is swiglu1 (k_swiglu8's) for 8 outputs from the words of the
 // gate and up products g and u: o, their words. For bf16 it rounds each
-// pair's two values together (bf16x2_rn) and takes f2bf2's path only for a
-// vector with a NaN among its outputs: the same bits, in fewer
+// pair's two values together (bf16x2_rn) and takes f2bf2's path (exact)
+// only for a vector with a NaN among its outputs: the same bits, in fewer
 // instructions than a rounding a value (the epilogues are
-// instruction-bound).
+// instruction-bound). Where the hardware gives canonical NaNs, both paths
+// give a NaN output the same bits, so no test tells which one ran.
 template <bool F16>
 __device__ __forceinline__ void swiglu8(const u32* g, const u32* u, u32* o) {
   const int dt = F16 ? DT_F16 : DT_BF16;
   auto exact = [&]() {
 #pragma unroll
     for (int p = 0; p < 4; p++) {
-      float y[2];
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        float x = gs_val<F16>(g[p], h);
-        y[h] = rnd(dt, x * sigmoid(x)) * gs_val<F16>(u[p], h);
-      }
-      o[p] = wg_pack<F16>(y[0], y[1]);
+      o[p] = wg_pack<F16>(swiglu1(dt, gs_val<F16>(g[p], 0), gs_val<F16>(u[p], 0)),
+                          swiglu1(dt, gs_val<F16>(g[p], 1), gs_val<F16>(u[p], 1)));
     }
   };
   if (F16) {
@@ -177,9 +173,9 @@ __device__ __forceinline__ void swiglu8(const u32* g, const u32* u, u32* o) {
   if (nan) exact();
 }
 
-// dswiglu8 is k_swiglu_bwd8's SwiGLU backward for 8 outputs from the
-// words of dact (d), the gate and up products (g, u): dg and du, their
-// words. For bf16 it rounds pairs together as swiglu8 does.
+// dswiglu8 is dswiglu1 (k_swiglu_bwd8's) for 8 outputs from the words of
+// dact (d) and the gate and up products (g, u): dg and du, their words.
+// For bf16 it rounds pairs together as swiglu8 does, then dswiglu_tail.
 template <bool F16>
 __device__ __forceinline__ void dswiglu8(const u32* d, const u32* g, const u32* u, u32* dg, u32* du) {
   const int dt = F16 ? DT_F16 : DT_BF16;
@@ -188,13 +184,7 @@ __device__ __forceinline__ void dswiglu8(const u32* d, const u32* g, const u32* 
     for (int p = 0; p < 4; p++) {
       float rg[2], ru[2];
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        float dd = gs_val<F16>(d[p], h), x = gs_val<F16>(g[p], h), y = gs_val<F16>(u[p], h);
-        float s = sigmoid(x);
-        ru[h] = dd * rnd(dt, x * s);
-        float tt = rnd(dt, dd * y);
-        rg[h] = tt * (s * (1.0f + x * (1.0f - s)));
-      }
+      for (int h = 0; h < 2; h++) dswiglu1(dt, gs_val<F16>(d[p], h), gs_val<F16>(g[p], h), gs_val<F16>(u[p], h), rg[h], ru[h]);
       dg[p] = wg_pack<F16>(rg[0], rg[1]);
       du[p] = wg_pack<F16>(ru[0], ru[1]);
     }
@@ -220,10 +210,7 @@ __device__ __forceinline__ void dswiglu8(const u32* d, const u32* g, const u32* 
     float rb[2] = {__uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u)};
     float rg[2], ru[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      ru[h] = dd[h] * ra[h];
-      rg[h] = rb[h] * (s[h] * (1.0f + x[h] * (1.0f - s[h])));
-    }
+    for (int h = 0; h < 2; h++) dswiglu_tail(dd[h], x[h], s[h], ra[h], rb[h], rg[h], ru[h]);
     dg[p] = bf16x2_rn(rg[0], rg[1]);
     du[p] = bf16x2_rn(ru[0], ru[1]);
     nan |= bf16x2_nan(dg[p]) | bf16x2_nan(du[p]);

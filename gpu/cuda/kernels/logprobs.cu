@@ -225,22 +225,25 @@ __device__ RowStats row_stats_m(const float* l, i64 v, float temp, double* sh) {
   return st;
 }
 
+// stats_mode is the kind of statistics row_stats computes: LP_LSE without
+// an entropy, else LP_ENT_Z (the entropy's logits are z: tempered, or a
+// temperature of 1) or LP_ENT_U.
+__device__ __forceinline__ int stats_mode(float temp, int tempered, bool ent) {
+  if (!ent) return LP_LSE;
+  return tempered || temp == 1.0f ? LP_ENT_Z : LP_ENT_U;
+}
+
 // row_stats computes, for the tempered logits z = l/temp, their log-sum-exp
 // and, when ent is set, the log-sum-exp and mean of the entropy's logits u
 // (z when tempered or temp == 1, else the raw logits), reading the row once.
 // sh must hold 6*33 doubles. All threads of the block must call it with the
-// same arguments.
+// same arguments. Its choice of mode is stats_mode's (written out here:
+// through stats_mode ptxas gave k_lp_fwd 66 registers instead of 62,
+// which would leave one of its blocks an SM instead of two).
 __device__ RowStats row_stats(const float* l, i64 v, float temp, int tempered, bool ent, double* sh) {
   if (!ent) return row_stats_m<LP_LSE>(l, v, temp, sh);
   if (tempered || temp == 1.0f) return row_stats_m<LP_ENT_Z>(l, v, temp, sh);
   return row_stats_m<LP_ENT_U>(l, v, temp, sh);
-}
-
-// stats_mode is the kind of statistics row_stats computes: LP_LSE without
-// an entropy, else LP_ENT_Z or LP_ENT_U.
-__device__ __forceinline__ int stats_mode(float temp, int tempered, bool ent) {
-  if (!ent) return LP_LSE;
-  return tempered || temp == 1.0f ? LP_ENT_Z : LP_ENT_U;
 }
 
 // stats_tag is what a row's saved statistics were computed for: the
@@ -252,8 +255,9 @@ __device__ __forceinline__ double stats_tag(float temp, int mode) {
 // k_lp_fwd writes logp[r] and, when ent is not null, entropy[r]. A target
 // outside [0,v) writes NaN and raises FLAG_TARGETS. Where stats is not
 // null, row r's statistics go to stats[4r..4r+3]: lseZ, lseU, meanU and
-// their tag (stats_tag), for k_lp_bwd and k_lp_bwd8.
-extern "C" __global__ void k_lp_fwd(const float* logits, i64 c, i64 v, const int* targets, float temp, int tempered,
+// their tag (stats_tag), for k_lp_bwd and k_lp_bwd8. The launch bound
+// keeps two blocks an SM, as k_lp_bwd8's does (64 registers).
+extern "C" __global__ void __launch_bounds__(512, 2) k_lp_fwd(const float* logits, i64 c, i64 v, const int* targets, float temp, int tempered,
                                     float* logp, float* ent, double* stats, int* flag) {
   __shared__ double sh[6 * 33];
   for (i64 r = blockIdx.x; r < c; r += gridDim.x) {
@@ -293,7 +297,8 @@ struct BwdRow {
 // statistics (k_lp_fwd's) were computed for this temperature with what
 // this row needs (an entropy's too when dent[r] is not 0: the log-sum-exp
 // of z comes out the same in every mode), it takes them instead of
-// reading the row: the same bits, as k_lp_fwd's block is 512 threads too.
+// reading the row: the same bits, as both kernels run in blocks of
+// lpBlock threads (logprobs.go) and row_stats' sums follow the block.
 __device__ BwdRow bwd_row(const float* l, i64 r, i64 v, const int* targets, float temp, int tempered,
                           const float* dlogp, const float* dent, const double* stats, int* flag, double* sh) {
   BwdRow b;
@@ -301,7 +306,11 @@ __device__ BwdRow bwd_row(const float* l, i64 r, i64 v, const int* targets, floa
   b.tempered = tempered != 0;
   const double* s = stats ? stats + 4 * r : 0;
   int mode = stats_mode(temp, tempered, b.ent);
-  if (s && (s[3] == stats_tag(temp, mode) || (mode == LP_LSE && s[3] == stats_tag(temp, stats_mode(temp, tempered, true))))) {
+  // A row without an entropy gradient needs only lseZ, which a forward
+  // with an entropy saved too.
+  bool saved = s && (s[3] == stats_tag(temp, mode) ||
+                     (mode == LP_LSE && s[3] == stats_tag(temp, stats_mode(temp, tempered, true))));
+  if (saved) {
     b.st.lseZ = s[0], b.st.lseU = s[1], b.st.meanU = s[2];
   } else {
     b.st = row_stats(l, v, temp, tempered, b.ent, sh);
