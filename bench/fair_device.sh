@@ -22,9 +22,15 @@
 # RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0, the train stage's forwards without the
 # fused gate/up kernel, as before it was on by default; auto is compared
 # with it, and it is not counted as rlpipe's best),
+# FAIR_SEQS (8) and FAIR_TOKENS (2048): each GPU's sequences and the
+# tokens of each (64 of them prompt), so FAIR_SEQS=2 FAIR_TOKENS=8192 is
+# the same 16384 tokens a step in longer sequences,
+# FAIR_PEER_SDPA (default: every peer run with PyTorch's choice of
+# attention kernel; flash or cudnn: peer_fsdp2.py --sdpa, that backend
+# alone),
 # FAIR_DP (1: with more, rlbench --dp FAIR_DP and the peer under
-# torch.distributed.run, one process per GPU, 8 sequences a GPU on both
-# sides; tokens/s are the whole step's),
+# torch.distributed.run, one process per GPU, FAIR_SEQS sequences a GPU
+# on both sides; tokens/s are the whole step's),
 # FAIR_BASE (a second rlbench, e.g. one built from an earlier commit: its
 # auto run is added per model as base-MODEL-auto and compared with
 # rlpipe's, not counted as rlpipe's best).
@@ -43,7 +49,8 @@ want() { [[ $RUNS == *" $1 "* ]]; }
 C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 DP=${FAIR_DP:-1}
-W=(--seqs $((8 * DP)) --tokens-per-seq 2048 --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+SEQS=${FAIR_SEQS:-8} TOKENS=${FAIR_TOKENS:-2048}
+W=(--seqs $((SEQS * DP)) --tokens-per-seq "$TOKENS" --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
 # rlbench's ranks and the peer's launcher at FAIR_DP.
 RD=() PEER=(python3)
 if ((DP > 1)); then
@@ -56,7 +63,7 @@ fi
 fair_peer() {
 	local log=$1 json=$2 limit=$3
 	shift 3
-	budgeted "peer-$m-$log" "$limit" "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" "$@" --out "$OUT/peer-$m-$json.json"
+	budgeted "peer-$m-$log" "$limit" "${PEER[@]}" bench/peer_fsdp2.py --config "$cfg" "${W[@]}" "${P[@]}" --sdpa "${FAIR_PEER_SDPA:-default}" "$@" --out "$OUT/peer-$m-$json.json"
 }
 for m in $MODELS; do
 	cfg=examples/models/$m/config.json

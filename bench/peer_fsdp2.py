@@ -5,7 +5,8 @@ One GRPO step of SEQS sequences of TOKENS tokens (PROMPT prompt + the rest
 response) on one GPU, the way a PyTorch RL trainer (slime's FSDP backend,
 verl) does it today:
 
-  * a Qwen2 model from an HF config.json, attn_implementation="sdpa",
+  * a Qwen2 model from an HF config.json, attn_implementation="sdpa"
+    (with --sdpa flash or cudnn, that backend of PyTorch's alone),
     random-init, or with --weights DIR a checkpoint's values (rlbench's
     random checkpoint, so that both sides start from the same weights);
     random token ids and rewards, or with --rollouts FILE the first SEQS
@@ -353,6 +354,18 @@ def world():
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def set_sdpa(which):
+    """Leaves scaled_dot_product_attention's backends as PyTorch has them
+    ("default") or enables flash (FlashAttention-2) or cuDNN's alone."""
+    if which == "default":
+        return
+    b = torch.backends.cuda
+    b.enable_flash_sdp(which == "flash")
+    b.enable_cudnn_sdp(which == "cudnn")
+    b.enable_mem_efficient_sdp(False)
+    b.enable_math_sdp(False)
+
+
 def run(args, res):
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -361,6 +374,7 @@ def run(args, res):
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
+        set_sdpa(args.sdpa)
     use_fsdp = not args.no_fsdp
     mesh = None
     store = None
@@ -643,6 +657,9 @@ def main(argv=None):
     ap.add_argument("--ac", choices=["wrapper", "hf", "none"], default="wrapper", help="activation checkpointing per decoder layer")
     ap.add_argument("--compile", choices=["none", "layers"], default="none",
                     help="torch.compile each decoder layer of both models (torchtitan's way: after the checkpointing, before fully_shard)")
+    ap.add_argument("--sdpa", choices=["default", "flash", "cudnn"], default="default",
+                    help="scaled_dot_product_attention's backend: PyTorch's own choice, or only flash (FlashAttention-2) "
+                    "or cuDNN's enabled (torch.backends.cuda.enable_*_sdp, set before the models are built and compiled)")
     ap.add_argument("--kl-coef", type=float, default=0.01)
     ap.add_argument("--entropy-coef", type=float, default=0.0)
     ap.add_argument("--weights", help="start from this checkpoint directory (e.g. rlbench's random checkpoint) instead of HF's initialisation")
@@ -663,7 +680,7 @@ def main(argv=None):
            "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps, "notes": [],
            "workload": {"seqs": args.seqs, "tokens_per_seq": args.tokens_per_seq, "prompt_tokens": args.prompt_tokens,
                         "chunk": args.chunk, "precision": "bf16 (MixedPrecisionPolicy param bf16, reduce fp32)",
-                        "recompute": args.ac != "none", "ac": args.ac, "compile": args.compile, "offload": args.offload, "offload_ref": args.offload_ref,
+                        "recompute": args.ac != "none", "ac": args.ac, "compile": args.compile, "sdpa": args.sdpa, "offload": args.offload, "offload_ref": args.offload_ref,
                         "layout": args.layout + (" [S, N], SDPA causal (no mask)" if args.layout == "batch" else " [1, S*N], block-causal mask from position ids"),
                         "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
                         # null: HF's initialisation (seed 0), random ids and rewards (seed 1)
