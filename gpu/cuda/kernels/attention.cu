@@ -754,15 +754,17 @@ __device__ __forceinline__ FaRows fa_span_rows(const int* qk, int tq, int wi0, i
 // into dS = P∘(dP − delta) in s, masking when need is set.
 // With FMA each probability is 2^fma(s, sl2, −L), rounded once instead of
 // twice.
-template <int NT, bool FMA = false>
-__device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool need, int j0, int c, int sta, int ia,
-                                           int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
+// fa_ds_rows_m is fa_ds_rows with its mask decided at compile time (MASK):
+// without it a tile that needs no mask runs a branch an element.
+template <int NT, bool FMA, bool MASK>
+__device__ __forceinline__ void fa_ds_rows_m(float (*s)[4], float (*dp)[4], int j0, int c, int sta, int ia,
+                                             int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       bool ok = true;
-      if (need) {
+      if (MASK) {
         int j = j0 + nt * 8 + 2 * c + (e & 1);
         ok = e < 2 ? (j >= sta && j <= ia) : (j >= stb && j <= ib);
       }
@@ -773,19 +775,31 @@ __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool n
   }
 }
 
+template <int NT, bool FMA = false>
+__device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool need, int j0, int c, int sta, int ia,
+                                           int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
+  if (need) {
+    fa_ds_rows_m<NT, FMA, true>(s, dp, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
+  } else {
+    fa_ds_rows_m<NT, FMA, false>(s, dp, j0, c, sta, ia, stb, ib, sl2, La, Lb, Da, Db);
+  }
+}
+
 // fa_ds_cols is fa_ds_rows transposed (the dk/dv kernels): rows ja, jb of
 // this lane are keys, columns queries i0.. with lse·log2(e) L[], delta Dl[]
 // and sequence starts St[] (per column). It leaves Pᵀ in s and dSᵀ in dp.
-template <int NT>
-__device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int c, int ja, int jb,
-                                           const float* L, const float* Dl, const int* St, float sl2) {
+// fa_ds_cols_m is fa_ds_cols with its mask decided at compile time (MASK):
+// without it a tile that needs no mask runs a branch an element.
+template <int NT, bool MASK>
+__device__ __forceinline__ void fa_ds_cols_m(float (*s)[4], float (*dp)[4], int i0, int c, int ja, int jb,
+                                             const float* L, const float* Dl, const int* St, float sl2) {
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       int ci = nt * 8 + 2 * c + (e & 1);
       bool ok = true;
-      if (need) {
+      if (MASK) {
         int i = i0 + ci, j = e < 2 ? ja : jb;
         ok = j <= i && j >= St[ci];
       }
@@ -793,6 +807,16 @@ __device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool n
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - Dl[ci]);
     }
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int c, int ja, int jb,
+                                           const float* L, const float* Dl, const int* St, float sl2) {
+  if (need) {
+    fa_ds_cols_m<NT, true>(s, dp, i0, c, ja, jb, L, Dl, St, sl2);
+  } else {
+    fa_ds_cols_m<NT, false>(s, dp, i0, c, ja, jb, L, Dl, St, sl2);
   }
 }
 
@@ -1791,9 +1815,11 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
 // each query row's lse (L[], natural log; zero past t) and its delta and
 // sequence start (DS[]; zero past t, so rows at or past t are masked by
 // index).
-template <int NT>
-__device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int t, int c, int ja,
-                                           int jb, const float* L, const float2* DS, float sl2) {
+// wg_ds_cols_m is wg_ds_cols with its mask decided at compile time (MASK):
+// without it a tile that needs no mask runs a branch an element.
+template <int NT, bool MASK>
+__device__ __forceinline__ void wg_ds_cols_m(float (*s)[4], float (*dp)[4], int i0, int t, int c, int ja,
+                                             int jb, const float* L, const float2* DS, float sl2) {
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -1801,7 +1827,7 @@ __device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool n
       int ci = nt * 8 + 2 * c + (e & 1);
       float2 ds = DS[ci];
       bool ok = true;
-      if (need) {
+      if (MASK) {
         int i = i0 + ci, j = e < 2 ? ja : jb;
         ok = i < t && j <= i && j >= __float_as_int(ds.y);
       }
@@ -1809,6 +1835,16 @@ __device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool n
       s[nt][e] = p;
       dp[nt][e] = p * (dp[nt][e] - ds.x);
     }
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int t, int c, int ja,
+                                           int jb, const float* L, const float2* DS, float sl2) {
+  if (need) {
+    wg_ds_cols_m<NT, true>(s, dp, i0, t, c, ja, jb, L, DS, sl2);
+  } else {
+    wg_ds_cols_m<NT, false>(s, dp, i0, t, c, ja, jb, L, DS, sl2);
   }
 }
 
