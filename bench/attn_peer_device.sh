@@ -30,7 +30,7 @@ python3 - "$OUT/logs/rlpipe-attn.log" "$OUT/peer-attn.json" >"$OUT/table.md" 2>&
 import json, re, sys
 ours = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"BenchmarkAttention/(fwd|bwd|bwd_one_pass)_(\d+x\d+)_h(\d+)/(\d+)_d(\d+)-\d+\s+\d+\s+(\d+) ns/op", line)
+    m = re.match(r"BenchmarkAttention/(fwd|bwd)_(\d+x\d+)_h(\d+)/(\d+)_d(\d+)-\d+\s+\d+\s+(\d+) ns/op", line)
     if m:
         ours[(m[2] + f" h{m[3]}/{m[4]} d{m[5]}", m[1].replace("_", " "))] = int(m[6]) / 1e9
 try:

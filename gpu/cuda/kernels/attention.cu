@@ -749,13 +749,9 @@ __device__ __forceinline__ FaRows fa_span_rows(const int* qk, int tq, int wi0, i
   return r;
 }
 
-// fa_ds_rows turns scores s and dP = dout·Vᵀ (rows ia, ib of this lane are
-// queries with lse·log2(e) La, Lb and delta Da, Db; columns are keys j0..)
-// into dS = P∘(dP − delta) in s, masking when need is set.
-// With FMA each probability is 2^fma(s, sl2, −L), rounded once instead of
-// twice.
-// fa_ds_rows_m is fa_ds_rows with its mask decided at compile time (MASK):
-// without it a tile that needs no mask runs a branch an element.
+// fa_ds_rows_m is fa_ds_rows (below) with its mask decided at compile
+// time (MASK): with it decided inside the loop, a tile that needs no mask
+// ran a branch a score.
 template <int NT, bool FMA, bool MASK>
 __device__ __forceinline__ void fa_ds_rows_m(float (*s)[4], float (*dp)[4], int j0, int c, int sta, int ia,
                                              int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
@@ -775,6 +771,11 @@ __device__ __forceinline__ void fa_ds_rows_m(float (*s)[4], float (*dp)[4], int 
   }
 }
 
+// fa_ds_rows turns scores s and dP = dout·Vᵀ (rows ia, ib of this lane are
+// queries with lse·log2(e) La, Lb and delta Da, Db; columns are keys j0..)
+// into dS = P∘(dP − delta) in s, masking when need is set.
+// With FMA each probability is 2^fma(s, sl2, −L), rounded once instead of
+// twice.
 template <int NT, bool FMA = false>
 __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool need, int j0, int c, int sta, int ia,
                                            int stb, int ib, float sl2, float La, float Lb, float Da, float Db) {
@@ -785,11 +786,9 @@ __device__ __forceinline__ void fa_ds_rows(float (*s)[4], float (*dp)[4], bool n
   }
 }
 
-// fa_ds_cols is fa_ds_rows transposed (the dk/dv kernels): rows ja, jb of
-// this lane are keys, columns queries i0.. with lse·log2(e) L[], delta Dl[]
-// and sequence starts St[] (per column). It leaves Pᵀ in s and dSᵀ in dp.
-// fa_ds_cols_m is fa_ds_cols with its mask decided at compile time (MASK):
-// without it a tile that needs no mask runs a branch an element.
+// fa_ds_cols_m is fa_ds_cols (below) with its mask decided at compile
+// time (MASK): with it decided inside the loop, a tile that needs no mask
+// ran a branch a score.
 template <int NT, bool MASK>
 __device__ __forceinline__ void fa_ds_cols_m(float (*s)[4], float (*dp)[4], int i0, int c, int ja, int jb,
                                              const float* L, const float* Dl, const int* St, float sl2) {
@@ -810,6 +809,9 @@ __device__ __forceinline__ void fa_ds_cols_m(float (*s)[4], float (*dp)[4], int 
   }
 }
 
+// fa_ds_cols is fa_ds_rows transposed (the dk/dv kernels): rows ja, jb of
+// this lane are keys, columns queries i0.. with lse·log2(e) L[], delta Dl[]
+// and sequence starts St[] (per column). It leaves Pᵀ in s and dSᵀ in dp.
 template <int NT>
 __device__ __forceinline__ void fa_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int c, int ja, int jb,
                                            const float* L, const float* Dl, const int* St, float sl2) {
@@ -1811,12 +1813,9 @@ __device__ __forceinline__ void wg_dkv_run(u16* dk, u16* dv, const u16* dq, cons
   }
 }
 
-// wg_ds_cols is fa_ds_cols for the wgmma dk/dv kernel, whose buffers hold
-// each query row's lse (L[], natural log; zero past t) and its delta and
-// sequence start (DS[]; zero past t, so rows at or past t are masked by
-// index).
-// wg_ds_cols_m is wg_ds_cols with its mask decided at compile time (MASK):
-// without it a tile that needs no mask runs a branch an element.
+// wg_ds_cols_m is wg_ds_cols (below) with its mask decided at compile
+// time (MASK): with it decided inside the loop, a tile that needs no mask
+// ran a branch a score.
 template <int NT, bool MASK>
 __device__ __forceinline__ void wg_ds_cols_m(float (*s)[4], float (*dp)[4], int i0, int t, int c, int ja,
                                              int jb, const float* L, const float2* DS, float sl2) {
@@ -1838,6 +1837,10 @@ __device__ __forceinline__ void wg_ds_cols_m(float (*s)[4], float (*dp)[4], int 
   }
 }
 
+// wg_ds_cols is fa_ds_cols for the wgmma dk/dv kernel, whose buffers hold
+// each query row's lse (L[], natural log; zero past t) and its delta and
+// sequence start (DS[]; zero past t, so rows at or past t are masked by
+// index).
 template <int NT>
 __device__ __forceinline__ void wg_ds_cols(float (*s)[4], float (*dp)[4], bool need, int i0, int t, int c, int ja,
                                            int jb, const float* L, const float2* DS, float sl2) {
