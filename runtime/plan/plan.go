@@ -236,12 +236,16 @@ func pick(all []*Buffer, keep func(*Buffer) bool) []*Buffer {
 
 // assign gives every buffer an offset so that buffers whose lifetimes overlap
 // never overlap in memory, and returns the arena size. Buffers are placed
-// largest first, each in the lowest-waste gap between already placed
-// buffers that are live at the same time (best fit). Among buffers of one
-// size, two orders are tried, earlier start first and later end first,
-// and the smaller arena kept (ties: the first): many same-sized buffers
-// that end together (an update's grads, a unit each) pack into the gaps
-// of the activations they outlive in one order or the other.
+// one at a time, each in the lowest-waste gap between already placed
+// buffers that are live at the same time (best fit). Three orders are
+// tried and the smallest arena kept (ties: the first): largest first,
+// among buffers of one size earlier start first; largest first, later
+// end first (many same-sized buffers that end together, an update's grads
+// a unit each, pack into the gaps of the activations they outlive in one
+// order or the other); and largest area first, bytes times the ops a
+// buffer is live (buffers that live long, such as grads kept a unit
+// longer for a reduction beside the next unit's backward, placed before
+// the short-lived ones that fit around them).
 func assign(bufs []*Buffer) int64 {
 	byStart := func(a, b *Buffer) bool {
 		if a.Start != b.Start {
@@ -249,19 +253,39 @@ func assign(bufs []*Buffer) int64 {
 		}
 		return a.Name < b.Name
 	}
-	byEnd := func(a, b *Buffer) bool {
-		if a.End != b.End {
-			return a.End > b.End
+	bySize := func(tie func(a, b *Buffer) bool) func(a, b *Buffer) bool {
+		return func(a, b *Buffer) bool {
+			if a.Bytes != b.Bytes {
+				return a.Bytes > b.Bytes
+			}
+			return tie(a, b)
 		}
-		return byStart(a, b)
 	}
-	arena := assignOrdered(bufs, byStart)
+	byArea := func(a, b *Buffer) bool {
+		if x, y := a.Bytes*int64(a.End-a.Start+1), b.Bytes*int64(b.End-b.Start+1); x != y {
+			return x > y
+		}
+		return bySize(byStart)(a, b)
+	}
+	orders := []func(a, b *Buffer) bool{
+		bySize(byStart),
+		bySize(func(a, b *Buffer) bool {
+			if a.End != b.End {
+				return a.End > b.End
+			}
+			return byStart(a, b)
+		}),
+		byArea,
+	}
+	var arena int64 = -1
 	offsets := make([]int64, len(bufs))
-	for i, b := range bufs {
-		offsets[i] = b.Offset
-	}
-	if alt := assignOrdered(bufs, byEnd); alt < arena {
-		return alt
+	for _, less := range orders {
+		if n := assignOrdered(bufs, less); arena < 0 || n < arena {
+			arena = n
+			for i, b := range bufs {
+				offsets[i] = b.Offset
+			}
+		}
 	}
 	for i, b := range bufs {
 		b.Offset = offsets[i]
@@ -269,17 +293,11 @@ func assign(bufs []*Buffer) int64 {
 	return arena
 }
 
-// assignOrdered places bufs largest first, ties in the order less gives,
-// each in the best-fitting gap (see assign), and returns the arena size.
+// assignOrdered places bufs in the order less gives, each in the
+// best-fitting gap (see assign), and returns the arena size.
 func assignOrdered(bufs []*Buffer, less func(a, b *Buffer) bool) int64 {
 	order := append([]*Buffer(nil), bufs...)
-	sort.SliceStable(order, func(i, j int) bool {
-		a, b := order[i], order[j]
-		if a.Bytes != b.Bytes {
-			return a.Bytes > b.Bytes
-		}
-		return less(a, b)
-	})
+	sort.SliceStable(order, func(i, j int) bool { return less(order[i], order[j]) })
 	var placed []*Buffer
 	var arena int64
 	for _, buf := range order {

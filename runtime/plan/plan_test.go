@@ -60,6 +60,17 @@ func TestAssign(t *testing.T) {
 			offsets: map[string]int64{"big": 0, "mid": 2048, "small": 2048},
 		},
 		{
+			name: "long-lived first (largest area) beats largest first",
+			ops:  6,
+			// Largest first places c, then d above it (they meet at op 2),
+			// a below d, and b, which meets a and d, above both: 1792.
+			// Placing d, whose bytes times lifetime are the largest,
+			// first leaves a, b and c room around it: the peak, 1536.
+			bufs:      []buf{{"a", 512, 3, 4}, {"b", 512, 4, 5}, {"c", 768, 2, 2}, {"d", 512, 1, 5}},
+			wantArena: 1536, wantPeak: 1536,
+			offsets: map[string]int64{"d": 0, "a": 512, "b": 1024, "c": 512},
+		},
+		{
 			name:      "sizes are aligned up to 256",
 			ops:       1,
 			bufs:      []buf{{"a", 1, 0, 0}, {"b", 257, 0, 0}},
