@@ -59,7 +59,7 @@ type Options struct {
 	RefGatherOnce   spec.AutoBool // the ref's apply_fsdp2 gather_once (written unless auto): the log-prob stage gathers each unit once a step
 	AccumulateGrads spec.AutoBool // the actor's apply_fsdp2 accumulate_grads_on_device (written unless auto; true needs Offload): an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host
 	NoGradClip      bool          // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
-	OverlapReduce   bool          // the actor's apply_fsdp2 with overlap_reduce: grads reduce-scattered on the gather stream
+	OverlapReduce   spec.AutoBool // the actor's apply_fsdp2 overlap_reduce (written unless auto): grads reduce-scattered on the gather stream
 	Prefetch        int           // both models' apply_fsdp2 prefetch (units gathered ahead); 1, the stage's default, is not written
 	KLCoef          float64       // low_var_kl coefficient
 	EntropyCoef     float64
@@ -94,7 +94,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{Backend: "cpu", Seqs: 8, TokensPerSeq: 2048, PromptTokens: 64, Chunk: 2048, Precision: "bf16",
 		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1, Prefetch: 1,
-		GatherOnce: spec.BoolAuto, RefGatherOnce: spec.BoolAuto, AccumulateGrads: spec.BoolAuto}
+		GatherOnce: spec.BoolAuto, RefGatherOnce: spec.BoolAuto, AccumulateGrads: spec.BoolAuto, OverlapReduce: spec.BoolAuto}
 }
 
 // Timing is one measured quantity over the timed steps.
@@ -163,13 +163,12 @@ type Workload struct {
 	NoReshard    bool          `json:"no_reshard,omitempty"`
 	HostBF16Copy bool          `json:"host_bf16_copy,omitempty"`
 	NoGradClip   bool          `json:"no_grad_clip,omitempty"`
-	// AccumulateGrads and GatherOnce are the options as written: "auto"
-	// leaves them to the plan (Auto says what it chose).
+	// AccumulateGrads, GatherOnce and OverlapReduce are the options as
+	// written: "auto" leaves them to the plan (Auto says what it chose).
 	AccumulateGrads spec.AutoBool `json:"accumulate_grads_on_device"`
 	GatherOnce      spec.AutoBool `json:"gather_once"`
 	RefGatherOnce   spec.AutoBool `json:"ref_gather_once"`
-	// OverlapReduce is Options.OverlapReduce.
-	OverlapReduce bool `json:"overlap_reduce,omitempty"`
+	OverlapReduce   spec.AutoBool `json:"overlap_reduce"`
 	// Prefetch is Options.Prefetch.
 	Prefetch int `json:"prefetch"`
 	// SyncHostOptimizer: the host AdamW did not overlap the next ops.
@@ -574,8 +573,8 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	if o.NoReshard {
 		reshard = ", reshard_after_forward: false"
 	}
-	if o.OverlapReduce {
-		reshard += ", overlap_reduce: true"
+	if !o.OverlapReduce.IsAuto() {
+		reshard += ", overlap_reduce: " + o.OverlapReduce.String()
 	}
 	if o.HostBF16Copy {
 		reshard += ", host_bf16_copy: true"

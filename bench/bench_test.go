@@ -6,8 +6,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rlpipe/rlpipe/spec"
 )
 
 // TestTinyCPU runs the harness end to end on the tiny Qwen2 config and the
@@ -61,36 +64,57 @@ func TestUnknownBackend(t *testing.T) {
 	}
 }
 
-// TestOverlapReduceCPU runs the harness at dp 2 on the CPU with and
-// without --overlap-reduce: the spec says so, the metrics are the same,
-// the plan holds more (the reductions' buffers live one unit longer) and
-// the arena high-water is still the plan's peak.
+// TestOverlapReduceCPU runs the harness at dp 2 on the CPU with
+// --overlap-reduce false, true and auto (the default): the spec writes
+// what was given, the metrics are the same, the plan holds more with it
+// (the reductions' buffers live one unit longer), the arena high-water is
+// still the plan's peak, and auto is the plan's choice of true (the job
+// fits on the host either way) with true's plan.
 func TestOverlapReduceCPU(t *testing.T) {
-	res := map[bool]*Result{}
-	for _, overlap := range []bool{false, true} {
+	res := map[spec.AutoBool]*Result{}
+	for _, c := range []struct {
+		overlap spec.AutoBool
+		written string // in the spec; "" for none
+	}{
+		{spec.AutoBoolOf(false), "overlap_reduce: false"},
+		{spec.AutoBoolOf(true), "overlap_reduce: true"},
+		{spec.BoolAuto, ""},
+	} {
 		o := DefaultOptions()
 		o.Config = "../examples/models/tiny-qwen2/config.json"
 		o.TokensPerSeq, o.PromptTokens, o.Chunk = 48, 8, 32
 		o.Warmup, o.Steps, o.DP = 1, 1, 2
-		o.OverlapReduce = overlap
+		o.OverlapReduce = c.overlap
 		o.WorkDir = t.TempDir()
 		r, err := Run(context.Background(), o)
 		if err != nil {
-			t.Fatalf("overlap=%v: %v", overlap, err)
+			t.Fatalf("overlap=%v: %v", c.overlap, err)
 		}
 		if r.Memory.ArenaHighWaterBytes != r.Memory.PlanPeakBytes {
-			t.Errorf("overlap=%v: arena high-water %d != plan peak %d", overlap, r.Memory.ArenaHighWaterBytes, r.Memory.PlanPeakBytes)
+			t.Errorf("overlap=%v: arena high-water %d != plan peak %d", c.overlap, r.Memory.ArenaHighWaterBytes, r.Memory.PlanPeakBytes)
 		}
-		if got := strings.Contains(r.SpecYAML, "overlap_reduce: true"); got != overlap || r.Workload.OverlapReduce != overlap {
-			t.Errorf("overlap=%v: spec says overlap_reduce %v, workload %v", overlap, got, r.Workload.OverlapReduce)
+		if got := strings.Contains(r.SpecYAML, "overlap_reduce"); got != (c.written != "") || c.written != "" && !strings.Contains(r.SpecYAML, c.written) || r.Workload.OverlapReduce != c.overlap {
+			t.Errorf("overlap=%v: spec writes overlap_reduce %v (want %q), workload %v", c.overlap, got, c.written, r.Workload.OverlapReduce)
 		}
-		res[overlap] = r
+		var chose []string
+		for _, ch := range r.Workload.Auto {
+			if ch.Key == "overlap_reduce" {
+				chose = append(chose, ch.Subject+" "+ch.Value)
+			}
+		}
+		if want := map[bool][]string{true: {"model actor true"}}[c.overlap.IsAuto()]; !slices.Equal(chose, want) {
+			t.Errorf("overlap=%v: the plan chose overlap_reduce %q, want %q", c.overlap, chose, want)
+		}
+		res[c.overlap] = r
 	}
-	if a, b := res[false].LastMetrics, res[true].LastMetrics; a["loss"] != b["loss"] || a["grad_norm"] != b["grad_norm"] {
-		t.Errorf("metrics %v without overlap_reduce, %v with", a, b)
+	off, on, auto := res[spec.AutoBoolOf(false)], res[spec.AutoBoolOf(true)], res[spec.BoolAuto]
+	for _, r := range []*Result{on, auto} {
+		if a, b := off.LastMetrics, r.LastMetrics; a["loss"] != b["loss"] || a["grad_norm"] != b["grad_norm"] {
+			t.Errorf("metrics %v without overlap_reduce, %v with (workload %v)", a, b, r.Workload.OverlapReduce)
+		}
 	}
-	if res[true].Memory.PlanPeakBytes <= res[false].Memory.PlanPeakBytes {
-		t.Errorf("plan peak %d with overlap_reduce, %d without", res[true].Memory.PlanPeakBytes, res[false].Memory.PlanPeakBytes)
+	if on.Memory.PlanPeakBytes <= off.Memory.PlanPeakBytes || auto.Memory.PlanPeakBytes != on.Memory.PlanPeakBytes {
+		t.Errorf("plan peak %d with overlap_reduce, %d without, %d auto", on.Memory.PlanPeakBytes, off.Memory.PlanPeakBytes, auto.Memory.PlanPeakBytes)
 	}
 }
 

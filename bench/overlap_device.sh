@@ -4,16 +4,19 @@
 # per GPU at dp 4 on four H200s, the PyTorch peer 94-97%). The benchmark
 # step of bench/scale_device.sh's dp phase (every layer recomputed, 8 × 2048
 # tokens per GPU) by one rlbench build, alternated over OVERLAP_ROUNDS
-# rounds, in six variants:
+# rounds, in seven variants:
 #
 #   base      as it is (the side stream at the device's greatest
 #             priority, and a unit's per-parameter all-gathers, and its
 #             grads' reduce-scatters, as one NCCL group each: the
-#             defaults since these runs first went)
+#             defaults since these runs first went; and apply_fsdp2's
+#             overlap_reduce auto, which the plan turns on where it fits)
 #   noprio    RLPIPE_CUDA_SIDE_PRIORITY=0 (the side stream at the default
 #             priority)
 #   nogroup   RLPIPE_NCCL_GROUP=0 (one NCCL call, and kernel, a tensor)
-#   reduce    --overlap-reduce (apply_fsdp2 overlap_reduce)
+#   reduce    --overlap-reduce=true (apply_fsdp2 overlap_reduce written)
+#   noreduce  --overlap-reduce=false (the grads reduced on the compute
+#             stream)
 #   ctas8     NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8 (NCCL's kernels on 8 SMs,
 #             leaving the rest to the compute they overlap)
 #   pf2       --prefetch 2 (both models' units gathered two ahead)
@@ -24,7 +27,7 @@
 #
 # Knobs: OVERLAP_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OVERLAP_DP (every GPU
 # visible, at most 8), OVERLAP_ROUNDS (2), OVERLAP_BUDGET_S (540),
-# OVERLAP_VARIANTS (of the six above; all by default), OVERLAP_FLAGS (more
+# OVERLAP_VARIANTS (of the seven above; all by default), OVERLAP_FLAGS (more
 # rlbench flags for every run, dp 1's too: "--recompute-auto" runs the
 # plan's fastest configuration that fits instead of every layer
 # recomputed). $OUT gets
@@ -36,7 +39,7 @@ OUT=${OUT:-/tmp/overlap-out}
 MODELS=${OVERLAP_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${OVERLAP_ROUNDS:-2}
 BUDGET=${OVERLAP_BUDGET_S:-540}
-VARIANTS=" ${OVERLAP_VARIANTS:-base noprio nogroup reduce ctas8 pf2} "
+VARIANTS=" ${OVERLAP_VARIANTS:-base noprio nogroup reduce noreduce ctas8 pf2} "
 read -r -a FLAGS <<<"${OVERLAP_FLAGS:-}"
 . bench/device_lib.sh # visible_dp, outdirs, say, budgeted, bench_step
 visible_dp "${OVERLAP_DP:-}"
@@ -70,7 +73,8 @@ for m in $MODELS; do
 		variant base "$m" "$r"
 		variant noprio "$m" "$r" RLPIPE_CUDA_SIDE_PRIORITY=0
 		variant nogroup "$m" "$r" RLPIPE_NCCL_GROUP=0
-		variant reduce "$m" "$r" --overlap-reduce
+		variant reduce "$m" "$r" --overlap-reduce=true
+		variant noreduce "$m" "$r" --overlap-reduce=false
 		variant ctas8 "$m" "$r" NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8
 		variant pf2 "$m" "$r" --prefetch 2
 	done

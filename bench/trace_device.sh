@@ -9,10 +9,12 @@
 # stream's gathers and reductions and around the compute stream's waits
 # for them; nothing synced) in one device call on 2 or more GPUs:
 #
-#   - at dp 1 and at every GPU visible, with the defaults;
+#   - at dp 1 and at every GPU visible, with the defaults (among them
+#     apply_fsdp2's overlap_reduce auto, which the plan turns on at dp > 1
+#     where it fits);
 #   - at every GPU with RLPIPE_NCCL_GROUP=0 (a unit's collectives one
-#     NCCL call a tensor, not one group), with --overlap-reduce and with
-#     --prefetch 2.
+#     NCCL call a tensor, not one group), with --overlap-reduce=false (the
+#     grads reduced on the compute stream) and with --prefetch 2.
 #
 # For each run it reports rank 0's last step: its span on the device, the
 # time the side stream was busy, and the time the compute stream stood
@@ -43,7 +45,7 @@ traced dp1 1
 if ((DP > 1)); then
 	traced "dp$DP" "$DP"
 	traced "dp$DP-nogroup" "$DP" RLPIPE_NCCL_GROUP=0
-	traced "dp$DP-reduce" "$DP" --overlap-reduce
+	traced "dp$DP-noreduce" "$DP" --overlap-reduce=false
 	traced "dp$DP-prefetch2" "$DP" --prefetch 2
 	traced "dp$DP-again" "$DP"
 fi

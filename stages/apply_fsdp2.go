@@ -13,7 +13,7 @@ func init() {
 	Register(Kind{Name: "apply_fsdp2", Phase: spec.Setup,
 		Doc: "shard a model FSDP2-style: fp32 master shards, per-unit gather for compute, grads and AdamW state",
 		New: func() Stage {
-			return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1, AccumulateGradsOnDevice: spec.BoolAuto, GatherOnce: spec.BoolAuto}
+			return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1, OverlapReduce: spec.BoolAuto, AccumulateGradsOnDevice: spec.BoolAuto, GatherOnce: spec.BoolAuto}
 		}})
 }
 
@@ -29,8 +29,9 @@ type ApplyFSDP2 struct {
 	// OverlapReduce reduce-scatters a unit's grads on the stream the
 	// units are gathered on, so that the reduction overlaps the next
 	// unit's backward; the unit's unsharded grads and reduction buffers
-	// then live one unit longer (the plan counts them).
-	OverlapReduce bool `yaml:"overlap_reduce"`
+	// then live one unit longer (the plan counts them). Auto by default:
+	// planning chooses (auto_options.go).
+	OverlapReduce spec.AutoBool `yaml:"overlap_reduce"`
 	// HostBF16Copy keeps a bf16 copy of an offloaded model's fp32 master
 	// params in pinned host memory (hostBF16Units), which the gathers of
 	// its units computed in bf16 copy to the device instead of the fp32
@@ -79,7 +80,7 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	if s.Prefetch < 0 || s.Prefetch > 2 {
 		errs = append(errs, vc.Errorf("prefetch", "prefetch must be 0, 1 or 2, got %d", s.Prefetch))
 	}
-	if s.OverlapReduce && m != nil && m.OffloadOptimizer {
+	if s.OverlapReduce.IsTrue() && m != nil && m.OffloadOptimizer {
 		errs = append(errs, vc.Errorf("overlap_reduce", "overlap_reduce is not supported with offload_optimizer (model %q): its grads reach the host through a ring the reduction feeds in order", s.Model))
 	}
 	if s.HostBF16Copy && m != nil && !(m.Trainable && m.Offload && m.OffloadOptimizer) {
@@ -161,6 +162,9 @@ func (s *ApplyFSDP2) program(p *prog) {
 	var err error
 	if st.GatherOnce, err = p.job.fsdpOption(s.GatherOnce, s.Model, func(o fsdpOptions) bool { return o.gatherOnce }); err == nil {
 		st.AccumulateGrads, err = p.job.fsdpOption(s.AccumulateGradsOnDevice, s.Model, func(o fsdpOptions) bool { return o.accumulateGrads })
+	}
+	if err == nil {
+		st.OverlapReduce, err = p.job.fsdpOption(s.OverlapReduce, s.Model, func(o fsdpOptions) bool { return o.overlapReduce })
 	}
 	if err != nil {
 		p.fail(err)

@@ -9,11 +9,11 @@ import (
 	"github.com/rlpipe/rlpipe/spec"
 )
 
-// apply_fsdp2's gather_once and accumulate_grads_on_device are auto by
-// default. Neither changes a bit of what a step computes; each saves
-// transfers for device memory. After the recompute and chunk choices,
+// apply_fsdp2's gather_once, accumulate_grads_on_device and overlap_reduce
+// are auto by default. None changes a bit of what a step computes; each
+// buys time with device memory. After the recompute and chunk choices,
 // planning turns them on, model by model in the order of the apply_fsdp2
-// stages, where they save transfers and the job still fits:
+// stages, where they would save time and the job still fits:
 //
 //   - gather_once where the model's gathers cross PCIe (offloaded params)
 //     or the ranks (a mesh of several), and some stage computing with it
@@ -24,15 +24,24 @@ import (
 //     H100 and an H200 that gather hid behind the backward, and keeping
 //     the units saved no time (docs/performance.md);
 //   - accumulate_grads_on_device where the model's optimizer state is
-//     offloaded and its updates may have several micro-batches.
+//     offloaded and its updates may have several micro-batches;
+//   - overlap_reduce where a train stage trains the model over several
+//     ranks without context parallelism, its optimizer state on the
+//     device: the reduce-scatter of each unit's grads then runs on the
+//     gather stream beside the next unit's backward instead of on the
+//     compute stream (on two and four H200s, 0.4-2.4% more tokens a
+//     second, docs/performance.md). It is not chosen with mesh.cp > 1,
+//     where it has not been measured.
 //
-// Both are taken if the job fits with both; otherwise the one of them
-// whose plan is smaller, if it fits. They never cost a recomputed layer
-// or a smaller chunk: those are chosen first, with both off.
+// A model has at most two of them: accumulate_grads_on_device needs an
+// offloaded optimizer, which overlap_reduce does not take. Both are taken
+// if the job fits with both; otherwise the one of them whose plan is
+// smaller, if it fits. They never cost a recomputed layer or a smaller
+// chunk: those are chosen first, with all off.
 
 // fsdpOptions are what planning chose for one model's auto options.
 type fsdpOptions struct {
-	gatherOnce, accumulateGrads bool
+	gatherOnce, accumulateGrads, overlapReduce bool
 }
 
 // fsdpOption is one of apply_fsdp2's auto options of model as it runs: as
@@ -59,7 +68,8 @@ type autoOption struct {
 // autoOptions returns, in the order of the apply_fsdp2 stages, each
 // model's auto options that apply to it, with what they would save.
 // accumulate_grads_on_device applies only to a trained model whose
-// optimizer state is offloaded; gather_once to every model.
+// optimizer state is offloaded, overlap_reduce only to a trained model
+// whose optimizer state is not; gather_once to every model.
 func (j *Job) autoOptions() [][]autoOption {
 	var out [][]autoOption
 	for _, st := range j.stagesOfKind("apply_fsdp2", nil) {
@@ -80,6 +90,10 @@ func (j *Job) autoOptions() [][]autoOption {
 			}
 			opts = append(opts, autoOption{key: "accumulate_grads_on_device", model: s.Model, use: use,
 				set: func(o *fsdpOptions, on bool) { o.accumulateGrads = on }})
+		}
+		if s.OverlapReduce.IsAuto() && m.Trainable && !m.OffloadOptimizer {
+			opts = append(opts, autoOption{key: "overlap_reduce", model: s.Model, use: j.overlapReduceUse(m),
+				set: func(o *fsdpOptions, on bool) { o.overlapReduce = on }})
 		}
 		if len(opts) > 0 {
 			out = append(out, opts)
@@ -118,6 +132,26 @@ func (j *Job) gatherOnceUse(m *Model) string {
 		return ""
 	}
 	return fmt.Sprintf("its units are gathered %s by %s", from, strings.Join(again, ", "))
+}
+
+// overlapReduceUse says what overlap_reduce would save trained model m:
+// the train stages that reduce-scatter its grads over several ranks; ""
+// where none does, or where the mesh has context parallelism.
+func (j *Job) overlapReduceUse(m *Model) string {
+	w, mesh := j.Spec.Mesh.WorldSize(), j.Spec.Mesh
+	if w == 1 || mesh.CPSize() > 1 {
+		return ""
+	}
+	var by []string
+	for _, st := range j.Order {
+		if x, ok := j.Stages[st.ID].(*Train); ok && x.Model == m.Name() {
+			by = append(by, st.ID)
+		}
+	}
+	if len(by) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s reduce-scatters its grads over %d ranks after each unit's backward, which the reduction would overlap", strings.Join(by, ", "), w)
 }
 
 // severalMicroBatches reports whether n samples over the dp ranks may need
@@ -185,12 +219,13 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 	fits := func(p *plan.Plan) bool { return p.DeviceTotal() <= s.budget }
 	var chosen []autoOption
 	need := map[string]int64{} // by key: the device total with the option alone
+	var all *plan.Plan         // the plan with every useful option on
 	if len(useful) > 0 {
-		both, err := try(useful...)
+		all, err = try(useful...)
 		if err != nil {
 			return nil, err
 		}
-		if fits(both) {
+		if fits(all) {
 			chosen = useful
 		} else {
 			for _, o := range useful {
@@ -222,9 +257,15 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 			c.Why = fmt.Sprintf("%s; it adds nothing to the job's peak: %s of %s GiB", o.use, plan.GiB(p.DeviceTotal()), budget)
 		case on:
 			c.Value = "true"
-			c.Why = fmt.Sprintf("%s; with it the job needs %s of %s GiB (%s without)", o.use, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()))
+			with, without := "it", "without"
+			for _, x := range chosen {
+				if x.key != o.key {
+					with, without = "it and "+x.key, "without either"
+				}
+			}
+			c.Why = fmt.Sprintf("%s; with %s the job needs %s of %s GiB (%s %s)", o.use, with, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()), without)
 		case chosen != nil:
-			c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(tried[fsdpOptions{true, true}].DeviceTotal()), budget)
+			c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(all.DeviceTotal()), budget)
 		default:
 			c.Why = fmt.Sprintf("%s, but with it the job would need %s of %s GiB", o.use, plan.GiB(need[o.key]), budget)
 		}
@@ -235,8 +276,17 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 
 // noUse says why option o would save model o.model nothing.
 func (o autoOption) noUse(j *Job) string {
-	if o.key == "accumulate_grads_on_device" {
+	switch o.key {
+	case "accumulate_grads_on_device":
 		return "an update has one micro-batch: a rank's share of data.global_batch_size fits in one"
+	case "overlap_reduce":
+		switch {
+		case j.Spec.Mesh.WorldSize() == 1:
+			return "one rank: its grads are not reduced"
+		case j.Spec.Mesh.CPSize() > 1:
+			return "not chosen with context parallelism (mesh.cp > 1), where it has not been measured; write true to use it"
+		}
+		return "no train stage trains it"
 	}
 	m := j.Models[o.model]
 	if !m.Offload && j.Spec.Mesh.WorldSize() == 1 {

@@ -76,7 +76,7 @@ train:
 %sstages:
   setup:
     - {id: load, uses: load_hf, with: {model: actor}}
-    - {id: shard_actor, uses: apply_fsdp2, needs: load, with: {model: actor, gather_once: false, accumulate_grads_on_device: false}}
+    - {id: shard_actor, uses: apply_fsdp2, needs: load, with: {model: actor, gather_once: false, accumulate_grads_on_device: false, overlap_reduce: false}}
     - {id: shard_ref, uses: apply_fsdp2, needs: load, with: {model: ref, gather_once: false}}
   step:
     - {id: pack, uses: pack}
@@ -272,7 +272,7 @@ func TestRunUnplanned(t *testing.T) {
 // is that of the options written out.
 func TestPlanAutoOptions(t *testing.T) {
 	const (
-		actorFalse = "{model: actor, gather_once: false, accumulate_grads_on_device: false}"
+		actorFalse = "{model: actor, gather_once: false, accumulate_grads_on_device: false, overlap_reduce: false}"
 		refFalse   = "{model: ref, gather_once: false}"
 		huge       = 1 << 40
 	)
@@ -303,6 +303,19 @@ func TestPlanAutoOptions(t *testing.T) {
 	}
 	gatherSmaller := gather < acc
 	onDevice := "ref gather_once false: its gathers stay on the device"
+	// At dp 2 on the device, the actor's gather_once and overlap_reduce
+	// alone (the ref's gather_once off): the budget of the smaller, so that
+	// only it fits.
+	dp2 := slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"})
+	dp2Total := func(g, r bool) int64 {
+		return plans(huge, slices.Concat(dp2, actor(fmt.Sprintf(", gather_once: %v, accumulate_grads_on_device: false, overlap_reduce: %v", g, r)))...).DeviceTotal()
+	}
+	gather2, reduce2, both2 := dp2Total(true, false), dp2Total(false, true), dp2Total(true, true)
+	if !(max(gather2, reduce2) < both2) || gather2 == reduce2 {
+		t.Fatalf("dp 2 totals: gather_once %d, overlap_reduce %d, both %d: the options cost no memory, or the same", gather2, reduce2, both2)
+	}
+	reduceSmaller, reduceOnly := reduce2 < gather2, min(gather2, reduce2)
+	cpTwo := []string{"data:\n", "mesh:\n  gpus_per_node: 2\n  cp: 2\ndata:\n"}
 	auto := slices.Concat(actor(""), ref(""))
 	for _, c := range []struct {
 		name   string
@@ -312,7 +325,7 @@ func TestPlanAutoOptions(t *testing.T) {
 		total  int64    // the plan's device total; 0: not checked
 	}{
 		{"offloaded, room for both", huge, slices.Concat(offload, twoSamples, auto), []string{
-			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update; with it the job needs",
+			"actor gather_once true: its units are gathered over PCIe by old in each micro-batch of a step, train in each micro-batch of an update; with it and accumulate_grads_on_device the job needs",
 			"actor accumulate_grads_on_device true: an update may have several micro-batches",
 			onDevice}, both},
 		{"offloaded, room for one", min(gather, acc), slices.Concat(offload, twoSamples, auto), []string{
@@ -333,10 +346,20 @@ func TestPlanAutoOptions(t *testing.T) {
 			onDevice}, 0},
 		{"on the device, one rank", huge, slices.Concat(twoSamples, auto), []string{
 			"actor gather_once false: its gathers stay on the device",
+			"actor overlap_reduce false: one rank: its grads are not reduced",
 			onDevice}, 0},
 		{"on the device, two ranks", huge, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
 			"actor gather_once true: its units are gathered from 2 ranks by old in each micro-batch of a step, train in each micro-batch of an update",
+			"actor overlap_reduce true: train reduce-scatters its grads over 2 ranks after each unit's backward, which the reduction would overlap; with it and gather_once the job needs",
 			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step; it adds nothing to the job's peak"}, 0},
+		{"on the device, two ranks, room for one", reduceOnly, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
+			fmt.Sprint("actor gather_once ", !reduceSmaller),
+			fmt.Sprint("actor overlap_reduce ", reduceSmaller),
+			"ref gather_once"}, 0},
+		{"on the device, two ranks, cp 2", huge, slices.Concat(cpTwo, auto), []string{
+			"actor gather_once false: no stage computing with it may have several micro-batches",
+			"actor overlap_reduce false: not chosen with context parallelism (mesh.cp > 1), where it has not been measured",
+			"ref gather_once false: no stage"}, 0},
 		{"written", huge, slices.Concat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
 			"actor accumulate_grads_on_device true"}, both},
 	} {

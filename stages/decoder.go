@@ -932,7 +932,7 @@ func (d *decoder) reduce(i int, grad *ref) {
 	until(op, grad)
 	d.declareGrads(u)
 	toHost := d.st.Model.OffloadOptimizer
-	overlap := d.st.Fsdp.OverlapReduce && d.world > 1 && !toHost
+	overlap := d.st.OverlapReduce && d.world > 1 && !toHost
 	var rsIn, rsOut, d2h *ref
 	if d.world > 1 {
 		rsIn = p.buf(d.name("rs.in", u.Name), plan.Comm, gpu.F32, int(u.Elems))

@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -391,16 +392,21 @@ func TestNoReshard(t *testing.T) {
 }
 
 // TestOverlapReduce runs the tiny job at dp 2 with the actor's
-// overlap_reduce: each unit's grads and reduction buffers live until the
-// next unit's reduction, where the compute stream waits for it (the last
-// one's end with it), the numbers are unchanged, and every rank's arena
-// high-water is still the plan's peak.
+// overlap_reduce false, true and auto (the example as written): with it
+// each unit's grads and reduction buffers live until the next unit's
+// reduction, where the compute stream waits for it (the last one's end
+// with it), the numbers are unchanged, and every rank's arena high-water
+// is still the plan's peak; auto is the plan's choice of true, with
+// true's plan.
 func TestOverlapReduce(t *testing.T) {
 	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
 	short := func(s *spec.Spec) { s.Train.Steps = 2 }
-	base := runSpec(t, path, short)
-	on := variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: true}\n    - id: shard_ref")
-	out := runParsed(t, on, short, nil, RunOptions{})
+	with := func(v string) *spec.Spec {
+		return variant(t, path, "      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, overlap_reduce: "+v+"}\n    - id: shard_ref")
+	}
+	base := runParsed(t, with("false"), short, nil, RunOptions{})
+	out := runParsed(t, with("true"), short, nil, RunOptions{})
+	auto := runSpec(t, path, short)
 	for _, c := range []struct {
 		buf, until string
 		p          *plan.Plan
@@ -419,16 +425,27 @@ func TestOverlapReduce(t *testing.T) {
 	if out.plan <= base.plan {
 		t.Errorf("plan peak %d with overlap_reduce, %d without: the reductions' buffers live longer", out.plan, base.plan)
 	}
-	for _, sr := range out.steps {
-		b := base.steps[sr.Step-1]
-		if sr.Stats.Values["loss"] != b.Stats.Values["loss"] || sr.Stats.GradNorm != b.Stats.GradNorm {
-			t.Errorf("step %d: loss %v grad norm %v with overlap_reduce, %v %v without", sr.Step,
-				sr.Stats.Values["loss"], sr.Stats.GradNorm, b.Stats.Values["loss"], b.Stats.GradNorm)
+	var chose []string
+	for _, c := range auto.p.Auto {
+		if c.Key == "overlap_reduce" {
+			chose = append(chose, c.Subject+" "+c.Value)
 		}
 	}
-	for r, hw := range out.peak {
-		if hw != out.plan {
-			t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, out.plan)
+	if want := []string{"model actor true"}; !slices.Equal(chose, want) || auto.plan != out.plan {
+		t.Errorf("auto: the plan chose overlap_reduce %q (want %q), its peak %d (true's %d)", chose, want, auto.plan, out.plan)
+	}
+	for _, o := range []runOut{out, auto} {
+		for _, sr := range o.steps {
+			b := base.steps[sr.Step-1]
+			if sr.Stats.Values["loss"] != b.Stats.Values["loss"] || sr.Stats.GradNorm != b.Stats.GradNorm {
+				t.Errorf("step %d: loss %v grad norm %v with overlap_reduce, %v %v without", sr.Step,
+					sr.Stats.Values["loss"], sr.Stats.GradNorm, b.Stats.Values["loss"], b.Stats.GradNorm)
+			}
+		}
+		for r, hw := range o.peak {
+			if hw != o.plan {
+				t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
+			}
 		}
 	}
 }

@@ -22,10 +22,10 @@ type ShardState struct {
 	// GradBytes is the size of Grads (where kept), AdamM and AdamV: a section per unit
 	// at its GradOff.
 	GradBytes int64
-	// GatherOnce and AccumulateGrads are apply_fsdp2's gather_once and
-	// accumulate_grads_on_device as they run: as written, or as planning
-	// chose where auto.
-	GatherOnce, AccumulateGrads bool
+	// GatherOnce, AccumulateGrads and OverlapReduce are apply_fsdp2's
+	// gather_once, accumulate_grads_on_device and overlap_reduce as they
+	// run: as written, or as planning chose where auto.
+	GatherOnce, AccumulateGrads, OverlapReduce bool
 	// Snapshot is pinned host memory holding a copy of Params, AdamM and
 	// AdamV (at offsets 0, SnapM and SnapV) for a checkpoint written in
 	// the background (train.checkpoint_async); nil without.

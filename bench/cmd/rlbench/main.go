@@ -62,7 +62,7 @@ func run(args []string) int {
 	fs.Var(autoBoolFlag{&o.AccumulateGrads}, "accumulate-grads-on-device", "the actor's apply_fsdp2 accumulate_grads_on_device, true (needs --offload), false or auto (the default: the plan chooses): an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host, in the last one")
 	fs.BoolVar(&o.HostBF16Copy, "host-bf16-copy", false, "with --offload, the actor's apply_fsdp2 with host_bf16_copy: the host AdamW writes a bf16 copy of the masters, which the gathers copy to the GPU instead of the fp32 masters")
 	fs.IntVar(&o.Prefetch, "prefetch", o.Prefetch, "both models' apply_fsdp2 prefetch: units gathered ahead of the one computing (0, 1 or 2)")
-	fs.BoolVar(&o.OverlapReduce, "overlap-reduce", false, "the actor's apply_fsdp2 with overlap_reduce: its grads are reduce-scattered on the gather stream, overlapping the next unit's backward (dp > 1)")
+	fs.Var(autoBoolFlag{&o.OverlapReduce}, "overlap-reduce", "the actor's apply_fsdp2 overlap_reduce, true, false or auto (the default: the plan chooses): its grads are reduce-scattered on the gather stream, overlapping the next unit's backward (dp > 1)")
 	fs.BoolVar(&o.SyncHostOptimizer, "sync-host-optimizer", false, "with --offload, finish the host AdamW within its op instead of overlapping it with the next ops (for comparisons)")
 	fs.Float64Var(&o.KLCoef, "kl-coef", o.KLCoef, "low_var_kl coefficient")
 	fs.Float64Var(&o.EntropyCoef, "entropy-coef", o.EntropyCoef, "entropy coefficient")
