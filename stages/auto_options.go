@@ -26,12 +26,12 @@ import (
 //   - accumulate_grads_on_device where the model's optimizer state is
 //     offloaded and its updates may have several micro-batches;
 //   - overlap_reduce where a train stage trains the model over several
-//     ranks without context parallelism, its optimizer state on the
-//     device: the reduce-scatter of each unit's grads then runs on the
-//     gather stream beside the next unit's backward instead of on the
-//     compute stream (on two and four H200s, 0.4-2.4% more tokens a
-//     second, docs/performance.md). It is not chosen with mesh.cp > 1,
-//     where it has not been measured.
+//     ranks without context parallelism, its params and optimizer state
+//     on the device: the reduce-scatter of each unit's grads then runs on
+//     the gather stream beside the next unit's backward instead of on the
+//     compute stream (on two and four H200s, 0.4-2.7% more tokens a
+//     second, docs/performance.md). It is not chosen with mesh.cp > 1 or
+//     offloaded params, where it has not been measured.
 //
 // A model has at most two of them: accumulate_grads_on_device needs an
 // offloaded optimizer, which overlap_reduce does not take. Both are taken
@@ -136,10 +136,11 @@ func (j *Job) gatherOnceUse(m *Model) string {
 
 // overlapReduceUse says what overlap_reduce would save trained model m:
 // the train stages that reduce-scatter its grads over several ranks; ""
-// where none does, or where the mesh has context parallelism.
+// where none does, or where the mesh has context parallelism or m's
+// params are offloaded (not measured; noUse says so).
 func (j *Job) overlapReduceUse(m *Model) string {
 	w, mesh := j.Spec.Mesh.WorldSize(), j.Spec.Mesh
-	if w == 1 || mesh.CPSize() > 1 {
+	if w == 1 || mesh.CPSize() > 1 || m.Offload {
 		return ""
 	}
 	var by []string
@@ -285,6 +286,8 @@ func (o autoOption) noUse(j *Job) string {
 			return "one rank: its grads are not reduced"
 		case j.Spec.Mesh.CPSize() > 1:
 			return "not chosen with context parallelism (mesh.cp > 1), where it has not been measured; write true to use it"
+		case j.Models[o.model].Offload:
+			return "not chosen with offloaded params, whose uploads share the gather stream, where it has not been measured; write true to use it"
 		}
 		return "no train stage trains it"
 	}

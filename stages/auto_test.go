@@ -263,13 +263,14 @@ func TestRunUnplanned(t *testing.T) {
 }
 
 // TestPlanAutoOptions checks what Plan chooses for apply_fsdp2's
-// gather_once and accumulate_grads_on_device left to auto (the default),
-// on the 7-layer job in micro-batches of two samples, where each option
-// costs memory: both where they save transfers and the job fits with
-// both; the one of smaller plan where only one fits; neither where
-// neither fits, or where they would save nothing (gathers on the device,
-// one micro-batch a step or an update); and that the plan of the choices
-// is that of the options written out.
+// gather_once, accumulate_grads_on_device and overlap_reduce left to auto
+// (the default), on the 7-layer job in micro-batches of two samples, where
+// each option costs memory: a model's two where they save time and the job
+// fits with both; the one of smaller plan where only one fits; neither
+// where neither fits, or where they would save nothing (gathers on the
+// device, one micro-batch a step or an update, one rank) or have not been
+// measured (overlap_reduce with cp 2 or offloaded params); and that the
+// plan of the choices is that of the options written out.
 func TestPlanAutoOptions(t *testing.T) {
 	const (
 		actorFalse = "{model: actor, gather_once: false, accumulate_grads_on_device: false, overlap_reduce: false}"
@@ -355,6 +356,10 @@ func TestPlanAutoOptions(t *testing.T) {
 		{"on the device, two ranks, room for one", reduceOnly, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
 			fmt.Sprint("actor gather_once ", !reduceSmaller),
 			fmt.Sprint("actor overlap_reduce ", reduceSmaller),
+			"ref gather_once"}, 0},
+		{"params offloaded, two ranks", huge, slices.Concat([]string{"policies:\n", "policies:\n  offload: 'model.trainable'\n"}, dp2, auto), []string{
+			"actor gather_once",
+			"actor overlap_reduce false: not chosen with offloaded params",
 			"ref gather_once"}, 0},
 		{"on the device, two ranks, cp 2", huge, slices.Concat(cpTwo, auto), []string{
 			"actor gather_once false: no stage computing with it may have several micro-batches",
