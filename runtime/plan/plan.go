@@ -277,6 +277,7 @@ func assign(bufs []*Buffer) int64 {
 		}),
 		byArea,
 	}
+	least := livePeak(bufs) // no arena is smaller: an order that reaches it ends the search
 	var arena int64 = -1
 	offsets := make([]int64, len(bufs))
 	for _, less := range orders {
@@ -286,11 +287,38 @@ func assign(bufs []*Buffer) int64 {
 				offsets[i] = b.Offset
 			}
 		}
+		if arena <= least {
+			break
+		}
 	}
 	for i, b := range bufs {
 		b.Offset = offsets[i]
 	}
 	return arena
+}
+
+// livePeak returns the most bytes of bufs live at one op.
+func livePeak(bufs []*Buffer) int64 {
+	type edge struct {
+		at    int
+		bytes int64
+	}
+	edges := make([]edge, 0, 2*len(bufs))
+	for _, b := range bufs {
+		edges = append(edges, edge{b.Start, b.Bytes}, edge{b.End + 1, -b.Bytes})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].bytes < edges[j].bytes // ends before starts at one op
+	})
+	var live, peak int64
+	for _, e := range edges {
+		live += e.bytes
+		peak = max(peak, live)
+	}
+	return peak
 }
 
 // assignOrdered places bufs in the order less gives, each in the

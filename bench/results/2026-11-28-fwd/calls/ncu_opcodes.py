@@ -11,27 +11,12 @@ Stall reasons: ../../2026-11-28-long/calls/ncu_stalls.py on the same file.
 import collections
 import csv
 import io
+import os
 import sys
 
-
-def blocks(path):
-    cur = None
-    for ln in open(path).read().split("\n"):
-        if ln.startswith('"Kernel Name"'):
-            if cur:
-                yield cur
-            cur = [ln]
-        elif cur is not None:
-            cur.append(ln)
-    if cur:
-        yield cur
-
-
-def num(r, ix, k):
-    try:
-        return float(r[ix[k]].replace(",", "") or 0)
-    except (KeyError, ValueError):
-        return 0.0
+# blocks and num read source.csv as ncu_stalls.py does.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "2026-11-28-long", "calls"))
+from ncu_stalls import blocks, num  # noqa: E402
 
 
 def main(path, top=18):
