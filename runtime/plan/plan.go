@@ -245,7 +245,9 @@ func pick(all []*Buffer, keep func(*Buffer) bool) []*Buffer {
 // order or the other); and largest area first, bytes times the ops a
 // buffer is live (buffers that live long, such as grads kept a unit
 // longer for a reduction beside the next unit's backward, placed before
-// the short-lived ones that fit around them).
+// the short-lived ones that fit around them). The search stops at the
+// first order whose arena is the bytes live at the busiest op (livePeak),
+// which no order can beat.
 func assign(bufs []*Buffer) int64 {
 	byStart := func(a, b *Buffer) bool {
 		if a.Start != b.Start {

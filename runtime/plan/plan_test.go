@@ -98,6 +98,9 @@ func TestAssign(t *testing.T) {
 			if p.PeakBytes != tt.wantPeak {
 				t.Errorf("peak = %d, want %d", p.PeakBytes, tt.wantPeak)
 			}
+			if got := livePeak(p.Buffers); got != tt.wantPeak {
+				t.Errorf("livePeak = %d, want %d", got, tt.wantPeak)
+			}
 			for n, off := range tt.offsets {
 				if got := p.Buffer(n).Offset; got != off {
 					t.Errorf("%s offset = %d, want %d", n, got, off)
