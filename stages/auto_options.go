@@ -264,7 +264,12 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 					with, without = "it and "+x.key, "without either"
 				}
 			}
-			c.Why = fmt.Sprintf("%s; with %s the job needs %s of %s GiB (%s %s)", o.use, with, plan.GiB(p.DeviceTotal()), budget, plan.GiB(base.DeviceTotal()), without)
+			was := plan.GiB(base.DeviceTotal()) + " " + without
+			if plan.GiB(base.DeviceTotal()) == plan.GiB(p.DeviceTotal()) {
+				// The GiB figures round alike: say what it adds.
+				was = fmt.Sprintf("%.1f MiB more than %s", float64(p.DeviceTotal()-base.DeviceTotal())/(1<<20), without)
+			}
+			c.Why = fmt.Sprintf("%s; with %s the job needs %s of %s GiB (%s)", o.use, with, plan.GiB(p.DeviceTotal()), budget, was)
 		case chosen != nil:
 			c.Why = fmt.Sprintf("%s, but with both options the job would need %s of %s GiB", o.use, plan.GiB(all.DeviceTotal()), budget)
 		default:

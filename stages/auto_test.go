@@ -385,6 +385,16 @@ func TestPlanAutoOptions(t *testing.T) {
 			if c.total != 0 && p.DeviceTotal() != c.total {
 				t.Errorf("device total %d, want %d (the options written out)", p.DeviceTotal(), c.total)
 			}
+			// A choice that costs memory says how much: never "needs X of
+			// B GiB (X without)" with the two figures alike.
+			for _, g := range got {
+				var need, budget, was float64
+				if i := strings.Index(g, "the job needs "); i >= 0 {
+					if n, _ := fmt.Sscanf(g[i:], "the job needs %f of %f GiB (%f ", &need, &budget, &was); n == 3 && need == was {
+						t.Errorf("choice %q: the same figure with and without", g)
+					}
+				}
+			}
 		})
 	}
 }
