@@ -61,8 +61,11 @@ func (j *Job) fsdpOption(a spec.AutoBool, model string, chosen func(fsdpOptions)
 type autoOption struct {
 	key   string // the apply_fsdp2 key
 	model string
-	use   string // why it would save transfers; "" when it would not
-	set   func(o *fsdpOptions, on bool)
+	use   string // why it would save time; "" when it would not
+	// unused says why it would not, where the option's own test said so
+	// with use; "" leaves it to noUse.
+	unused string
+	set    func(o *fsdpOptions, on bool)
 }
 
 // autoOptions returns, in the order of the apply_fsdp2 stages, each
@@ -92,7 +95,8 @@ func (j *Job) autoOptions() [][]autoOption {
 				set: func(o *fsdpOptions, on bool) { o.accumulateGrads = on }})
 		}
 		if s.OverlapReduce.IsAuto() && m.Trainable && !m.OffloadOptimizer {
-			opts = append(opts, autoOption{key: "overlap_reduce", model: s.Model, use: j.overlapReduceUse(m),
+			use, unused := j.overlapReduceUse(m)
+			opts = append(opts, autoOption{key: "overlap_reduce", model: s.Model, use: use, unused: unused,
 				set: func(o *fsdpOptions, on bool) { o.overlapReduce = on }})
 		}
 		if len(opts) > 0 {
@@ -134,14 +138,20 @@ func (j *Job) gatherOnceUse(m *Model) string {
 	return fmt.Sprintf("its units are gathered %s by %s", from, strings.Join(again, ", "))
 }
 
-// overlapReduceUse says what overlap_reduce would save trained model m:
-// the train stages that reduce-scatter its grads over several ranks; ""
-// where none does, or where the mesh has context parallelism or m's
-// params are offloaded (not measured; noUse says so).
-func (j *Job) overlapReduceUse(m *Model) string {
-	w, mesh := j.Spec.Mesh.WorldSize(), j.Spec.Mesh
-	if w == 1 || mesh.CPSize() > 1 || m.Offload {
-		return ""
+// overlapReduceUse says what overlap_reduce would save trained model m
+// (use: the train stages that reduce-scatter its grads over several
+// ranks) or why it is not chosen (unused): one rank, no train stage, or
+// context parallelism or offloaded params, where it has not been
+// measured.
+func (j *Job) overlapReduceUse(m *Model) (use, unused string) {
+	w := j.Spec.Mesh.WorldSize()
+	switch {
+	case w == 1:
+		return "", "one rank: its grads are not reduced"
+	case j.Spec.Mesh.CPSize() > 1:
+		return "", "not chosen with context parallelism (mesh.cp > 1), where it has not been measured; write true to use it"
+	case m.Offload:
+		return "", "not chosen with offloaded params, whose uploads share the gather stream, where it has not been measured; write true to use it"
 	}
 	var by []string
 	for _, st := range j.Order {
@@ -150,9 +160,9 @@ func (j *Job) overlapReduceUse(m *Model) string {
 		}
 	}
 	if len(by) == 0 {
-		return ""
+		return "", "no train stage trains it"
 	}
-	return fmt.Sprintf("%s reduce-scatters its grads over %d ranks after each unit's backward, which the reduction would overlap", strings.Join(by, ", "), w)
+	return fmt.Sprintf("%s reduce-scatters its grads over %d ranks after each unit's backward, which the reduction would overlap", strings.Join(by, ", "), w), ""
 }
 
 // severalMicroBatches reports whether n samples over the dp ranks may need
@@ -282,19 +292,11 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 
 // noUse says why option o would save model o.model nothing.
 func (o autoOption) noUse(j *Job) string {
-	switch o.key {
-	case "accumulate_grads_on_device":
+	if o.unused != "" {
+		return o.unused
+	}
+	if o.key == "accumulate_grads_on_device" {
 		return "an update has one micro-batch: a rank's share of data.global_batch_size fits in one"
-	case "overlap_reduce":
-		switch {
-		case j.Spec.Mesh.WorldSize() == 1:
-			return "one rank: its grads are not reduced"
-		case j.Spec.Mesh.CPSize() > 1:
-			return "not chosen with context parallelism (mesh.cp > 1), where it has not been measured; write true to use it"
-		case j.Models[o.model].Offload:
-			return "not chosen with offloaded params, whose uploads share the gather stream, where it has not been measured; write true to use it"
-		}
-		return "no train stage trains it"
 	}
 	m := j.Models[o.model]
 	if !m.Offload && j.Spec.Mesh.WorldSize() == 1 {
