@@ -14,7 +14,9 @@
 #   noprio    RLPIPE_CUDA_SIDE_PRIORITY=0 (the side stream at the default
 #             priority)
 #   nogroup   RLPIPE_NCCL_GROUP=0 (one NCCL call, and kernel, a tensor)
-#   reduce    --overlap-reduce=true (apply_fsdp2 overlap_reduce written)
+#   reduce    --overlap-reduce=true (apply_fsdp2 overlap_reduce written;
+#             where the plan chooses it anyway, base's run again, so only
+#             when OVERLAP_VARIANTS names it)
 #   noreduce  --overlap-reduce=false (the grads reduced on the compute
 #             stream)
 #   ctas8     NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8 (NCCL's kernels on 8 SMs,
@@ -27,7 +29,7 @@
 #
 # Knobs: OVERLAP_MODELS ("qwen2.5-1.5b qwen2.5-3b"), OVERLAP_DP (every GPU
 # visible, at most 8), OVERLAP_ROUNDS (2), OVERLAP_BUDGET_S (540),
-# OVERLAP_VARIANTS (of the seven above; all by default), OVERLAP_FLAGS (more
+# OVERLAP_VARIANTS (of the seven above; all but reduce by default), OVERLAP_FLAGS (more
 # rlbench flags for every run, dp 1's too: "--recompute-auto" runs the
 # plan's fastest configuration that fits instead of every layer
 # recomputed). $OUT gets
@@ -39,7 +41,7 @@ OUT=${OUT:-/tmp/overlap-out}
 MODELS=${OVERLAP_MODELS:-"qwen2.5-1.5b qwen2.5-3b"}
 ROUNDS=${OVERLAP_ROUNDS:-2}
 BUDGET=${OVERLAP_BUDGET_S:-540}
-VARIANTS=" ${OVERLAP_VARIANTS:-base noprio nogroup reduce noreduce ctas8 pf2} "
+VARIANTS=" ${OVERLAP_VARIANTS:-base noprio nogroup noreduce ctas8 pf2} "
 read -r -a FLAGS <<<"${OVERLAP_FLAGS:-}"
 . bench/device_lib.sh # visible_dp, outdirs, say, budgeted, bench_step
 visible_dp "${OVERLAP_DP:-}"
