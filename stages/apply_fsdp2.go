@@ -13,7 +13,7 @@ func init() {
 	Register(Kind{Name: "apply_fsdp2", Phase: spec.Setup,
 		Doc: "shard a model FSDP2-style: fp32 master shards, per-unit gather for compute, grads and AdamW state",
 		New: func() Stage {
-			return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1, OverlapReduce: spec.BoolAuto, AccumulateGradsOnDevice: spec.BoolAuto, GatherOnce: spec.BoolAuto}
+			return &ApplyFSDP2{ReshardAfterForward: true, Prefetch: 1, OverlapReduce: spec.BoolAuto, AccumulateGradsOnDevice: spec.BoolAuto, GatherOnce: spec.BoolAuto, Replicate: spec.BoolAuto}
 		}})
 }
 
@@ -50,6 +50,13 @@ type ApplyFSDP2 struct {
 	// device until its last micro-batch is done (gather_once.go). Auto by
 	// default: planning chooses (auto_options.go).
 	GatherOnce spec.AutoBool `yaml:"gather_once"`
+	// Replicate keeps the whole of a frozen model on every rank instead of
+	// a 1/world shard: the stages computing with it read its units in
+	// place and gather nothing. It takes (world−1)/world of the model's
+	// bytes more on each rank. Only a model that no stage trains or writes
+	// (update_ref), with its params on the device and mesh.cp 1, can be
+	// replicated. Auto by default: planning chooses (auto_options.go).
+	Replicate spec.AutoBool `yaml:"replicate"`
 }
 
 // Ports declares the checkpoint input and the weights output. A model
@@ -73,8 +80,8 @@ func (s *ApplyFSDP2) Ports(sp *spec.Spec) Ports {
 
 // Validate checks the model, the prefetch depth, that overlap_reduce does
 // not meet an offloaded optimizer, that host_bf16_copy and
-// accumulate_grads_on_device have the offloaded model they need, and that
-// the model is sharded once.
+// accumulate_grads_on_device have the offloaded model they need, that a
+// replicated model can be, and that the model is sharded once.
 func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	m, errs := vc.model("model", s.Model)
 	if s.Prefetch < 0 || s.Prefetch > 2 {
@@ -88,6 +95,11 @@ func (s *ApplyFSDP2) Validate(vc *ValidateContext) spec.Errors {
 	}
 	if s.AccumulateGradsOnDevice.IsTrue() && m != nil && !(m.Trainable && m.OffloadOptimizer) {
 		errs = append(errs, vc.Errorf("accumulate_grads_on_device", "accumulate_grads_on_device needs a trained model whose optimizer state is offloaded (model %q: trained %v, offload_optimizer %v): otherwise its grads stay on the device anyway", s.Model, m.Trainable, m.OffloadOptimizer))
+	}
+	if s.Replicate.IsTrue() && m != nil {
+		if why := vc.Job.replicateUnsupported(m); why != "" {
+			errs = append(errs, vc.Errorf("replicate", "model %q cannot be replicated: %s", s.Model, why))
+		}
 	}
 	if n := len(vc.Job.stagesOfKind("apply_fsdp2", func(st Stage) bool { return st.(*ApplyFSDP2).Model == s.Model })); n > 1 {
 		errs = append(errs, vc.Errorf("model", "model %q is sharded by %d apply_fsdp2 stages; shard it once", s.Model, n))
@@ -120,7 +132,16 @@ func (s *ApplyFSDP2) program(p *prog) {
 	if p.err != nil {
 		return
 	}
-	dp := p.job.Spec.Mesh.WorldSize()
+	dp, err := p.job.shardWorld(s.Model)
+	if err != nil {
+		p.fail(err)
+		return
+	}
+	if dp == 1 && from != nil && len(from.Units) > 0 && from.World != 1 {
+		// A replica of a sharded model reads the checkpoint the source
+		// was loaded from (copyShards' values) instead of its shards.
+		from = nil
+	}
 	units := Units(m, dp)
 	var paramBytes, gradBytes, largest int64
 	for _, u := range units {
@@ -158,8 +179,7 @@ func (s *ApplyFSDP2) program(p *prog) {
 	} else {
 		p.op("shard " + s.Model)
 	}
-	st := &ShardState{Model: m, Units: units, Fsdp: s, GradBytes: gradBytes}
-	var err error
+	st := &ShardState{Model: m, Units: units, Fsdp: s, GradBytes: gradBytes, World: dp}
 	if st.GatherOnce, err = p.job.fsdpOption(s.GatherOnce, s.Model, func(o fsdpOptions) bool { return o.gatherOnce }); err == nil {
 		st.AccumulateGrads, err = p.job.fsdpOption(s.AccumulateGradsOnDevice, s.Model, func(o fsdpOptions) bool { return o.accumulateGrads })
 	}
@@ -297,7 +317,10 @@ func copyParams(b gpu.Backend, to, from *ShardState) error {
 // used as two halves: the next slot is read from disk into one half while
 // the device copies the previous one out of the other.
 func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
-	b, rank, dp := p.r.B, p.r.ID, p.job.Spec.Mesh.WorldSize()
+	b, rank, dp := p.r.B, p.r.ID, st.World
+	if dp == 1 {
+		rank = 0 // a replica: every rank reads all of it
+	}
 	load := newShardLoad(p, st, src.Checkpoint)
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
 		if r != nil {

@@ -118,9 +118,9 @@ func (j *Job) autoChunkStages() []string {
 // fewest decoder layers of each trained model recompute (layers 0 to k-1)
 // such that the job fits the GPU, and then each stage with chunk_tokens
 // auto gets the largest log-prob chunk (1024 doubled, up to the rows of a
-// micro-batch) that still fits; last, apply_fsdp2's gather_once and
-// accumulate_grads_on_device, where auto, are turned on where they save
-// transfers and still fit (auto_options.go). Fewer recomputed layers save
+// micro-batch) that still fits; last, apply_fsdp2's options left to auto
+// (gather_once, accumulate_grads_on_device, overlap_reduce, replicate) are
+// turned on where they save transfers and still fit (auto_options.go). Fewer recomputed layers save
 // a forward per layer in the backward; larger chunks mean fewer, larger
 // GEMMs and passes over the logits. The plan's Auto entries say what was
 // chosen and why.

@@ -9,8 +9,8 @@ import (
 	"github.com/rlpipe/rlpipe/spec"
 )
 
-// apply_fsdp2's gather_once, accumulate_grads_on_device and overlap_reduce
-// are auto by default. None changes a bit of what a step computes; each
+// apply_fsdp2's gather_once, accumulate_grads_on_device, overlap_reduce
+// and replicate are auto by default. None changes a bit of what a step computes; each
 // buys time with device memory. After the recompute and chunk choices,
 // planning turns them on, model by model in the order of the apply_fsdp2
 // stages, where they would save time and the job still fits:
@@ -33,15 +33,25 @@ import (
 //     second, docs/performance.md). It is not chosen with mesh.cp > 1 or
 //     offloaded params, where it has not been measured.
 //
+//   - replicate where a frozen model (the ref) is computed with over
+//     several ranks, its params on the device, and no step stage writes
+//     it: every rank holds it whole and reads its units in place, with no
+//     all-gather (on four H200s, ref_logprob 3.5-5.4% more tokens a
+//     second, docs/performance.md). It is decided before the model's
+//     gather_once, which a replica does not need; a gather_once would keep
+//     every gathered unit, as many bytes as the replica, and still gather
+//     each once a step.
+//
 // A model has at most two of them: accumulate_grads_on_device needs an
-// offloaded optimizer, which overlap_reduce does not take. Both are taken
+// offloaded optimizer, which overlap_reduce does not take, and a frozen
+// model has only replicate and gather_once, which are decided in turn. Both are taken
 // if the job fits with both; otherwise the one of them whose plan is
 // smaller, if it fits. They never cost a recomputed layer or a smaller
 // chunk: those are chosen first, with all off.
 
 // fsdpOptions are what planning chose for one model's auto options.
 type fsdpOptions struct {
-	gatherOnce, accumulateGrads, overlapReduce bool
+	gatherOnce, accumulateGrads, overlapReduce, replicate bool
 }
 
 // fsdpOption is one of apply_fsdp2's auto options of model as it runs: as
@@ -72,7 +82,8 @@ type autoOption struct {
 // model's auto options that apply to it, with what they would save.
 // accumulate_grads_on_device applies only to a trained model whose
 // optimizer state is offloaded, overlap_reduce only to a trained model
-// whose optimizer state is not; gather_once to every model.
+// whose optimizer state is not, replicate (first in its list) only to a
+// frozen model on several ranks; gather_once to every model.
 func (j *Job) autoOptions() [][]autoOption {
 	var out [][]autoOption
 	for _, st := range j.stagesOfKind("apply_fsdp2", nil) {
@@ -82,6 +93,11 @@ func (j *Job) autoOptions() [][]autoOption {
 			continue
 		}
 		var opts []autoOption
+		if s.Replicate.IsAuto() && !m.Trainable && j.Spec.Mesh.WorldSize() > 1 {
+			use, unused := j.replicateUse(m)
+			opts = append(opts, autoOption{key: "replicate", model: s.Model, use: use, unused: unused,
+				set: func(o *fsdpOptions, on bool) { o.replicate = on }})
+		}
 		if s.GatherOnce.IsAuto() {
 			opts = append(opts, autoOption{key: "gather_once", model: s.Model, use: j.gatherOnceUse(m),
 				set: func(o *fsdpOptions, on bool) { o.gatherOnce = on }})
@@ -106,12 +122,19 @@ func (j *Job) autoOptions() [][]autoOption {
 	return out
 }
 
+// replicated reports whether planning chose to replicate model name.
+func (j *Job) replicated(name string) bool {
+	return j.auto != nil && j.auto.options[name].replicate
+}
+
 // gatherOnceUse says what gather_once would save model m: the stages that
 // may gather its units in each of several micro-batches, when its gathers
 // leave the device; "" when it would save nothing worth its memory.
 func (j *Job) gatherOnceUse(m *Model) string {
 	var from string
 	switch w := j.Spec.Mesh.WorldSize(); {
+	case j.replicated(m.Name()):
+		return ""
 	case m.Offload:
 		from = "over PCIe"
 	case w > 1:
@@ -187,10 +210,28 @@ func (j *Job) severalMicroBatches(n int) bool {
 }
 
 // chooseOptions decides each model's auto options (autoOptions) against
-// the budget, on top of the choices made so far.
+// the budget, on top of the choices made so far. A frozen model's
+// replicate comes first and alone: a replica gathers nothing, so its
+// gather_once is then false, untried.
 func (s *search) chooseOptions(all [][]autoOption) ([]plan.Choice, error) {
 	var out []plan.Choice
 	for _, opts := range all {
+		if opts[0].key == "replicate" {
+			c, err := s.chooseModelOptions(opts[:1])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c...)
+			if opts = opts[1:]; len(opts) == 0 {
+				continue
+			}
+			if s.j.replicated(opts[0].model) {
+				for _, o := range opts {
+					out = append(out, plan.Choice{Key: o.key, Subject: "model " + o.model, Value: "false", Why: o.noUse(s.j)})
+				}
+				continue
+			}
+		}
 		c, err := s.chooseModelOptions(opts)
 		if err != nil {
 			return nil, err
@@ -216,9 +257,14 @@ func (s *search) chooseModelOptions(opts []autoOption) ([]plan.Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	tried := map[fsdpOptions]*plan.Plan{{}: base} // the plans of the sets tried, each planned once
+	// The model's options decided before these (replicate) stay as chosen.
+	prior := s.a.options[name]
+	for _, x := range opts {
+		x.set(&prior, false)
+	}
+	tried := map[fsdpOptions]*plan.Plan{prior: base} // the plans of the sets tried, each planned once
 	try := func(on ...autoOption) (*plan.Plan, error) {
-		var o fsdpOptions
+		o := prior
 		for _, x := range on {
 			x.set(&o, true)
 		}
@@ -299,6 +345,9 @@ func (o autoOption) noUse(j *Job) string {
 		return "an update has one micro-batch: a rank's share of data.global_batch_size fits in one"
 	}
 	m := j.Models[o.model]
+	if j.replicated(o.model) {
+		return "the model is replicated: its units are read in place, not gathered"
+	}
 	if !m.Offload && j.Spec.Mesh.WorldSize() == 1 {
 		return "its gathers stay on the device: one rank, params on the device"
 	}

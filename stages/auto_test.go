@@ -77,7 +77,7 @@ train:
   setup:
     - {id: load, uses: load_hf, with: {model: actor}}
     - {id: shard_actor, uses: apply_fsdp2, needs: load, with: {model: actor, gather_once: false, accumulate_grads_on_device: false, overlap_reduce: false}}
-    - {id: shard_ref, uses: apply_fsdp2, needs: load, with: {model: ref, gather_once: false}}
+    - {id: shard_ref, uses: apply_fsdp2, needs: load, with: {model: ref, gather_once: false, replicate: false}}
   step:
     - {id: pack, uses: pack}
     - {id: ref, uses: ref_logprob, needs: pack, with: {model: ref%s}}
@@ -263,18 +263,21 @@ func TestRunUnplanned(t *testing.T) {
 }
 
 // TestPlanAutoOptions checks what Plan chooses for apply_fsdp2's
-// gather_once, accumulate_grads_on_device and overlap_reduce left to auto
-// (the default), on the 7-layer job in micro-batches of two samples, where
-// each option costs memory: a model's two where they save time and the job
-// fits with both; the one of smaller plan where only one fits; neither
-// where neither fits, or where they would save nothing (gathers on the
-// device, one micro-batch a step or an update, one rank) or have not been
-// measured (overlap_reduce with cp 2 or offloaded params); and that the
-// plan of the choices is that of the options written out.
+// gather_once, accumulate_grads_on_device, overlap_reduce and replicate
+// left to auto (the default), on the 7-layer job in micro-batches of two
+// samples, where each option costs memory: a model's two where they save
+// time and the job fits with both; the one of smaller plan where only one
+// fits; neither where neither fits, or where they would save nothing
+// (gathers on the device, one micro-batch a step or an update, one rank)
+// or have not been measured (overlap_reduce with cp 2 or offloaded
+// params); the frozen ref replicated, after the actor's options, where
+// it fits at two ranks (then its gather_once is false, untried), and not
+// where it cannot be (written by update_ref, offloaded, cp 2);
+// and that the plan of the choices is that of the options written out.
 func TestPlanAutoOptions(t *testing.T) {
 	const (
 		actorFalse = "{model: actor, gather_once: false, accumulate_grads_on_device: false, overlap_reduce: false}"
-		refFalse   = "{model: ref, gather_once: false}"
+		refFalse   = "{model: ref, gather_once: false, replicate: false}"
 		huge       = 1 << 40
 	)
 	offload := []string{"policies:\n", "policies:\n  offload: 'model.trainable'\n  offload_optimizer: 'model.trainable'\n"}
@@ -318,6 +321,17 @@ func TestPlanAutoOptions(t *testing.T) {
 	reduceSmaller, reduceOnly := reduce2 < gather2, min(gather2, reduce2)
 	cpTwo := []string{"data:\n", "mesh:\n  gpus_per_node: 2\n  cp: 2\ndata:\n"}
 	auto := slices.Concat(actor(""), ref(""))
+	noReplica := slices.Concat(actor(""), ref(", replicate: false")) // the actor's options alone
+	// At dp 2, the ref replicated or not, every other option off.
+	repTotal := func(r bool) int64 {
+		return plans(huge, slices.Concat(dp2, ref(fmt.Sprintf(", replicate: %v", r)))...).DeviceTotal()
+	}
+	sharded, replica := repTotal(false), repTotal(true)
+	if replica <= sharded {
+		t.Fatalf("dp 2 totals: the ref replicated %d, sharded %d: the replica costs no memory", replica, sharded)
+	}
+	refAuto := slices.Concat(dp2, ref(""))
+	replicated := "ref gather_once false: the model is replicated: its units are read in place, not gathered"
 	for _, c := range []struct {
 		name   string
 		budget int64
@@ -349,21 +363,46 @@ func TestPlanAutoOptions(t *testing.T) {
 			"actor gather_once false: its gathers stay on the device",
 			"actor overlap_reduce false: one rank: its grads are not reduced",
 			onDevice}, 0},
-		{"on the device, two ranks", huge, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
+		{"on the device, two ranks", huge, slices.Concat(dp2, auto), []string{
 			"actor gather_once true: its units are gathered from 2 ranks by old in each micro-batch of a step, train in each micro-batch of an update",
 			"actor overlap_reduce true: train reduce-scatters its grads over 2 ranks after each unit's backward, which the reduction would overlap; with it and gather_once the job needs",
+			"ref replicate true: ref would read its units in place instead of all-gathering them from 2 ranks; with it the job needs",
+			replicated}, 0},
+		// The actor's options come first: the replica takes what room is
+		// left.
+		{"on the device, two ranks, room for the actor's options", both2, slices.Concat(dp2, auto), []string{
+			"actor gather_once true",
+			"actor overlap_reduce true",
+			"ref replicate false: ref would read its units in place instead of all-gathering them from 2 ranks, but with it the job would need",
+			"ref gather_once"}, 0},
+		{"on the device, two ranks, the ref sharded", huge, slices.Concat(dp2, noReplica), []string{
+			"actor gather_once true",
+			"actor overlap_reduce true",
 			"ref gather_once true: its units are gathered from 2 ranks by ref in each micro-batch of a step; it adds nothing to the job's peak"}, 0},
-		{"on the device, two ranks, room for one", reduceOnly, slices.Concat(twoRanks, []string{"max_tokens_per_gpu: 4096", "max_tokens_per_gpu: 8"}, auto), []string{
+		{"on the device, two ranks, room for one", reduceOnly, slices.Concat(dp2, noReplica), []string{
 			fmt.Sprint("actor gather_once ", !reduceSmaller),
 			fmt.Sprint("actor overlap_reduce ", reduceSmaller),
 			"ref gather_once"}, 0},
-		{"params offloaded, two ranks", huge, slices.Concat([]string{"policies:\n", "policies:\n  offload: 'model.trainable'\n"}, dp2, auto), []string{
+		{"two ranks, room for the replica", replica, refAuto, []string{
+			"ref replicate true: ref would read its units in place instead of all-gathering them from 2 ranks; with it the job needs",
+			replicated}, replica},
+		{"two ranks, no room for the replica", replica - 1, refAuto, []string{
+			"ref replicate false: ref would read its units in place instead of all-gathering them from 2 ranks, but with it the job would need",
+			"ref gather_once"}, 0},
+		{"two ranks, the ref written to", huge, slices.Concat([]string{"    - {id: train,", "    - {id: sync, uses: update_ref, needs: train}\n    - {id: train,"}, refAuto), []string{
+			"ref replicate false: step stage sync writes its weights",
+			"ref gather_once"}, 0},
+		{"two ranks, every model offloaded", huge, slices.Concat([]string{"policies:\n", "policies:\n  offload: 'true'\n"}, refAuto), []string{
+			"ref replicate false: policies.offload puts its params in host memory",
+			"ref gather_once"}, 0},
+		{"params offloaded, two ranks", huge, slices.Concat([]string{"policies:\n", "policies:\n  offload: 'model.trainable'\n"}, dp2, noReplica), []string{
 			"actor gather_once",
 			"actor overlap_reduce false: not chosen with offloaded params",
 			"ref gather_once"}, 0},
 		{"on the device, two ranks, cp 2", huge, slices.Concat(cpTwo, auto), []string{
 			"actor gather_once false: no stage computing with it may have several micro-batches",
 			"actor overlap_reduce false: not chosen with context parallelism (mesh.cp > 1), where it has not been measured",
+			"ref replicate false: mesh.cp is above 1",
 			"ref gather_once false: no stage"}, 0},
 		{"written", huge, slices.Concat(offload, twoSamples, actor(", gather_once: true"), ref(", gather_once: false")), []string{
 			"actor accumulate_grads_on_device true"}, both},

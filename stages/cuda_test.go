@@ -385,3 +385,46 @@ func TestEarlyUpdateCUDADP2(t *testing.T) {
 	needGPUs(t, 2, "dp 2")
 	testEarlyUpdate(t, RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, Comms: libnccl.NewComms}, false, 2)
 }
+
+// TestReplicateCUDADP2 runs the tiny job without update_ref on two GPUs
+// (NCCL) with its frozen ref replicated and sharded, bf16: the replica's
+// metrics must equal the sharded run's to the bit (the same kernels on the
+// same weights, read in place instead of gathered), both within 2e-2 of
+// the CPU's, with the plan's peak the arena's high-water mark. It needs
+// two GPUs and NCCL, and skips saying so otherwise.
+func TestReplicateCUDADP2(t *testing.T) {
+	needGPUs(t, 2, "replicate at dp 2")
+	bf16 := func(s *spec.Spec) {
+		s.Train.Steps = 3
+		e, err := spec.Compile(`"bf16"`, spec.Pos{File: "test"}, reflect.String)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Policies.Precision = e
+	}
+	onGPU := RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, Comms: libnccl.NewComms}
+	cpuRun := runParsed(t, noSyncRef(t, "true"), bf16, nil, RunOptions{})
+	sharded := runParsed(t, noSyncRef(t, "false"), bf16, nil, onGPU)
+	replica := runParsed(t, noSyncRef(t, "true"), bf16, nil, onGPU)
+	for i, sr := range replica.steps {
+		sh, c := sharded.steps[i], cpuRun.steps[i]
+		for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+			if got, want := sr.Stats.Values[k], sh.Stats.Values[k]; got != want {
+				t.Errorf("step %d: %s = %.10g replicated, %.10g sharded", sr.Step, k, got, want)
+			}
+			if got, w := sr.Stats.Values[k], c.Stats.Values[k]; math.Abs(got-w) > 2e-2*math.Max(math.Abs(w), 1e-2) {
+				t.Errorf("step %d: %s = %.8g on the GPU, %.8g on the CPU", sr.Step, k, got, w)
+			}
+		}
+		if sr.Stats.GradNorm != sh.Stats.GradNorm {
+			t.Errorf("step %d: grad norm %.10g replicated, %.10g sharded", sr.Step, sr.Stats.GradNorm, sh.Stats.GradNorm)
+		}
+	}
+	for _, o := range []runOut{sharded, replica} {
+		for r, hw := range o.peak {
+			if hw != o.plan {
+				t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
+			}
+		}
+	}
+}

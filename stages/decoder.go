@@ -119,7 +119,7 @@ type decoder struct {
 // rows.
 func newDecoder(p *prog, st *ShardState, tokens, chunk int, entropyTempered bool) *decoder {
 	m := p.job.Spec.Mesh
-	d := &decoder{p: p, st: st, cfg: st.Model.Config, world: m.WorldSize(), cp: m.CPSize(), prefix: p.stage.ID,
+	d := &decoder{p: p, st: st, cfg: st.Model.Config, world: st.World, cp: m.CPSize(), prefix: p.stage.ID,
 		T: tokens, N: tokens, C: min(chunk, tokens), chunk: chunk,
 		samp: model.Sampling{Temperature: float32(p.job.Spec.Data.Temperature), EntropyTempered: entropyTempered}}
 	for _, u := range st.Units {

@@ -259,6 +259,9 @@ func ExportCheckpoint(j *Job, name, ckpt, out string, opts ExportOptions) (*Expo
 		return nil, fmt.Errorf("export: no model %q", name)
 	}
 	dp := j.Spec.Mesh.WorldSize()
+	if dp > 1 && replicaIn(ckpt, name, m) {
+		dp = 1 // every rank holds all of it: rank 0's file has it whole
+	}
 	cks := make([]*model.Checkpoint, dp)
 	defer func() {
 		for _, ck := range cks {
@@ -305,4 +308,18 @@ func ExportCheckpoint(j *Job, name, ckpt, out string, opts ExportOptions) (*Expo
 		}
 		return nil
 	})
+}
+
+// replicaIn reports whether checkpoint directory ckpt holds model m
+// (named name) replicated (apply_fsdp2's replicate): rank 0's tensor of
+// its first unit has the whole unit's elements.
+func replicaIn(ckpt, name string, m *Model) bool {
+	ck, err := model.OpenCheckpoint(rankDir(ckpt, 0))
+	if err != nil {
+		return false // the sharded path reports it
+	}
+	defer ck.Close()
+	u := Units(m, 1)[0]
+	info, _, ok := ck.Tensor(fmt.Sprintf("%s.params.%s", name, u.Name))
+	return ok && info.NumElements() == u.ShardElems
 }

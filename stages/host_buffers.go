@@ -38,8 +38,12 @@ func hostBuffers(j *Job) []plan.HostUse {
 		if m == nil {
 			continue
 		}
+		n := dp
+		if w, err := j.shardWorld(a.Model); err == nil {
+			n = w // 1 for a replica
+		}
 		var full int64
-		for _, u := range Units(m, dp) {
+		for _, u := range Units(m, n) {
 			save = max(save, 4*u.ShardElems)
 			for _, s := range u.Slots {
 				if !s.Tied {

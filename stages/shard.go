@@ -26,6 +26,10 @@ type ShardState struct {
 	// gather_once, accumulate_grads_on_device and overlap_reduce as they
 	// run: as written, or as planning chose where auto.
 	GatherOnce, AccumulateGrads, OverlapReduce bool
+	// World is the number of ranks the model is sharded over: the mesh's
+	// world size, or 1 for a replicated model (apply_fsdp2's replicate),
+	// which every rank holds whole.
+	World int
 	// Snapshot is pinned host memory holding a copy of Params, AdamM and
 	// AdamV (at offsets 0, SnapM and SnapV) for a checkpoint written in
 	// the background (train.checkpoint_async); nil without.

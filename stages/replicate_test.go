@@ -1,0 +1,155 @@
+package stages
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rlpipe/rlpipe/spec"
+)
+
+// noSyncRef is the tiny dp-2 job without its update_ref stage, so that
+// its ref can be replicated, with the ref's replicate written as v (""
+// leaves it to auto).
+func noSyncRef(t *testing.T, v string) *spec.Spec {
+	t.Helper()
+	with := "{model: ref}"
+	if v != "" {
+		with = "{model: ref, replicate: " + v + "}"
+	}
+	return variant(t, filepath.Join("..", "examples", "tiny-dp2.yaml"),
+		"    - id: sync_ref\n      uses: update_ref\n      needs: train\n      when: step % 6 == 0\n", "",
+		"      with: {model: ref}", "      with: "+with)
+}
+
+// TestReplicate runs the tiny job on two ranks with its frozen ref
+// replicated and sharded: the same metrics to the bit, the ref's units
+// read in place when replicated, as on one rank (gathered from the other
+// rank every step when sharded), the
+// plan's peak the arenas' high-water mark, the replica's extra bytes in
+// the plan, auto choosing it with true's plan, and the checkpointed
+// replica exported as the sharded ref is.
+func TestReplicate(t *testing.T) {
+	var mu sync.Mutex
+	gathers := map[string]int{}
+	gatherIssued = func(stage string, u *Unit) {
+		mu.Lock()
+		defer mu.Unlock()
+		gathers[stage]++
+	}
+	defer func() { gatherIssued = nil }()
+	short := func(s *spec.Spec) { s.Train.Steps = 2 }
+	run := func(v string) (runOut, int) {
+		mu.Lock()
+		clear(gathers)
+		mu.Unlock()
+		out := runParsed(t, noSyncRef(t, v), short, nil, RunOptions{})
+		return out, gathers["ref_logp"]
+	}
+	sharded, gs := run("false")
+	replica, gr := run("true")
+	auto, ga := run("")
+	// On one rank the units are read in place; what ref_logp still
+	// "gathers" there is local (the fused q/k/v projection's copy).
+	mu.Lock()
+	clear(gathers)
+	mu.Unlock()
+	runParsed(t, noSyncRef(t, "false"), func(s *spec.Spec) { short(s); s.Mesh.GPUsPerNode, s.Mesh.DP = 1, 1 }, nil, RunOptions{})
+	one := gathers["ref_logp"]
+	if gr != one || ga != one || gs <= one {
+		t.Errorf("ref_logp issued %d gathers sharded, %d replicated, %d auto, %d on one rank; want the replica's as one rank's, fewer than sharded", gs, gr, ga, one)
+	}
+	if replica.plan <= sharded.plan {
+		t.Errorf("plan peak %d replicated, %d sharded: the replica holds the whole ref", replica.plan, sharded.plan)
+	}
+	if auto.plan != replica.plan {
+		t.Errorf("auto's plan peak %d, replicate true's %d", auto.plan, replica.plan)
+	}
+	var chose []string
+	for _, c := range auto.p.Auto {
+		if c.Key == "replicate" {
+			chose = append(chose, c.Subject+" "+c.Value)
+		}
+	}
+	if len(chose) != 1 || chose[0] != "model ref true" {
+		t.Errorf("auto chose replicate %q, want model ref true", chose)
+	}
+	for _, o := range []runOut{replica, auto} {
+		for i, sr := range o.steps {
+			b := sharded.steps[i]
+			for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+				if sr.Stats.Values[k] != b.Stats.Values[k] {
+					t.Errorf("step %d: %s %v replicated, %v sharded", sr.Step, k, sr.Stats.Values[k], b.Stats.Values[k])
+				}
+			}
+			if sr.Stats.GradNorm != b.Stats.GradNorm {
+				t.Errorf("step %d: grad norm %v replicated, %v sharded", sr.Step, sr.Stats.GradNorm, b.Stats.GradNorm)
+			}
+		}
+		for r, hw := range o.peak {
+			if hw != o.plan {
+				t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
+			}
+		}
+	}
+
+	// The replica checkpointed on every rank exports as the sharded ref.
+	export := func(v string) string {
+		dir := t.TempDir()
+		s := noSyncRef(t, v)
+		short(s)
+		j := resolveSpec(t, s)
+		p, err := Plan(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckpt := filepath.Join(dir, "ckpt")
+		if _, err := Run(context.Background(), j, p, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
+			if sr.Step == 2 {
+				return r.SaveShards(ckpt)
+			}
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ExportCheckpoint(j, "ref", ckpt, filepath.Join(dir, "ref"), ExportOptions{DType: "fp32"}); err != nil {
+			t.Fatalf("replicate %s: exporting the ref: %v", v, err)
+		}
+		return readFile(t, filepath.Join(dir, "ref", "model.safetensors"))
+	}
+	if export("true") != export("false") {
+		t.Error("the replicated ref exports other weights than the sharded one")
+	}
+}
+
+// TestReplicateRefused checks that validation refuses replicate: true
+// where a model cannot be replicated, naming the key and why.
+func TestReplicateRefused(t *testing.T) {
+	path := filepath.Join("..", "examples", "tiny-dp2.yaml")
+	for _, c := range []struct {
+		name  string
+		edits []string
+		want  string
+	}{
+		{"trained", []string{"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, replicate: true}\n    - id: shard_ref"},
+			`model "actor" cannot be replicated: a train stage trains it`},
+		{"written by update_ref", []string{"      with: {model: ref}", "      with: {model: ref, replicate: true}"},
+			`model "ref" cannot be replicated: step stage sync_ref writes its weights`},
+		{"offloaded", []string{"      with: {model: ref}", "      with: {model: ref, replicate: true}",
+			"    - id: sync_ref\n      uses: update_ref\n      needs: train\n      when: step % 6 == 0\n", "",
+			"policies:\n", "policies:\n  offload: 'true'\n"},
+			`model "ref" cannot be replicated: policies.offload puts its params in host memory`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Resolve(variant(t, path, c.edits...), testGPU, CheckRun)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "replicate") {
+				t.Fatalf("resolve: %v, want %q", err, c.want)
+			}
+			if !strings.Contains(err.Error(), "tiny-dp2.yaml:") {
+				t.Errorf("the error has no position in the spec: %v", err)
+			}
+		})
+	}
+}
