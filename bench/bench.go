@@ -57,6 +57,7 @@ type Options struct {
 	HostBF16Copy    bool          // with Offload, the actor's apply_fsdp2 with host_bf16_copy: its gathers copy a bf16 copy of the masters the host AdamW writes
 	GatherOnce      spec.AutoBool // the actor's apply_fsdp2 gather_once (written unless auto): the train stage gathers each unit once an update and keeps it through the update's micro-batches
 	RefGatherOnce   spec.AutoBool // the ref's apply_fsdp2 gather_once (written unless auto): the log-prob stage gathers each unit once a step
+	RefReplicate    spec.AutoBool // the ref's apply_fsdp2 replicate (written unless auto): every rank holds the whole ref and gathers none of it
 	AccumulateGrads spec.AutoBool // the actor's apply_fsdp2 accumulate_grads_on_device (written unless auto; true needs Offload): an update's micro-batches sum their grads on the GPU, and only the sum crosses to the host
 	NoGradClip      bool          // train.grad_clip 0 instead of 1.0: no clipping (with Offload, each unit's host AdamW starts as its grads reach the host)
 	OverlapReduce   spec.AutoBool // the actor's apply_fsdp2 overlap_reduce (written unless auto): grads reduce-scattered on the gather stream
@@ -94,7 +95,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{Backend: "cpu", Seqs: 8, TokensPerSeq: 2048, PromptTokens: 64, Chunk: 2048, Precision: "bf16",
 		Recompute: true, KLCoef: 0.01, Warmup: 2, Steps: 5, Seed: 1, Prefetch: 1,
-		GatherOnce: spec.BoolAuto, RefGatherOnce: spec.BoolAuto, AccumulateGrads: spec.BoolAuto, OverlapReduce: spec.BoolAuto}
+		GatherOnce: spec.BoolAuto, RefGatherOnce: spec.BoolAuto, RefReplicate: spec.BoolAuto, AccumulateGrads: spec.BoolAuto, OverlapReduce: spec.BoolAuto}
 }
 
 // Timing is one measured quantity over the timed steps.
@@ -168,6 +169,7 @@ type Workload struct {
 	AccumulateGrads spec.AutoBool `json:"accumulate_grads_on_device"`
 	GatherOnce      spec.AutoBool `json:"gather_once"`
 	RefGatherOnce   spec.AutoBool `json:"ref_gather_once"`
+	RefReplicate    spec.AutoBool `json:"ref_replicate"`
 	OverlapReduce   spec.AutoBool `json:"overlap_reduce"`
 	// Prefetch is Options.Prefetch.
 	Prefetch int `json:"prefetch"`
@@ -329,7 +331,7 @@ func run(ctx context.Context, o Options, res *Result) error {
 	res.Workload = Workload{Seqs: o.Seqs, TokensPerSeq: o.TokensPerSeq, PromptTokens: o.PromptTokens,
 		TokensPerStep: int64(o.Seqs * o.TokensPerSeq), ResponseTokensPerStep: int64(o.Seqs * (o.TokensPerSeq - o.PromptTokens)),
 		Chunk: o.Chunk, MaxTokensPerGPU: mtpg, DP: dp, Precision: o.Precision, Recompute: o.Recompute, RecomputeAuto: o.RecomputeAuto, Offload: o.Offload, OffloadRef: o.OffloadRef, SyncHostOptimizer: o.SyncHostOptimizer,
-		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, GatherOnce: o.GatherOnce, RefGatherOnce: o.RefGatherOnce, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
+		NoReshard: o.NoReshard, HostBF16Copy: o.HostBF16Copy, NoGradClip: o.NoGradClip, AccumulateGrads: o.AccumulateGrads, GatherOnce: o.GatherOnce, RefGatherOnce: o.RefGatherOnce, RefReplicate: o.RefReplicate, OverlapReduce: o.OverlapReduce, Prefetch: o.Prefetch,
 		Layout: "packed varlen (cu_seqlens), one micro-batch per max_tokens_per_gpu", KLCoef: o.KLCoef, EntropyCoef: o.EntropyCoef}
 
 	work := o.WorkDir
@@ -592,6 +594,9 @@ func specYAML(o Options, ckpt, rollouts, runID string, steps, mtpg int) string {
 	refOnce := ""
 	if !o.RefGatherOnce.IsAuto() {
 		refOnce = ", gather_once: " + o.RefGatherOnce.String()
+	}
+	if !o.RefReplicate.IsAuto() {
+		refOnce += ", replicate: " + o.RefReplicate.String()
 	}
 	fmt.Fprintf(&b, `stages:
   setup:

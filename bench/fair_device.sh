@@ -76,6 +76,9 @@ for m in $MODELS; do
 	want peer-ac && { fair_peer ac ac 150 || fair_peer achf ac 150 --ac hf; }
 	want peer-noac-compile && fair_peer noac-compile noac-compile 240 --ac none --compile layers
 	want peer-ac-compile && fair_peer ac-compile ac-compile 240 --compile layers
+	want peer-noac-compile-refrep && fair_peer noac-compile-refrep noac-compile-refrep 240 --ac none --compile layers --ref-replicate
+	want peer-ac-compile-refrep && fair_peer ac-compile-refrep ac-compile-refrep 240 --compile layers --ref-replicate
+	want auto-shardref && budgeted "rlpipe-$m-auto-shardref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --ref-replicate=false --cache "$C" --out "$OUT/rlpipe-$m-auto-shardref.json"
 	want auto-offref && budgeted "rlpipe-$m-auto-offref" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --offload-ref --cache "$C" --out "$OUT/rlpipe-$m-auto-offref.json"
 	want auto-nokeep && RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0 budgeted "nokeep-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/nokeep-$m-auto.json"
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"

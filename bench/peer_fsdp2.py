@@ -410,7 +410,8 @@ def run(args, res):
     actor = LogProbModel(lm, args.chunk, want_entropy=True)
     ref = LogProbModel(ref_lm, args.chunk, want_entropy=False)
     shard(actor, lm, mesh, args.offload, use_fsdp, not args.no_reshard)
-    shard(ref, ref_lm, mesh, args.offload_ref, use_fsdp)
+    if not args.ref_replicate:  # else a whole bf16 copy on every rank: no gathers
+        shard(ref, ref_lm, mesh, args.offload_ref, use_fsdp)
     if not use_fsdp:  # plain bf16 compute (CPU smoke test)
         actor.to(torch.bfloat16)
     params = [p for p in actor.parameters() if p.requires_grad]
@@ -649,6 +650,7 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
     ap.add_argument("--offload", action="store_true", help="CPUOffloadPolicy for the actor")
     ap.add_argument("--offload-ref", action="store_true", help="CPUOffloadPolicy for the reference")
+    ap.add_argument("--ref-replicate", action="store_true", help="the reference not sharded: a whole bf16 copy on every rank, which its forward reads with no all-gather (rlpipe's apply_fsdp2 replicate)")
     ap.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False for the actor: its layers stay gathered from forward to backward")
     ap.add_argument("--micro-batches", type=int, default=1, help="split a rank's sequences into this many micro-batches, their grads accumulated (as rlbench --max-tokens-per-gpu)")
     ap.add_argument("--grad-sync", choices=["each", "last"], default="each",
@@ -680,7 +682,7 @@ def main(argv=None):
            "torch": torch.__version__, "warmup": args.warmup, "steps": args.steps, "notes": [],
            "workload": {"seqs": args.seqs, "tokens_per_seq": args.tokens_per_seq, "prompt_tokens": args.prompt_tokens,
                         "chunk": args.chunk, "precision": "bf16 (MixedPrecisionPolicy param bf16, reduce fp32)",
-                        "recompute": args.ac != "none", "ac": args.ac, "compile": args.compile, "sdpa": args.sdpa, "offload": args.offload, "offload_ref": args.offload_ref,
+                        "recompute": args.ac != "none", "ac": args.ac, "compile": args.compile, "sdpa": args.sdpa, "offload": args.offload, "offload_ref": args.offload_ref, "ref_replicate": args.ref_replicate,
                         "layout": args.layout + (" [S, N], SDPA causal (no mask)" if args.layout == "batch" else " [1, S*N], block-causal mask from position ids"),
                         "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
                         # null: HF's initialisation (seed 0), random ids and rewards (seed 1)
