@@ -53,9 +53,11 @@ type ApplyFSDP2 struct {
 	// Replicate keeps the whole of a frozen model on every rank instead of
 	// a 1/world shard: the stages computing with it read its units in
 	// place and gather nothing. It takes (world−1)/world of the model's
-	// bytes more on each rank. Only a model that no stage trains or writes
-	// (update_ref), with its params on the device and mesh.cp 1, can be
-	// replicated. Auto by default: planning chooses (auto_options.go).
+	// bytes more on each rank. Only a model that no stage trains, with its
+	// params on the device and mesh.cp 1, that no step stage but
+	// update_ref writes (it gathers its sharded source into the replica),
+	// can be replicated. Auto by default: planning chooses
+	// (auto_options.go).
 	Replicate spec.AutoBool `yaml:"replicate"`
 }
 
@@ -321,7 +323,7 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 	if dp == 1 {
 		rank = 0 // a replica: every rank reads all of it
 	}
-	load := newShardLoad(p, st, src.Checkpoint)
+	load := newShardLoad(p, st, src.Checkpoint, rank)
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
 		if r != nil {
 			if err := b.Zero(r.t); err != nil {

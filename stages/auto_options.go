@@ -34,8 +34,8 @@ import (
 //     offloaded params, where it has not been measured.
 //
 //   - replicate where a frozen model (the ref) is computed with over
-//     several ranks, its params on the device, and no step stage writes
-//     it: every rank holds it whole and reads its units in place, with no
+//     several ranks, its params on the device, and no step stage but
+//     update_ref writes it: every rank holds it whole and reads its units in place, with no
 //     all-gather (on four H200s, ref_logprob 3.5-5.4% more tokens a
 //     second, docs/performance.md). It is decided before the model's
 //     gather_once, which a replica does not need; a gather_once would keep

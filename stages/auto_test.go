@@ -272,7 +272,7 @@ func TestRunUnplanned(t *testing.T) {
 // or have not been measured (overlap_reduce with cp 2 or offloaded
 // params); the frozen ref replicated, after the actor's options, where
 // it fits at two ranks (then its gather_once is false, untried), and not
-// where it cannot be (written by update_ref, offloaded, cp 2);
+// where it cannot be (offloaded, cp 2);
 // and that the plan of the choices is that of the options written out.
 func TestPlanAutoOptions(t *testing.T) {
 	const (
@@ -389,9 +389,9 @@ func TestPlanAutoOptions(t *testing.T) {
 		{"two ranks, no room for the replica", replica - 1, refAuto, []string{
 			"ref replicate false: ref would read its units in place instead of all-gathering them from 2 ranks, but with it the job would need",
 			"ref gather_once"}, 0},
-		{"two ranks, the ref written to", huge, slices.Concat([]string{"    - {id: train,", "    - {id: sync, uses: update_ref, needs: train}\n    - {id: train,"}, refAuto), []string{
-			"ref replicate false: step stage sync writes its weights",
-			"ref gather_once"}, 0},
+		{"two ranks, the ref synced from the actor", huge, slices.Concat([]string{"    - {id: train,", "    - {id: sync, uses: update_ref, needs: train}\n    - {id: train,"}, refAuto), []string{
+			"ref replicate true",
+			replicated}, 0},
 		{"two ranks, every model offloaded", huge, slices.Concat([]string{"policies:\n", "policies:\n  offload: 'true'\n"}, refAuto), []string{
 			"ref replicate false: policies.offload puts its params in host memory",
 			"ref gather_once"}, 0},

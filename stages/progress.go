@@ -148,17 +148,18 @@ type shardLoad struct {
 	bytes, totBytes int64
 }
 
-// newShardLoad counts the rank's rows of st's params in ck and reports
+// newShardLoad counts the rows of st's params in ck that rank reads (every
+// row for a replica, whose loadShards reads as rank 0) and reports
 // that none is read yet; a parameter ck lacks is left out, for loadShards
 // to report (as it does a nil ck).
-func newShardLoad(p *prog, st *ShardState, ck *model.Checkpoint) *shardLoad {
+func newShardLoad(p *prog, st *ShardState, ck *model.Checkpoint, rank int) *shardLoad {
 	if p.r.setup == nil || ck == nil {
 		return &shardLoad{}
 	}
 	l := &shardLoad{r: p.r.setup}
 	for _, u := range st.Units {
 		for _, s := range u.Slots {
-			r0 := int64(p.r.ID) * s.ShardRows
+			r0 := int64(rank) * s.ShardRows
 			r1 := min(r0+s.ShardRows, s.Rows())
 			if s.Tied || r1 <= r0 {
 				continue

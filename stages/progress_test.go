@@ -14,8 +14,17 @@ import (
 // checks each rank's setup events: every stage started, reported and
 // finished in order, load_hf with the checkpoint's totals (on rank 0),
 // apply_fsdp2 once per tensor up to the rank's totals, whose sum over the
-// ranks is the checkpoint; then the end of the setup.
+// ranks is the checkpoint; then the end of the setup. The ref, a copy of
+// the actor, reads nothing when sharded (its shards are copied) and the
+// whole checkpoint on every rank when replicated.
 func TestSetupProgress(t *testing.T) {
+	for _, replicate := range []bool{false, true} {
+		t.Run(fmt.Sprint("replicate ", replicate), func(t *testing.T) { checkSetupProgress(t, replicate) })
+	}
+}
+
+// checkSetupProgress is TestSetupProgress with the ref replicated or not.
+func checkSetupProgress(t *testing.T, replicate bool) {
 	var mu sync.Mutex
 	events := map[int][]SetupEvent{}
 	opts := RunOptions{Steps: -1, Progress: func(ev SetupEvent) {
@@ -23,7 +32,8 @@ func TestSetupProgress(t *testing.T) {
 		events[ev.Rank] = append(events[ev.Rank], ev)
 		mu.Unlock()
 	}}
-	runSpecWith(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), func(s *spec.Spec) { s.Mesh.GPUsPerNode, s.Mesh.DP = 2, 2 }, opts)
+	job := variant(t, filepath.Join("..", "examples", "tiny-grpo.yaml"), "      with: {model: ref}", fmt.Sprintf("      with: {model: ref, replicate: %v}", replicate))
+	runParsed(t, job, func(s *spec.Spec) { s.Mesh.GPUsPerNode, s.Mesh.DP = 2, 2 }, nil, opts)
 	if len(events) != 2 {
 		t.Fatalf("events from %d ranks, want 2", len(events))
 	}
@@ -62,10 +72,14 @@ func TestSetupProgress(t *testing.T) {
 			}
 		}
 		// The ref, a copy_of the actor, is copied from the actor's shards:
-		// it reads nothing and reports no progress.
+		// it reads nothing and reports no progress. Replicated, every rank
+		// reads the whole checkpoint into it.
 		want := []string{"started load", "progress load", "finished load",
 			"started shard_actor", "progress shard_actor", "finished shard_actor",
 			"started shard_ref", "finished shard_ref", "done "}
+		if replicate {
+			want = slices.Insert(want, 7, "progress shard_ref")
+		}
 		if rank != 0 {
 			want = slices.Delete(want, 1, 2) // the checkpoint's totals are rank 0's
 		}
@@ -82,7 +96,10 @@ func TestSetupProgress(t *testing.T) {
 	if shardBytes["actor"] != ckBytes {
 		t.Errorf("the ranks read %d bytes into actor's shards, want the checkpoint's %d (%d tensors)", shardBytes["actor"], ckBytes, ckTensors)
 	}
-	if shardBytes["ref"] != 0 {
+	switch {
+	case !replicate && shardBytes["ref"] != 0:
 		t.Errorf("the ranks read %d bytes into ref's shards, want 0 (a copy of actor's)", shardBytes["ref"])
+	case replicate && shardBytes["ref"] != 2*ckBytes:
+		t.Errorf("the ranks read %d bytes into ref's replicas, want the checkpoint's %d on each of 2", shardBytes["ref"], ckBytes)
 	}
 }

@@ -19,8 +19,8 @@ import (
 // replicateUnsupported says why model m cannot be replicated, or "" when it
 // can: it must be frozen (a replicated trained model would need its grads
 // all-reduced), its params on the device (an offloaded one would cross
-// PCIe whole on every rank), mesh.cp 1, and no step stage may write its
-// weights (update_ref copies a sharded model's shards into it).
+// PCIe whole on every rank), mesh.cp 1, and no step stage but update_ref
+// (which gathers a sharded source into the replica) may write its weights.
 func (j *Job) replicateUnsupported(m *Model) string {
 	switch {
 	case m.Trainable:
@@ -33,8 +33,8 @@ func (j *Job) replicateUnsupported(m *Model) string {
 	var writers []string
 	for _, st := range j.Order {
 		s := j.Stages[st.ID]
-		if st.Phase != spec.Step || s == nil {
-			continue
+		if _, ok := s.(*UpdateRef); ok || st.Phase != spec.Step || s == nil {
+			continue // update_ref gathers a sharded source into a replica
 		}
 		for _, p := range s.Ports(j.Spec).Out {
 			if p.Type == TypeWeights(m.Name()) {

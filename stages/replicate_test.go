@@ -135,8 +135,6 @@ func TestReplicateRefused(t *testing.T) {
 	}{
 		{"trained", []string{"      with: {model: actor}\n    - id: shard_ref", "      with: {model: actor, replicate: true}\n    - id: shard_ref"},
 			`model "actor" cannot be replicated: a train stage trains it`},
-		{"written by update_ref", []string{"      with: {model: ref}", "      with: {model: ref, replicate: true}"},
-			`model "ref" cannot be replicated: step stage sync_ref writes its weights`},
 		{"offloaded", []string{"      with: {model: ref}", "      with: {model: ref, replicate: true}",
 			"    - id: sync_ref\n      uses: update_ref\n      needs: train\n      when: step % 6 == 0\n", "",
 			"policies:\n", "policies:\n  offload: 'true'\n"},
@@ -151,5 +149,45 @@ func TestReplicateRefused(t *testing.T) {
 				t.Errorf("the error has no position in the spec: %v", err)
 			}
 		})
+	}
+}
+
+// TestReplicateUpdateRef runs the tiny job on two ranks with update_ref
+// after every step, the ref replicated and sharded: update_ref gathers
+// the actor into the replica, so every step's metrics (whose KL reads the
+// ref the step before wrote: exactly 0) are the same to the bit, with
+// plan = high-water.
+func TestReplicateUpdateRef(t *testing.T) {
+	run := func(v string) runOut {
+		s := variant(t, filepath.Join("..", "examples", "tiny-dp2.yaml"),
+			"      needs: train\n      when: step % 6 == 0\n", "      needs: train\n",
+			"      with: {model: ref}", "      with: {model: ref, replicate: "+v+"}")
+		return runParsed(t, s, func(s *spec.Spec) { s.Train.Steps = 3 }, nil, RunOptions{})
+	}
+	sharded, replica := run("false"), run("true")
+	opIndex(t, replica.p, "sync_ref", "gather actor into the replica ref")
+	for i, sr := range replica.steps {
+		b := sharded.steps[i]
+		for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+			if sr.Stats.Values[k] != b.Stats.Values[k] {
+				t.Errorf("step %d: %s %v replicated, %v sharded", sr.Step, k, sr.Stats.Values[k], b.Stats.Values[k])
+			}
+		}
+		if sr.Stats.GradNorm != b.Stats.GradNorm {
+			t.Errorf("step %d: grad norm %v replicated, %v sharded", sr.Step, sr.Stats.GradNorm, b.Stats.GradNorm)
+		}
+	}
+	// Synced after every step, the ref computes what the actor does at the
+	// next step's start: a KL of exactly 0, where a stale replica (the
+	// initial weights) would give more from step 2.
+	for _, sr := range replica.steps {
+		if kl := sr.Stats.Values["kl_loss"]; kl != 0 {
+			t.Errorf("step %d: kl_loss %v with the ref synced every step, want 0", sr.Step, kl)
+		}
+	}
+	for r, hw := range replica.peak {
+		if hw != replica.plan {
+			t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, replica.plan)
+		}
 	}
 }
