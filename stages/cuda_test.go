@@ -418,30 +418,18 @@ func TestReplicateCUDADP2(t *testing.T) {
 			cpuRun := runParsed(t, c.job("true"), bf16, nil, RunOptions{})
 			sharded := runParsed(t, c.job("false"), bf16, nil, onGPU)
 			replica := runParsed(t, c.job("true"), bf16, nil, onGPU)
+			sameAsSharded(t, sharded, replica)
 			for i, sr := range replica.steps {
-				sh, cr := sharded.steps[i], cpuRun.steps[i]
+				cr := cpuRun.steps[i]
 				for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
-					if got, want := sr.Stats.Values[k], sh.Stats.Values[k]; got != want {
-						t.Errorf("step %d: %s = %.10g replicated, %.10g sharded", sr.Step, k, got, want)
-					}
 					if got, w := sr.Stats.Values[k], cr.Stats.Values[k]; math.Abs(got-w) > 2e-2*math.Max(math.Abs(w), 1e-2) {
 						t.Errorf("step %d: %s = %.8g on the GPU, %.8g on the CPU", sr.Step, k, got, w)
 					}
-				}
-				if sr.Stats.GradNorm != sh.Stats.GradNorm {
-					t.Errorf("step %d: grad norm %.10g replicated, %.10g sharded", sr.Step, sr.Stats.GradNorm, sh.Stats.GradNorm)
 				}
 				// The train stage's forward and ref_logprob's may round
 				// apart on the GPU; a stale ref gives about 5e-3 (the CPU).
 				if kl := sr.Stats.Values["kl_loss"]; c.name != "no update_ref" && math.Abs(kl) > 1e-4 {
 					t.Errorf("step %d: kl_loss %v with the ref synced every step, want about 0", sr.Step, kl)
-				}
-			}
-			for _, o := range []runOut{sharded, replica} {
-				for r, hw := range o.peak {
-					if hw != o.plan {
-						t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
-					}
 				}
 			}
 		})

@@ -76,24 +76,7 @@ func TestReplicate(t *testing.T) {
 	if len(chose) != 1 || chose[0] != "model ref true" {
 		t.Errorf("auto chose replicate %q, want model ref true", chose)
 	}
-	for _, o := range []runOut{replica, auto} {
-		for i, sr := range o.steps {
-			b := sharded.steps[i]
-			for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
-				if sr.Stats.Values[k] != b.Stats.Values[k] {
-					t.Errorf("step %d: %s %v replicated, %v sharded", sr.Step, k, sr.Stats.Values[k], b.Stats.Values[k])
-				}
-			}
-			if sr.Stats.GradNorm != b.Stats.GradNorm {
-				t.Errorf("step %d: grad norm %v replicated, %v sharded", sr.Step, sr.Stats.GradNorm, b.Stats.GradNorm)
-			}
-		}
-		for r, hw := range o.peak {
-			if hw != o.plan {
-				t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
-			}
-		}
-	}
+	sameAsSharded(t, sharded, replica, auto)
 
 	// The replica checkpointed on every rank exports as the sharded ref.
 	export := func(v string) string {
@@ -166,17 +149,7 @@ func TestReplicateUpdateRef(t *testing.T) {
 	}
 	sharded, replica := run("false"), run("true")
 	opIndex(t, replica.p, "sync_ref", "gather actor into the replica ref")
-	for i, sr := range replica.steps {
-		b := sharded.steps[i]
-		for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
-			if sr.Stats.Values[k] != b.Stats.Values[k] {
-				t.Errorf("step %d: %s %v replicated, %v sharded", sr.Step, k, sr.Stats.Values[k], b.Stats.Values[k])
-			}
-		}
-		if sr.Stats.GradNorm != b.Stats.GradNorm {
-			t.Errorf("step %d: grad norm %v replicated, %v sharded", sr.Step, sr.Stats.GradNorm, b.Stats.GradNorm)
-		}
-	}
+	sameAsSharded(t, sharded, replica)
 	// Synced after every step, the ref computes what the actor does at the
 	// next step's start: a KL of exactly 0, where a stale replica (the
 	// initial weights) would give more from step 2.
@@ -185,9 +158,31 @@ func TestReplicateUpdateRef(t *testing.T) {
 			t.Errorf("step %d: kl_loss %v with the ref synced every step, want 0", sr.Step, kl)
 		}
 	}
-	for r, hw := range replica.peak {
-		if hw != replica.plan {
-			t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, replica.plan)
+}
+
+// sameAsSharded checks that every replicated run has the sharded run's
+// metrics and grad norms to the bit, and each run (sharded too) its plan's
+// peak as every rank's arena high-water mark.
+func sameAsSharded(t *testing.T, sharded runOut, replicated ...runOut) {
+	t.Helper()
+	for _, o := range replicated {
+		for i, sr := range o.steps {
+			b := sharded.steps[i]
+			for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+				if sr.Stats.Values[k] != b.Stats.Values[k] {
+					t.Errorf("step %d: %s %.10g replicated, %.10g sharded", sr.Step, k, sr.Stats.Values[k], b.Stats.Values[k])
+				}
+			}
+			if sr.Stats.GradNorm != b.Stats.GradNorm {
+				t.Errorf("step %d: grad norm %.10g replicated, %.10g sharded", sr.Step, sr.Stats.GradNorm, b.Stats.GradNorm)
+			}
+		}
+	}
+	for _, o := range append(replicated, sharded) {
+		for r, hw := range o.peak {
+			if hw != o.plan {
+				t.Errorf("rank %d: arena high-water %d, plan peak %d", r, hw, o.plan)
+			}
 		}
 	}
 }
