@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/model"
@@ -198,7 +199,7 @@ func (r *Rank) LoadShards(dir string) error {
 			return fmt.Errorf("checkpoint %s has no tensor %s (was it written for another spec or mesh?)", dir, s.name)
 		}
 		if info.NumElements() != int64(s.t.Numel()) {
-			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d", s.name, info.NumElements(), s.t.Numel())
+			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d%s", s.name, info.NumElements(), s.t.Numel(), r.replicaHint(s.name))
 		}
 		data := make([]float32, s.t.Numel())
 		if err := ck.ReadRows(s.name, 0, int64(len(data)), data); err != nil {
@@ -251,3 +252,19 @@ func (r *Rank) shardRows(name string, view func(st *ShardState, u *Unit, s model
 }
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// replicaHint says, for a checkpoint tensor of the wrong size, whether its
+// model is replicated (apply_fsdp2's replicate) in this run, the likely
+// cause when the checkpoint was written with the other choice; "" when
+// the tensor's model is not known.
+func (r *Rank) replicaHint(tensor string) string {
+	name, _, _ := strings.Cut(tensor, ".")
+	st := r.shards()[name]
+	if st == nil || r.Comm == nil || r.Comm.Size() == 1 {
+		return ""
+	}
+	if st.World == 1 {
+		return fmt.Sprintf(" (model %q is replicated in this run, whole on every rank; if the checkpoint was written with it sharded, write replicate: false in its apply_fsdp2 stage)", name)
+	}
+	return fmt.Sprintf(" (model %q is sharded over %d ranks in this run; if the checkpoint was written with it replicated, write replicate: true in its apply_fsdp2 stage)", name, st.World)
+}

@@ -186,3 +186,33 @@ func sameAsSharded(t *testing.T, sharded runOut, replicated ...runOut) {
 		}
 	}
 }
+
+// TestReplicateResumeMismatch resumes a run whose ref is sharded from a
+// checkpoint written with it replicated, and the other way round: the
+// error names the model and the replicate to write.
+func TestReplicateResumeMismatch(t *testing.T) {
+	save := func(v string) string {
+		ckpt := filepath.Join(t.TempDir(), "ckpt")
+		runParsed(t, noSyncRef(t, v), func(s *spec.Spec) { s.Train.Steps = 1 }, nil, RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
+			return r.SaveShards(ckpt)
+		}})
+		return ckpt
+	}
+	for _, c := range []struct{ wrote, runs, want string }{
+		{"true", "false", `model "ref" is sharded over 2 ranks in this run; if the checkpoint was written with it replicated, write replicate: true`},
+		{"false", "true", `model "ref" is replicated in this run, whole on every rank; if the checkpoint was written with it sharded, write replicate: false`},
+	} {
+		ckpt := save(c.wrote)
+		s := noSyncRef(t, c.runs)
+		s.Train.Steps = 1
+		j := resolveSpec(t, s)
+		p, err := Plan(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Run(context.Background(), j, p, RunOptions{Resume: func(r *Rank) error { return r.LoadShards(ckpt) }})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("resuming a checkpoint written with replicate %s in a run with %s: %v, want %q", c.wrote, c.runs, err, c.want)
+		}
+	}
+}
