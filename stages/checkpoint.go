@@ -199,6 +199,18 @@ func (r *Rank) LoadShards(dir string) error {
 			return fmt.Errorf("checkpoint %s has no tensor %s (was it written for another spec or mesh?)", dir, s.name)
 		}
 		if info.NumElements() != int64(s.t.Numel()) {
+			// A frozen model checkpointed replicated and sharded now, or
+			// the other way round, is read across the layouts.
+			err := errLayout
+			if st := r.shardOf(s.name); st != nil {
+				err = r.loadOtherLayout(dir, st, s, info.NumElements())
+			}
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errLayout) {
+				return fmt.Errorf("checkpoint tensor %s: %w", s.name, err)
+			}
 			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d%s", s.name, info.NumElements(), s.t.Numel(), r.replicaHint(s.name))
 		}
 		data := make([]float32, s.t.Numel())
@@ -253,18 +265,27 @@ func (r *Rank) shardRows(name string, view func(st *ShardState, u *Unit, s model
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 
-// replicaHint says, for a checkpoint tensor of the wrong size, whether its
-// model is replicated (apply_fsdp2's replicate) in this run, the likely
-// cause when the checkpoint was written with the other choice; "" when
-// the tensor's model is not known.
+// shardOf returns the sharded state whose checkpoint tensor is called
+// tensor (<model>.<kind>.<unit>), or nil.
+func (r *Rank) shardOf(tensor string) *ShardState {
+	for name, st := range r.shards() {
+		if strings.HasPrefix(tensor, name+".") {
+			return st
+		}
+	}
+	return nil
+}
+
+// replicaHint says, for a checkpoint tensor of the wrong size, how its
+// model is laid out in this run (whole on every rank where replicated);
+// "" on one rank or when the tensor's model is not known.
 func (r *Rank) replicaHint(tensor string) string {
-	name, _, _ := strings.Cut(tensor, ".")
-	st := r.shards()[name]
+	st := r.shardOf(tensor)
 	if st == nil || r.Comm == nil || r.Comm.Size() == 1 {
 		return ""
 	}
 	if st.World == 1 {
-		return fmt.Sprintf(" (model %q is replicated in this run, whole on every rank; if the checkpoint was written with it sharded, write replicate: false in its apply_fsdp2 stage)", name)
+		return fmt.Sprintf(" (model %q is replicated in this run, whole on every rank)", st.Model.Name())
 	}
-	return fmt.Sprintf(" (model %q is sharded over %d ranks in this run; if the checkpoint was written with it replicated, write replicate: true in its apply_fsdp2 stage)", name, st.World)
+	return fmt.Sprintf(" (model %q is sharded over %d ranks in this run)", st.Model.Name(), st.World)
 }

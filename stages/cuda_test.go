@@ -404,16 +404,11 @@ func TestReplicateCUDADP2(t *testing.T) {
 		}
 		s.Policies.Precision = e
 	}
-	synced := func(v string) *spec.Spec {
-		return variant(t, filepath.Join("..", "examples", "tiny-dp2.yaml"),
-			"      needs: train\n      when: step % 6 == 0\n", "      needs: train\n",
-			"      with: {model: ref}", "      with: {model: ref, replicate: "+v+"}")
-	}
 	onGPU := RunOptions{Backend: func(rank int) (gpu.Backend, error) { return cuda.New(rank) }, Comms: libnccl.NewComms}
 	for _, c := range []struct {
 		name string
 		job  func(v string) *spec.Spec
-	}{{"no update_ref", func(v string) *spec.Spec { return noSyncRef(t, v) }}, {"update_ref every step", synced}} {
+	}{{"no update_ref", func(v string) *spec.Spec { return noSyncRef(t, v) }}, {"update_ref every step", func(v string) *spec.Spec { return syncedRef(t, v) }}} {
 		t.Run(c.name, func(t *testing.T) {
 			cpuRun := runParsed(t, c.job("true"), bf16, nil, RunOptions{})
 			sharded := runParsed(t, c.job("false"), bf16, nil, onGPU)

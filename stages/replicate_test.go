@@ -24,6 +24,15 @@ func noSyncRef(t *testing.T, v string) *spec.Spec {
 		"      with: {model: ref}", "      with: "+with)
 }
 
+// syncedRef is the tiny dp-2 job with update_ref after every step and the
+// ref's replicate written as v.
+func syncedRef(t *testing.T, v string) *spec.Spec {
+	t.Helper()
+	return variant(t, filepath.Join("..", "examples", "tiny-dp2.yaml"),
+		"      needs: train\n      when: step % 6 == 0\n", "      needs: train\n",
+		"      with: {model: ref}", "      with: {model: ref, replicate: "+v+"}")
+}
+
 // TestReplicate runs the tiny job on two ranks with its frozen ref
 // replicated and sharded: the same metrics to the bit, the ref's units
 // read in place when replicated, as on one rank (gathered from the other
@@ -142,10 +151,7 @@ func TestReplicateRefused(t *testing.T) {
 // plan = high-water.
 func TestReplicateUpdateRef(t *testing.T) {
 	run := func(v string) runOut {
-		s := variant(t, filepath.Join("..", "examples", "tiny-dp2.yaml"),
-			"      needs: train\n      when: step % 6 == 0\n", "      needs: train\n",
-			"      with: {model: ref}", "      with: {model: ref, replicate: "+v+"}")
-		return runParsed(t, s, func(s *spec.Spec) { s.Train.Steps = 3 }, nil, RunOptions{})
+		return runParsed(t, syncedRef(t, v), func(s *spec.Spec) { s.Train.Steps = 3 }, nil, RunOptions{})
 	}
 	sharded, replica := run("false"), run("true")
 	opIndex(t, replica.p, "sync_ref", "gather actor into the replica ref")
@@ -187,32 +193,39 @@ func sameAsSharded(t *testing.T, sharded runOut, replicated ...runOut) {
 	}
 }
 
-// TestReplicateResumeMismatch resumes a run whose ref is sharded from a
-// checkpoint written with it replicated, and the other way round: the
-// error names the model and the replicate to write.
-func TestReplicateResumeMismatch(t *testing.T) {
-	save := func(v string) string {
-		ckpt := filepath.Join(t.TempDir(), "ckpt")
-		runParsed(t, noSyncRef(t, v), func(s *spec.Spec) { s.Train.Steps = 1 }, nil, RunOptions{AfterStep: func(r *Rank, _ StepResult) error {
-			return r.SaveShards(ckpt)
-		}})
-		return ckpt
-	}
-	for _, c := range []struct{ wrote, runs, want string }{
-		{"true", "false", `model "ref" is sharded over 2 ranks in this run; if the checkpoint was written with it replicated, write replicate: true`},
-		{"false", "true", `model "ref" is replicated in this run, whole on every rank; if the checkpoint was written with it sharded, write replicate: false`},
-	} {
-		ckpt := save(c.wrote)
-		s := noSyncRef(t, c.runs)
-		s.Train.Steps = 1
-		j := resolveSpec(t, s)
-		p, err := Plan(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = Run(context.Background(), j, p, RunOptions{Resume: func(r *Rank) error { return r.LoadShards(ckpt) }})
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("resuming a checkpoint written with replicate %s in a run with %s: %v, want %q", c.wrote, c.runs, err, c.want)
-		}
+// TestReplicateResume resumes the tiny job (its ref synced from the actor
+// every step) at step 3 from a checkpoint of step 2 written with the ref
+// replicated into a run that shards it, and the other way round: the ref
+// is read across the layouts (every rank's shard files assembled, or a
+// replica file sliced), and step 3's metrics are those of the run that was
+// not interrupted, to the bit. The synced ref differs from the one setup
+// loads (step 2 trains at a learning rate above 0), so a ref not read
+// from the checkpoint would show in step 3's KL.
+func TestReplicateResume(t *testing.T) {
+	for _, c := range []struct{ wrote, runs string }{{"true", "false"}, {"false", "true"}} {
+		t.Run("written "+c.wrote+", run "+c.runs, func(t *testing.T) {
+			ckpt := filepath.Join(t.TempDir(), "ckpt")
+			runParsed(t, syncedRef(t, c.wrote), func(s *spec.Spec) { s.Train.Steps = 2 }, nil, RunOptions{AfterStep: func(r *Rank, sr StepResult) error {
+				if sr.Step == 2 {
+					return r.SaveShards(ckpt)
+				}
+				return nil
+			}})
+			three := func(s *spec.Spec) { s.Train.Steps = 3 }
+			whole := runParsed(t, syncedRef(t, c.runs), three, nil, RunOptions{})
+			resumed := runParsed(t, syncedRef(t, c.runs), three, nil, RunOptions{FirstStep: 3, Resume: func(r *Rank) error { return r.LoadShards(ckpt) }})
+			if len(resumed.steps) != 1 || resumed.steps[0].Step != 3 {
+				t.Fatalf("the resumed run ran steps %+v, want step 3", resumed.steps)
+			}
+			got, want := resumed.steps[0], whole.steps[2]
+			for _, k := range []string{"loss", "kl_loss", "entropy_loss", "adv_logp"} {
+				if got.Stats.Values[k] != want.Stats.Values[k] {
+					t.Errorf("step 3: %s %.10g resumed, %.10g uninterrupted", k, got.Stats.Values[k], want.Stats.Values[k])
+				}
+			}
+			if got.Stats.GradNorm != want.Stats.GradNorm {
+				t.Errorf("step 3: grad norm %.10g resumed, %.10g uninterrupted", got.Stats.GradNorm, want.Stats.GradNorm)
+			}
+		})
 	}
 }
