@@ -120,9 +120,9 @@ func (j *Job) autoChunkStages() []string {
 // auto gets the largest log-prob chunk (1024 doubled, up to the rows of a
 // micro-batch) that still fits; last, apply_fsdp2's options left to auto
 // (gather_once, accumulate_grads_on_device, overlap_reduce, replicate) are
-// turned on where they save transfers and still fit (auto_options.go). Fewer recomputed layers save
-// a forward per layer in the backward; larger chunks mean fewer, larger
-// GEMMs and passes over the logits. The plan's Auto entries say what was
+// turned on where they save transfers and still fit (auto_options.go).
+// Fewer recomputed layers save a forward per layer in the backward;
+// larger chunks mean fewer, larger GEMMs and passes over the logits. The plan's Auto entries say what was
 // chosen and why.
 func Plan(j *Job) (*plan.Plan, error) {
 	a := &autoChoices{recompute: map[string]int{}, lean: map[string]int{}, chunks: map[string]int{}, options: map[string]fsdpOptions{}}

@@ -10,8 +10,8 @@ import (
 )
 
 // apply_fsdp2's gather_once, accumulate_grads_on_device, overlap_reduce
-// and replicate are auto by default. None changes a bit of what a step computes; each
-// buys time with device memory. After the recompute and chunk choices,
+// and replicate are auto by default. None changes a bit of what a step
+// computes; each buys time with device memory. After the recompute and chunk choices,
 // planning turns them on, model by model in the order of the apply_fsdp2
 // stages, where they would save time and the job still fits:
 //
@@ -34,19 +34,19 @@ import (
 //     offloaded params, where it has not been measured.
 //
 //   - replicate where a frozen model (the ref) is computed with over
-//     several ranks, its params on the device, and no step stage but
-//     update_ref writes it: every rank holds it whole and reads its units in place, with no
-//     all-gather (on four H200s, ref_logprob 3.5-5.4% more tokens a
-//     second, docs/performance.md). It is decided before the model's
+//     several ranks, its params on the device, mesh.cp 1, and no step
+//     stage but update_ref writes it: every rank holds it whole and reads
+//     its units in place, with no all-gather (on two and four H200s,
+//     ref_logprob 3.5-5.4% more tokens a second, docs/performance.md). It is decided before the model's
 //     gather_once, which a replica does not need; a gather_once would keep
 //     every gathered unit, as many bytes as the replica, and still gather
 //     each once a step.
 //
 // A model has at most two of them: accumulate_grads_on_device needs an
 // offloaded optimizer, which overlap_reduce does not take, and a frozen
-// model has only replicate and gather_once, which are decided in turn. Both are taken
-// if the job fits with both; otherwise the one of them whose plan is
-// smaller, if it fits. They never cost a recomputed layer or a smaller
+// model has only replicate and gather_once, which are decided in turn.
+// Both are taken if the job fits with both; otherwise the one of them
+// whose plan is smaller, if it fits. They never cost a recomputed layer or a smaller
 // chunk: those are chosen first, with all off.
 
 // fsdpOptions are what planning chose for one model's auto options.

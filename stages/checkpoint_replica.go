@@ -46,6 +46,8 @@ func (r *Rank) loadOtherLayout(dir string, st *ShardState, s shardTensor, n int6
 	}
 	whole, shard := find(Units(st.Model, 1)), find(Units(st.Model, world))
 	switch {
+	case whole == nil || shard == nil:
+		return errLayout
 	case st.World == 1 && n == shard.ShardElems:
 		return r.assembleReplica(dir, s, whole, shard, world)
 	case st.World > 1 && n == whole.ShardElems:

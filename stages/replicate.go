@@ -13,8 +13,8 @@ import (
 // units in place instead of gathering them from the other ranks. Nothing
 // it computes changes: the gathered unit and the replica hold the same
 // values. It costs (world−1)/world of the model's bytes more on each rank
-// and saves every all-gather of the model, which on four H200s cost
-// ref_logprob 11% of its one-GPU speed per GPU (docs/performance.md).
+// and saves every all-gather of the model: on two and four H200s
+// ref_logprob ran 3.5-5.4% faster (docs/performance.md).
 
 // replicateUnsupported says why model m cannot be replicated, or "" when it
 // can: it must be frozen (a replicated trained model would need its grads

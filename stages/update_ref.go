@@ -3,10 +3,8 @@ package stages
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/rlpipe/rlpipe/gpu"
-	"github.com/rlpipe/rlpipe/model"
 	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
@@ -103,7 +101,7 @@ func (s *UpdateRef) replicaSync(p *prog, from, to *ShardState) {
 				if sl.Tied {
 					continue // the embedding's unit holds it
 				}
-				k := slices.IndexFunc(v.Slots, func(x model.Slot) bool { return x.Name == sl.Name && !x.Tied })
+				k := slotIndex(v, sl.Name)
 				if k < 0 {
 					return fmt.Errorf("copying %s into %s: the replica's unit %s has no %s", s.From, s.To, v.Name, sl.Name)
 				}
