@@ -139,11 +139,9 @@ func (s *ApplyFSDP2) program(p *prog) {
 		p.fail(err)
 		return
 	}
-	if dp == 1 && from != nil && len(from.Units) > 0 && from.World != 1 {
-		// A replica of a sharded model reads the checkpoint the source
-		// was loaded from (copyShards' values) instead of its shards.
-		from = nil
-	}
+	// A replica of a sharded model gathers the source's shards
+	// (gatherReplica: copyShards' values) after declaring its state.
+	gather := dp == 1 && from != nil && from.World != 1
 	units := Units(m, dp)
 	var paramBytes, gradBytes, largest int64
 	for _, u := range units {
@@ -216,6 +214,12 @@ func (s *ApplyFSDP2) program(p *prog) {
 		}
 		st.Snapshot = p.persistentBytes(s.Model+".snapshot", plan.IO, true, bytes)
 	}
+	if gather {
+		p.do(func() error { return zeroShards(p.r.B, st) })
+		gatherReplica(p, from, st, "gather "+m.Spec.CopyOf+" into the replica "+s.Model)
+		p.out("weights", st)
+		return
+	}
 	p.do(func() error {
 		var err error
 		if from != nil {
@@ -275,14 +279,22 @@ func hostBF16Units(j *Job, m *Model, units []*Unit) []bool {
 // the checkpoint would give it: a bf16 checkpoint's values are exact in
 // an fp32 master, and any cast rounds as the load's own would.
 func copyShards(p *prog, st, from *ShardState) error {
+	if err := zeroShards(p.r.B, st); err != nil {
+		return err
+	}
+	return copyParams(p.r.B, st, from)
+}
+
+// zeroShards zeroes st's params, grads and AdamW moments.
+func zeroShards(b gpu.Backend, st *ShardState) error {
 	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
 		if r != nil {
-			if err := p.r.B.Zero(r.t); err != nil {
+			if err := b.Zero(r.t); err != nil {
 				return err
 			}
 		}
 	}
-	return copyParams(p.r.B, st, from)
+	return nil
 }
 
 // copyParams copies the params of from into to, unit by unit, cast to to's
@@ -324,12 +336,8 @@ func loadShards(p *prog, st *ShardState, src *Model, staging gpu.Tensor) error {
 		rank = 0 // a replica: every rank reads all of it
 	}
 	load := newShardLoad(p, st, src.Checkpoint, rank)
-	for _, r := range []*ref{st.Params, st.Grads, st.AdamM, st.AdamV} {
-		if r != nil {
-			if err := b.Zero(r.t); err != nil {
-				return err
-			}
-		}
+	if err := zeroShards(b, st); err != nil {
+		return err
 	}
 	ck := src.Checkpoint
 	if ck == nil {

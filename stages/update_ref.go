@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rlpipe/rlpipe/gpu"
-	"github.com/rlpipe/rlpipe/runtime/plan"
 	"github.com/rlpipe/rlpipe/spec"
 )
 
@@ -52,7 +50,7 @@ func (s *UpdateRef) Validate(vc *ValidateContext) spec.Errors {
 
 // Plan declares nothing where the copy goes shard to shard in place; into
 // a replica (apply_fsdp2's replicate) of a sharded model, the two buffers
-// that gather each parameter (replicaSync).
+// that gather each parameter (gatherReplica).
 func (s *UpdateRef) Plan(pc *PlanContext) error { return pc.run(s.program) }
 
 // Run copies the shards.
@@ -62,80 +60,11 @@ func (s *UpdateRef) program(p *prog) {
 	from, _ := p.in("source").(*ShardState)
 	to, _ := p.in("target").(*ShardState)
 	if from != nil && to != nil && to.World == 1 && from.World > 1 {
-		s.replicaSync(p, from, to)
+		gatherReplica(p, from, to, fmt.Sprintf("gather %s into the replica %s", s.From, s.To))
 		p.out("weights", to)
 		return
 	}
 	p.op(fmt.Sprintf("copy %s shards into %s", s.From, s.To))
 	p.do(func() error { return copyParams(p.r.B, to, from) })
 	p.out("weights", to)
-}
-
-// replicaSync copies sharded model from into replica to: parameter by
-// parameter, each rank casts its rows to to's dtype (send), the ranks
-// all-gather them (full, padded as in from's gathered layout), and the
-// parameter's rows go into the replica. The values are those a gather of
-// from computes with.
-func (s *UpdateRef) replicaSync(p *prog, from, to *ShardState) {
-	if len(from.Units) != len(to.Units) {
-		p.fail(fmt.Errorf("copying %s into %s: %d units against %d", s.From, s.To, len(from.Units), len(to.Units)))
-		return
-	}
-	var shard, padded int64
-	for _, u := range from.Units {
-		for _, sl := range u.Slots {
-			if !sl.Tied {
-				shard, padded = max(shard, sl.ShardElems()), max(padded, sl.PaddedElems())
-			}
-		}
-	}
-	p.op(fmt.Sprintf("gather %s into the replica %s", s.From, s.To))
-	// F32, the widest dtype a frozen model stores: the buffers hold any.
-	send := p.buf(p.stage.ID+".send", plan.Comm, gpu.F32, int(shard))
-	full := p.buf(p.stage.ID+".full", plan.Comm, gpu.F32, int(padded))
-	p.do(func() error {
-		b := p.r.B
-		for i, u := range from.Units {
-			v := to.Units[i]
-			for _, sl := range u.Slots {
-				if sl.Tied {
-					continue // the embedding's unit holds it
-				}
-				k := slotIndex(v, sl.Name)
-				if k < 0 {
-					return fmt.Errorf("copying %s into %s: the replica's unit %s has no %s", s.From, s.To, v.Name, sl.Name)
-				}
-				src, err := from.paramShard(u, sl)
-				if err != nil {
-					return err
-				}
-				dst, err := to.paramShard(v, v.Slots[k])
-				if err != nil {
-					return err
-				}
-				snd, err := section(send.t, 0, v.Master, sl.ShardElems())
-				if err != nil {
-					return err
-				}
-				all, err := section(full.t, 0, v.Master, sl.PaddedElems())
-				if err != nil {
-					return err
-				}
-				if err := b.Copy(snd, src); err != nil {
-					return fmt.Errorf("%s: %w", sl.Name, err)
-				}
-				if err := p.r.Comm.AllGather(p.ctx, all, snd); err != nil {
-					return fmt.Errorf("%s: all-gather: %w", sl.Name, err)
-				}
-				rows, err := all.Flat(0, int(sl.Elems()))
-				if err == nil {
-					err = b.Copy(dst, rows)
-				}
-				if err != nil {
-					return fmt.Errorf("%s: %w", sl.Name, err)
-				}
-			}
-		}
-		return nil
-	})
 }
