@@ -229,3 +229,40 @@ func TestReplicateResume(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicateOwnCheckpoint runs the tiny job on two ranks with a ref
+// that is not a copy of the actor but read from its own checkpoint (the
+// same files), replicated and sharded: replicated, each rank reads the
+// whole checkpoint into its replica and its setup progress counts all of
+// it; sharded, the ranks' shares add up to it; the metrics agree to the
+// bit.
+func TestReplicateOwnCheckpoint(t *testing.T) {
+	run := func(v string) (runOut, map[int]SetupEvent) {
+		var mu sync.Mutex
+		last := map[int]SetupEvent{} // by rank: shard_ref's finished event
+		s := variant(t, filepath.Join("..", "examples", "tiny-grpo.yaml"),
+			"  ref:\n    copy_of: actor", "  ref:\n    path: models/tiny-qwen2",
+			"    - id: shard_ref\n      uses: apply_fsdp2\n      needs: load\n      with: {model: ref}",
+			"    - id: load_ref\n      uses: load_hf\n      with: {model: ref}\n    - id: shard_ref\n      uses: apply_fsdp2\n      needs: load_ref\n      with: {model: ref, replicate: "+v+"}")
+		out := runParsed(t, s, func(s *spec.Spec) { s.Mesh.GPUsPerNode, s.Mesh.DP, s.Train.Steps = 2, 2, 2 }, nil, RunOptions{Progress: func(ev SetupEvent) {
+			if ev.Stage == "shard_ref" && ev.Kind == SetupFinished {
+				mu.Lock()
+				last[ev.Rank] = ev
+				mu.Unlock()
+			}
+		}})
+		return out, last
+	}
+	sharded, sh := run("false")
+	replica, rep := run("true")
+	sameAsSharded(t, sharded, replica)
+	whole := sh[0].Bytes + sh[1].Bytes
+	for rank, ev := range rep {
+		if ev.Bytes != whole || ev.TotalBytes != whole || ev.Tensors != ev.TotalTensors {
+			t.Errorf("rank %d: the replica's load reported %d of %d bytes (%d of %d tensors), want the whole checkpoint's %d", rank, ev.Bytes, ev.TotalBytes, ev.Tensors, ev.TotalTensors, whole)
+		}
+	}
+	if len(rep) != 2 || whole == 0 || sh[0].Bytes == whole {
+		t.Errorf("shard_ref finished on %d ranks; the shards' bytes %d and %d", len(rep), sh[0].Bytes, sh[1].Bytes)
+	}
+}
