@@ -122,9 +122,11 @@ func (j *Job) autoOptions() [][]autoOption {
 	return out
 }
 
-// replicated reports whether planning chose to replicate model name.
+// replicated reports whether model name is replicated over several
+// ranks: written so, or chosen so by planning.
 func (j *Job) replicated(name string) bool {
-	return j.auto != nil && j.auto.options[name].replicate
+	w, err := j.shardWorld(name)
+	return err == nil && w == 1 && j.Spec.Mesh.WorldSize() > 1
 }
 
 // gatherOnceUse says what gather_once would save model m: the stages that

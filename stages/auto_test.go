@@ -389,6 +389,9 @@ func TestPlanAutoOptions(t *testing.T) {
 		{"two ranks, no room for the replica", replica - 1, refAuto, []string{
 			"ref replicate false: ref would read its units in place instead of all-gathering them from 2 ranks, but with it the job would need",
 			"ref gather_once"}, 0},
+		// Written true, the replica is no reason for its gather_once.
+		{"two ranks, the replica written", huge, slices.Concat(dp2, ref(", replicate: true")), []string{
+			replicated}, 0},
 		{"two ranks, the ref synced from the actor", huge, slices.Concat([]string{"    - {id: train,", "    - {id: sync, uses: update_ref, needs: train}\n    - {id: train,"}, refAuto), []string{
 			"ref replicate true",
 			replicated}, 0},

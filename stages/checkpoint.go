@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/rlpipe/rlpipe/gpu"
 	"github.com/rlpipe/rlpipe/model"
@@ -21,11 +20,15 @@ import (
 func rankDir(dir string, r int) string { return filepath.Join(dir, fmt.Sprintf("rank-%d", r)) }
 
 // shardTensor is one tensor of a checkpoint: its name, its view of the
-// rank's state, and its view of the model's snapshot (empty without
-// train.checkpoint_async).
+// rank's state, its view of the model's snapshot (empty without
+// train.checkpoint_async), and the model, unit and kind (params, adam_m,
+// adam_v) it holds.
 type shardTensor struct {
 	name    string
 	t, snap gpu.Tensor
+	st      *ShardState
+	u       *Unit
+	kind    string
 }
 
 // shardTensors lists the rank's persistent state as named flat views.
@@ -48,7 +51,7 @@ func (r *Rank) shardTensors() []shardTensor {
 				if err != nil {
 					return
 				}
-				s := shardTensor{name: fmt.Sprintf("%s.%s.%s", n, kind, u.Name), t: t}
+				s := shardTensor{name: fmt.Sprintf("%s.%s.%s", n, kind, u.Name), t: t, st: st, u: u, kind: kind}
 				if st.Snapshot != nil {
 					if s.snap, err = section(st.Snapshot.t, snapOff, dt, u.ShardElems); err != nil {
 						return
@@ -201,17 +204,14 @@ func (r *Rank) LoadShards(dir string) error {
 		if info.NumElements() != int64(s.t.Numel()) {
 			// A frozen model checkpointed replicated and sharded now, or
 			// the other way round, is read across the layouts.
-			err := errLayout
-			if st := r.shardOf(s.name); st != nil {
-				err = r.loadOtherLayout(dir, st, s, info.NumElements())
-			}
+			err := r.loadOtherLayout(dir, s, info.NumElements())
 			if err == nil {
 				continue
 			}
 			if !errors.Is(err, errLayout) {
 				return fmt.Errorf("checkpoint tensor %s: %w", s.name, err)
 			}
-			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d%s", s.name, info.NumElements(), s.t.Numel(), r.replicaHint(s.name))
+			return fmt.Errorf("checkpoint tensor %s has %d elements, the shard %d (was it written for another spec or mesh?)", s.name, info.NumElements(), s.t.Numel())
 		}
 		data := make([]float32, s.t.Numel())
 		if err := ck.ReadRows(s.name, 0, int64(len(data)), data); err != nil {
@@ -264,28 +264,3 @@ func (r *Rank) shardRows(name string, view func(st *ShardState, u *Unit, s model
 }
 
 func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
-
-// shardOf returns the sharded state whose checkpoint tensor is called
-// tensor (<model>.<kind>.<unit>), or nil.
-func (r *Rank) shardOf(tensor string) *ShardState {
-	for name, st := range r.shards() {
-		if strings.HasPrefix(tensor, name+".") {
-			return st
-		}
-	}
-	return nil
-}
-
-// replicaHint says, for a checkpoint tensor of the wrong size, how its
-// model is laid out in this run (whole on every rank where replicated);
-// "" on one rank or when the tensor's model is not known.
-func (r *Rank) replicaHint(tensor string) string {
-	st := r.shardOf(tensor)
-	if st == nil || r.Comm == nil || r.Comm.Size() == 1 {
-		return ""
-	}
-	if st.World == 1 {
-		return fmt.Sprintf(" (model %q is replicated in this run, whole on every rank)", st.Model.Name())
-	}
-	return fmt.Sprintf(" (model %q is sharded over %d ranks in this run)", st.Model.Name(), st.World)
-}

@@ -2,7 +2,6 @@ package stages
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/rlpipe/rlpipe/model"
 )
@@ -18,90 +17,53 @@ import (
 // layout.
 var errLayout = errors.New("the tensor fits neither a shard nor a replica of its unit")
 
-// loadOtherLayout fills s, a params tensor of frozen model st (n elements
+// loadOtherLayout fills s, a params tensor of a frozen model (n elements
 // in the checkpoint file of this rank), from checkpoint directory dir
-// written with st in the other layout: a replica assembled from every
-// rank's shard file, or this rank's shard sliced from its replica file.
-func (r *Rank) loadOtherLayout(dir string, st *ShardState, s shardTensor, n int64) error {
+// written with the model in the other layout: a replica assembled from
+// every rank's shard file, or this rank's shard cut from its replica file.
+func (r *Rank) loadOtherLayout(dir string, s shardTensor, n int64) error {
 	world := r.Comm.Size()
-	if st.Model.Trainable || world == 1 {
+	if s.kind != "params" || s.st.Model.Trainable || world == 1 {
 		return errLayout
 	}
-	var unit string
-	for _, u := range st.Units {
-		if s.name == fmt.Sprintf("%s.params.%s", st.Model.Name(), u.Name) {
-			unit = u.Name
-		}
-	}
-	if unit == "" {
-		return errLayout
-	}
-	find := func(units []*Unit) *Unit {
-		for _, u := range units {
-			if u.Name == unit {
-				return u
-			}
-		}
-		return nil
-	}
-	whole, shard := find(Units(st.Model, 1)), find(Units(st.Model, world))
+	whole := unitNamed(Units(s.st.Model, 1), s.u.Name)
+	shard := unitNamed(Units(s.st.Model, world), s.u.Name)
+	data := make([]float32, s.t.Numel())
 	switch {
 	case whole == nil || shard == nil:
 		return errLayout
-	case st.World == 1 && n == shard.ShardElems:
-		return r.assembleReplica(dir, s, whole, shard, world)
-	case st.World > 1 && n == whole.ShardElems:
-		return r.sliceReplica(dir, s, whole, shard)
-	}
-	return errLayout
-}
-
-// assembleReplica reads every rank's shard of unit shard (world ranks)
-// from checkpoint directory dir into s, laid out as unit whole.
-func (r *Rank) assembleReplica(dir string, s shardTensor, whole, shard *Unit, world int) error {
-	data := make([]float32, s.t.Numel())
-	for rank := range world {
-		ck, err := model.OpenCheckpoint(rankDir(dir, rank))
-		if err != nil {
-			return err
-		}
-		for _, sl := range shard.Slots {
-			if sl.Tied {
-				continue
-			}
-			i := slotIndex(whole, sl.Name)
-			if i < 0 {
-				ck.Close()
-				return errLayout
-			}
-			w := whole.Slots[i]
-			r0 := int64(rank) * sl.ShardRows
-			r1 := min(r0+sl.ShardRows, sl.Rows())
-			if r1 <= r0 {
-				continue
-			}
-			from := sl.ShardOffset
-			dst := data[w.ShardOffset+r0*sl.RowElems() : w.ShardOffset+r1*sl.RowElems()]
-			if err := ck.ReadRows(s.name, from, from+int64(len(dst)), dst); err != nil {
-				ck.Close()
+	case s.st.World == 1 && n == shard.ShardElems:
+		for rank := range world {
+			err := readRankRows(dir, rank, s.name, whole, shard, func(inShard, inWhole, k int64) (int64, []float32) {
+				return inShard, data[inWhole : inWhole+k]
+			})
+			if err != nil {
 				return err
 			}
 		}
-		ck.Close()
+	case s.st.World > 1 && n == whole.ShardElems:
+		err := readRankRows(dir, r.ID, s.name, whole, shard, func(inShard, inWhole, k int64) (int64, []float32) {
+			return inWhole, data[inShard : inShard+k]
+		})
+		if err != nil {
+			return err
+		}
+	default:
+		return errLayout
 	}
 	return r.B.Upload(s.t, data)
 }
 
-// sliceReplica reads this rank's rows of unit shard from its replica file
-// (laid out as unit whole) in checkpoint directory dir into s; padding
-// rows stay zero.
-func (r *Rank) sliceReplica(dir string, s shardTensor, whole, shard *Unit) error {
-	ck, err := model.OpenCheckpoint(rankDir(dir, r.ID))
+// readRankRows reads, for each untied parameter of unit shard, the rows
+// rank holds (k elements, at inShard in the rank's shard and at inWhole in
+// the unit laid out whole) from tensor of rank's file in checkpoint
+// directory dir: at from, into dst, as at says.
+func readRankRows(dir string, rank int, tensor string, whole, shard *Unit, at func(inShard, inWhole, k int64) (from int64, dst []float32)) error {
+	ck, err := model.OpenCheckpoint(rankDir(dir, rank))
 	if err != nil {
 		return err
 	}
 	defer ck.Close()
-	data := make([]float32, s.t.Numel())
 	for _, sl := range shard.Slots {
 		if sl.Tied {
 			continue
@@ -110,19 +72,27 @@ func (r *Rank) sliceReplica(dir string, s shardTensor, whole, shard *Unit) error
 		if i < 0 {
 			return errLayout
 		}
-		w := whole.Slots[i]
-		r0 := int64(r.ID) * sl.ShardRows
+		r0 := int64(rank) * sl.ShardRows
 		r1 := min(r0+sl.ShardRows, sl.Rows())
 		if r1 <= r0 {
-			continue
+			continue // this rank holds only padding of it
 		}
-		from := w.ShardOffset + r0*sl.RowElems()
-		dst := data[sl.ShardOffset : sl.ShardOffset+(r1-r0)*sl.RowElems()]
-		if err := ck.ReadRows(s.name, from, from+int64(len(dst)), dst); err != nil {
+		from, dst := at(sl.ShardOffset, whole.Slots[i].ShardOffset+r0*sl.RowElems(), (r1-r0)*sl.RowElems())
+		if err := ck.ReadRows(tensor, from, from+int64(len(dst)), dst); err != nil {
 			return err
 		}
 	}
-	return r.B.Upload(s.t, data)
+	return nil
+}
+
+// unitNamed is the unit of units called name, or nil.
+func unitNamed(units []*Unit, name string) *Unit {
+	for _, u := range units {
+		if u.Name == name {
+			return u
+		}
+	}
+	return nil
 }
 
 // slotIndex is the index of unit u's untied slot called name.
