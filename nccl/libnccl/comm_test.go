@@ -41,7 +41,7 @@ func oneBackend(t *testing.T) *cuda.Backend { return cudaBackends(t, 1)[0] }
 
 // cudaBackends returns CUDA backends on GPUs 0 to n-1, closed when the test
 // ends, or skips saying why (no driver, too few GPUs, no NCCL).
-func cudaBackends(t *testing.T, n int) []*cuda.Backend {
+func cudaBackends(t testing.TB, n int) []*cuda.Backend {
 	t.Helper()
 	info, err := cuda.Versions()
 	if err != nil {
