@@ -73,6 +73,49 @@ type device struct {
 	released bool                  // the workspace and scratch are released (worker only)
 	spans    spanCache             // span layouts of ring attention
 	tmaps    map[tmapKey][128]byte // encoded tensor maps (worker only)
+	occMu    sync.Mutex
+	occ      map[occKey]int // resident blocks an SM, by kernel and block size
+}
+
+// occKey names a kernel launched with blocks of threads threads and no
+// dynamic shared memory.
+type occKey struct {
+	name    string
+	threads uint32
+}
+
+// resident returns how many blocks of threads threads of kernel name an SM
+// holds at once (the driver's occupancy calculation: registers, shared
+// memory, threads), at least 1. Grids that split a fixed amount of work
+// over their blocks ahead of time take one wave of that many blocks an
+// SM, so that no SM runs a second, partial wave alone.
+func (d *device) resident(name string, threads uint32) (int, error) {
+	k := occKey{name, threads}
+	d.occMu.Lock()
+	n, ok := d.occ[k]
+	d.occMu.Unlock()
+	if ok {
+		return n, nil
+	}
+	err := d.do(func() error {
+		fn, ok := d.fns[name]
+		if !ok {
+			return fmt.Errorf("cuda: no kernel %s", name)
+		}
+		var v C.int
+		if err := cuErr("cuOccupancyMaxActiveBlocksPerMultiprocessor "+name, C.cuOccupancy_(&v, fn, C.int(threads), 0)); err != nil {
+			return err
+		}
+		n = max(int(v), 1)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	d.occMu.Lock()
+	d.occ[k] = n
+	d.occMu.Unlock()
+	return n, nil
 }
 
 // do runs f on the device's worker goroutine and waits for it.
@@ -155,7 +198,7 @@ func New(dev int) (*Backend, error) {
 		return nil, err
 	}
 	d := &device{info: info, cudev: cudev, jobs: make(chan func()), quit: make(chan struct{}),
-		fns: map[string]C.uint64_t{}, dynSmem: map[string]int{}, algos: map[ltKey]C.rlLtAlgo{}}
+		fns: map[string]C.uint64_t{}, dynSmem: map[string]int{}, algos: map[ltKey]C.rlLtAlgo{}, occ: map[occKey]int{}}
 	ready := make(chan error)
 	go d.worker(ready)
 	if err := <-ready; err != nil {

@@ -219,3 +219,27 @@ func TestQKVKernel(t *testing.T) {
 		}
 	}
 }
+
+// resident gives each kernel the blocks an SM holds at once: at least one
+// and no more than the SM's 2048 threads allow (every NVIDIA GPU since
+// Volta holds at most that many); a kernel that does not exist is an
+// error.
+func TestResidentBlocks(t *testing.T) {
+	b := backend(t)
+	for _, c := range []struct {
+		name    string
+		threads uint32
+	}{{"k_rmsnorm_bwd8_1a", 192}, {"k_rmsnorm_bwd8_1a", 256}, {"k_rmsnorm_bwd8_1", 192}, {"k_rmsnorm_bwd8_w", 256}} {
+		n, err := b.d.resident(c.name, c.threads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s, %d threads: %d blocks an SM", c.name, c.threads, n)
+		if n < 1 || n*int(c.threads) > 2048 {
+			t.Errorf("%s, %d threads: %d blocks an SM", c.name, c.threads, n)
+		}
+	}
+	if _, err := b.d.resident("k_no_such_kernel", 128); err == nil {
+		t.Error("resident of a kernel that does not exist: no error")
+	}
+}

@@ -686,7 +686,23 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 		k = 2
 	}
 	bx := groupBlock((ng+k-1)/k, maxRowBlock)
-	blocks := int64(max(b.d.info.SMs, 1)) * 4
+	name := fmt.Sprintf("k_rmsnorm_bwd8_%d", k)
+	if k == 1 && fa.acc != 0 {
+		name += "a" // the next row's loads ahead
+	}
+	if ng <= warpGroups {
+		name, bx = "k_rmsnorm_bwd8_w", 256
+	}
+	// One wave: as many blocks as the SMs hold at once (fewer where the
+	// scratch caps them), each a run of rows. With four an SM, capped
+	// by the scratch, the fused add at 16384 rows of 1536 took 335
+	// blocks where 264 fit (two an SM): a second, partial wave, 29%
+	// slower (BenchmarkOps on an H200, docs/performance.md).
+	occ, err := b.d.resident(name, bx)
+	if err != nil {
+		return err
+	}
+	blocks := int64(max(b.d.info.SMs, 1)) * int64(occ)
 	var part uint64
 	if dw.Mem != nil {
 		// One float64 row of h partial sums per block must fit the scratch.
@@ -696,13 +712,6 @@ func (b *Backend) rmsnormBackward8(dx, dw, dy, x, w gpu.Tensor, dxa, dwa, dya, x
 	blocks = max(min(blocks, t), 1)
 	rpb := (t + blocks - 1) / blocks
 	blocks = (t + rpb - 1) / rpb
-	name := fmt.Sprintf("k_rmsnorm_bwd8_%d", k)
-	if k == 1 && fa.acc != 0 {
-		name += "a" // the next row's loads ahead
-	}
-	if ng <= warpGroups {
-		name, bx = "k_rmsnorm_bwd8_w", 256
-	}
 	args := new(kargs).u64(dxa).dt(dx.DType).u64(dya).dt(dy.DType).u64(xa).dt(x.DType).u64(wa).dt(w.DType).u64(ra).
 		i64(t).i64(h).i64(rpb).u64(part)
 	if ng > warpGroups {

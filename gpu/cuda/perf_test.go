@@ -106,6 +106,17 @@ func BenchmarkOps(bb *testing.B) {
 	dyr, castr := ten(gpu.BF16, T3, H3), ten(gpu.BF16, T3, H3)
 	rstdr, nwr, dwr := ten(gpu.F32, T3), ten(gpu.BF16, H3), ten(gpu.F32, H3)
 	_ = b.Upload(dyr, scrambled(T3*H3, 1))
+	// The same at 1.5B (rows of 1536), in the first elements of those.
+	v15 := func(x gpu.Tensor, shape ...int) gpu.Tensor {
+		y, err := gpu.NewTensor(x.Mem, x.Off, x.DType, shape...)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		return y
+	}
+	const H15 = 1536
+	xn15, acc15, dy15, cast15 := v15(xn3, T3, H15), v15(accr, T3, H15), v15(dyr, T3, H15), v15(castr, T3, H15)
+	nw15, dw15 := v15(nwr, H15), v15(dwr, H15)
 	if err := b.Sync(); err != nil {
 		bb.Fatal(err)
 	}
@@ -391,6 +402,12 @@ func BenchmarkOps(bb *testing.B) {
 		}},
 		{"rmsnorm bwd add 16384x2048 f32 rows, bf16 dy, +dw f32", 0, (4 + 2 + 8) * T8 * H3, func() error {
 			return b.RMSNormBackwardAdd(accr, gpu.Tensor{}, dwr, dyr, xn3, nwr, rstdr)
+		}},
+		{"rmsnorm bwd add 16384x1536 f32 rows, bf16 dy, +cast +dw f32", 0, (4 + 2 + 8 + 2) * T8 * H15, func() error {
+			return b.RMSNormBackwardAdd(acc15, cast15, dw15, dy15, xn15, nw15, rstdr)
+		}},
+		{"rmsnorm bwd add 16384x1536 f32 rows, bf16 dy, +dw f32", 0, (4 + 2 + 8) * T8 * H15, func() error {
+			return b.RMSNormBackwardAdd(acc15, gpu.Tensor{}, dw15, dy15, xn15, nw15, rstdr)
 		}},
 		{"rmsnorm bwd 8192x1536 bf16 +dw f32, dx apart", 0, 3 * 2 * T * H, func() error {
 			return b.RMSNormBackward(dx, nwg, x, x, nw, rstd)

@@ -17,7 +17,7 @@ enum {
 	CU_StreamCreate, CU_StreamCreateWithPriority, CU_StreamDestroy, CU_StreamSynchronize, CU_StreamWaitEvent,
 	CU_EventCreate, CU_EventRecord, CU_EventSynchronize, CU_EventQuery, CU_EventDestroy, CU_EventElapsedTime,
 	CU_ModuleLoadData, CU_ModuleUnload, CU_ModuleGetFunction, CU_FuncSetAttribute, CU_FuncGetAttribute,
-	CU_LaunchKernel, CU_GetErrorName, CU_GetErrorString, CU_N
+	CU_LaunchKernel, CU_GetErrorName, CU_GetErrorString, CU_OccupancyMaxActiveBlocks, CU_N
 };
 static const char* rl_cu_names[CU_N] = {
 	"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName",
@@ -27,7 +27,7 @@ static const char* rl_cu_names[CU_N] = {
 	"cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamWaitEvent",
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventDestroy_v2", "cuEventElapsedTime",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
-	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
+	"cuLaunchKernel", "cuGetErrorName", "cuGetErrorString", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
 };
 static void* rl_cu[CU_N];
 // cuTensorMapEncodeTiled (CUDA 12 drivers) is looked up too but not
@@ -119,6 +119,7 @@ CUresult cuModuleUnload_(uint64_t m) { return CUF(CU_ModuleUnload, (CUmodule))((
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name) { CUfunction x = 0; CUresult r = CUF(CU_ModuleGetFunction, (CUfunction*, CUmodule, const char*))(&x, (CUmodule)m, name); *f = (uint64_t)x; return r; }
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v) { return CUF(CU_FuncSetAttribute, (CUfunction, int, int))((CUfunction)f, a, v); }
 CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f) { return CUF(CU_FuncGetAttribute, (int*, int, CUfunction))(v, a, (CUfunction)f); }
+CUresult cuOccupancy_(int* n, uint64_t f, int threads, size_t smem) { return CUF(CU_OccupancyMaxActiveBlocks, (int*, CUfunction, int, size_t))(n, (CUfunction)f, threads, smem); }
 int rl_has_tmap(void) { return rl_cu_tmap != NULL; }
 CUresult cuTensorMapEncodeTiled_(void* map, int dt, unsigned rank, uint64_t addr, const uint64_t* dims, const uint64_t* strides,
                                  const unsigned* box, const unsigned* estr, int interleave, int swizzle, int l2, int oob) {

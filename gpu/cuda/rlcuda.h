@@ -87,6 +87,7 @@ CUresult cuModuleUnload_(uint64_t m);
 CUresult cuModuleGetFunction_(uint64_t* f, uint64_t m, const char* name);
 CUresult cuFuncSetAttribute_(uint64_t f, int a, int v);
 CUresult cuFuncGetAttribute_(int* v, int a, uint64_t f);
+CUresult cuOccupancy_(int* n, uint64_t f, int threads, size_t smem);
 int rl_has_tmap(void);
 CUresult cuTensorMapEncodeTiled_(void* map, int dt, unsigned rank, uint64_t addr, const uint64_t* dims, const uint64_t* strides,
                                  const unsigned* box, const unsigned* estr, int interleave, int swizzle, int l2, int oob);
