@@ -70,6 +70,7 @@ func BenchmarkCollectives(bb *testing.B) {
 			if mems[r], err = b.Alloc(elems * 4 * 2); err != nil {
 				bb.Fatal(err)
 			}
+			bb.Cleanup(func() { b.Free(mems[r]) })
 		}
 		for _, c := range []struct {
 			name    string
@@ -85,7 +86,10 @@ func BenchmarkCollectives(bb *testing.B) {
 			bb.Run(fmt.Sprintf("%s %s/%d ranks", l.name, c.name, len(bs)), func(bb *testing.B) {
 				ops := make([]func() error, len(bs))
 				for r := range bs {
-					ops[r] = layerCollective(context.Background(), cs[r], mems[r], slots, elems, len(bs), c.dt, c.gather, c.grouped)
+					var err error
+					if ops[r], err = layerCollective(context.Background(), cs[r], mems[r], slots, elems, len(bs), c.dt, c.gather, c.grouped); err != nil {
+						bb.Fatal(err)
+					}
 				}
 				run := func(iters int) error {
 					errs := make([]error, len(bs))
@@ -129,26 +133,38 @@ func BenchmarkCollectives(bb *testing.B) {
 // mem: a reduce-scatter (or, with gather, an all-gather) of the gathered
 // layout of slots (elems elements of dt) and the rank's slice of it,
 // grouped per slot or as one call.
-func layerCollective(ctx context.Context, c nccl.Comm, mem gpu.Memory, slots []model.Slot, elems int64, world int, dt gpu.DType, gather, grouped bool) func() error {
-	full, _ := gpu.NewTensor(mem, 0, dt, int(elems))
-	part, _ := gpu.NewTensor(mem, elems*int64(dt.Size()), dt, int(elems)/world)
+func layerCollective(ctx context.Context, c nccl.Comm, mem gpu.Memory, slots []model.Slot, elems int64, world int, dt gpu.DType, gather, grouped bool) (func() error, error) {
+	full, err := gpu.NewTensor(mem, 0, dt, int(elems))
+	if err != nil {
+		return nil, err
+	}
+	part, err := gpu.NewTensor(mem, elems*int64(dt.Size()), dt, int(elems)/world)
+	if err != nil {
+		return nil, err
+	}
 	if !grouped {
 		if gather {
-			return func() error { return c.AllGather(ctx, full, part) }
+			return func() error { return c.AllGather(ctx, full, part) }, nil
 		}
-		return func() error { return c.ReduceScatter(ctx, part, full, nccl.Avg) }
+		return func() error { return c.ReduceScatter(ctx, part, full, nccl.Avg) }, nil
 	}
 	var fulls, parts []gpu.Tensor
 	var sliceOff int64
 	for _, s := range slots {
-		f, _ := full.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
-		p, _ := part.Flat(int(sliceOff), int(sliceOff+s.ShardElems()))
+		f, err := full.Flat(int(s.Offset), int(s.Offset+s.PaddedElems()))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		p, err := part.Flat(int(sliceOff), int(sliceOff+s.ShardElems()))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
 		sliceOff += s.ShardElems()
 		fulls, parts = append(fulls, f), append(parts, p)
 	}
 	g := c.(*cudaComm)
 	if gather {
-		return func() error { return g.AllGatherGroup(ctx, fulls, parts) }
+		return func() error { return g.AllGatherGroup(ctx, fulls, parts) }, nil
 	}
-	return func() error { return g.ReduceScatterGroup(ctx, parts, fulls, nccl.Avg) }
+	return func() error { return g.ReduceScatterGroup(ctx, parts, fulls, nccl.Avg) }, nil
 }
