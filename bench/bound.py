@@ -85,7 +85,8 @@ def parts(r, spans):
 
 
 def best(peers, stage):
-    v = [p.get(stage, {}).get("tokens_per_s") or 0 for p in peers]
+    """The peers' fastest tok/s in stage (runs that failed have none)."""
+    v = [(p.get(stage) or {}).get("tokens_per_s") or 0 for p in peers]
     return max(v) if v and max(v) > 0 else None
 
 

@@ -33,7 +33,12 @@
 # on both sides; tokens/s are the whole step's),
 # FAIR_BASE (a second rlbench, e.g. one built from an earlier commit: its
 # auto run is added per model as base-MODEL-auto and compared with
-# rlpipe's, not counted as rlpipe's best).
+# rlpipe's, not counted as rlpipe's best),
+# FAIR_BOUND (1: per model one more rlpipe auto run with a timeline,
+# trace-MODEL-auto, not counted as rlpipe's best; at the end
+# bench/gemm_peak.py's square-product rate and bench/bound.py on each
+# trace against the peer's runs of its model, into bound-MODEL.md: what
+# each stage is made of and the fastest it could be).
 # JSON, logs (tarred) and best.md to $OUT. The summary's line per model
 # says "best against best" only where the peer ran both with and without
 # activation checkpointing (one that failed counts as run); otherwise it
@@ -84,6 +89,9 @@ for m in $MODELS; do
 	want recompute && budgeted "rlpipe-$m-recompute" 120 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute --cache "$C" --out "$OUT/rlpipe-$m-recompute.json"
 	if [[ -n ${FAIR_BASE:-} ]]; then
 		budgeted "base-$m-auto" 150 "$FAIR_BASE" --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/base-$m-auto.json"
+	fi
+	if [[ ${FAIR_BOUND:-} == 1 ]]; then
+		budgeted "trace-$m-auto" 150 .devbin/rlbench --backend cuda --config "$cfg" "${W[@]}" "${RD[@]}" --precision bf16 --recompute-auto --cache "$C" --out "$OUT/trace-$m-auto.json" --timeline "$OUT/trace-$m.trace.json"
 	fi
 done
 python3 - "$OUT" $MODELS >"$OUT/best.md" 2>&1 <<'PY'
@@ -145,5 +153,17 @@ if files:
     print(subprocess.run([sys.executable, "bench/compare.py", *files], capture_output=True, text=True).stdout)
 PY
 cat "$OUT/best.md"
-# At most 8 files come back from a device call: the JSON goes in a tarball.
+if [[ ${FAIR_BOUND:-} == 1 ]]; then
+	python3 bench/gemm_peak.py --out "$OUT/peak.json" >"$OUT/logs/gemm_peak.log" 2>&1
+	# 0 (no such bound) when the square product did not run.
+	peak=$(python3 -c "import json,sys; print(max(r['tflops'] for r in json.load(open(sys.argv[1]))['rows']))" "$OUT/peak.json" 2>/dev/null || echo 0)
+	for m in $MODELS; do
+		[[ -f $OUT/trace-$m-auto.json && -f $OUT/trace-$m.trace.json ]] || continue
+		python3 bench/bound.py "$OUT/trace-$m-auto.json" "$OUT/trace-$m.trace.json" "$OUT"/peer-$m-*.json \
+			--peak-tflops "$peak" >"$OUT/bound-$m.md" 2>&1
+		grep -A8 '^| bound' "$OUT/bound-$m.md"
+	done
+fi
+# At most 8 files come back from a device call: the JSON and the traces go
+# in a tarball.
 (cd "$OUT" && tar czf logs.tgz logs ./*.json && rm -rf logs ./*.json)
