@@ -86,7 +86,7 @@ type occKey struct {
 
 // resident returns how many blocks of threads threads of kernel name an SM
 // holds at once (the driver's occupancy calculation: registers, shared
-// memory, threads), at least 1. Grids that split a fixed amount of work
+// memory, threads); none is an error, as such a block cannot launch. Grids that split a fixed amount of work
 // over their blocks ahead of time take one wave of that many blocks an
 // SM, so that no SM runs a second, partial wave alone.
 func (d *device) resident(name string, threads uint32) (int, error) {
@@ -106,7 +106,10 @@ func (d *device) resident(name string, threads uint32) (int, error) {
 		if err := cuErr("cuOccupancyMaxActiveBlocksPerMultiprocessor "+name, C.cuOccupancy_(&v, fn, C.int(threads), 0)); err != nil {
 			return err
 		}
-		n = max(int(v), 1)
+		if v < 1 {
+			return fmt.Errorf("cuda: kernel %s cannot run blocks of %d threads", name, threads)
+		}
+		n = int(v)
 		return nil
 	})
 	if err != nil {

@@ -222,8 +222,8 @@ func TestQKVKernel(t *testing.T) {
 
 // resident gives each kernel the blocks an SM holds at once: at least one
 // and no more than the SM's 2048 threads allow (every NVIDIA GPU since
-// Volta holds at most that many); a kernel that does not exist is an
-// error.
+// Volta holds at most that many); a kernel that does not exist, or a block
+// larger than any kernel may have, is an error.
 func TestResidentBlocks(t *testing.T) {
 	b := backend(t)
 	for _, c := range []struct {
@@ -241,5 +241,8 @@ func TestResidentBlocks(t *testing.T) {
 	}
 	if _, err := b.d.resident("k_no_such_kernel", 128); err == nil {
 		t.Error("resident of a kernel that does not exist: no error")
+	}
+	if n, err := b.d.resident("k_rmsnorm_bwd8_1a", 2048); err == nil {
+		t.Errorf("resident of blocks of 2048 threads: %d, no error", n)
 	}
 }
