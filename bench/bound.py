@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a stage's time is made of, and how fast it could be at best.
 
-    python3 bench/bound.py RLPIPE.json TRACE.json PEER.json... [--peak-tflops F] [--target 1.5]
+    python3 bench/bound.py RLPIPE.json TRACE.json PEER.json... [--peak-tflops F | --peak-json P] [--target 1.5]
 
 RLPIPE.json and TRACE.json are what one `rlbench --out R.json --timeline
 T.json` run writes (rank 0's last step); PEER.json are peer_fsdp2.py
@@ -61,13 +61,9 @@ def parts(r, spans):
     lf = layer_flops(m, tokens)
     af = attention_flops(m, seqs, w["tokens_per_seq"])
     head = 2 * rows * m["hidden"] * m["vocab"]
-    by = collections.defaultdict(lambda: [0.0, 0])
-    for e in spans:
-        k = trace_ops.LAYER.sub("", e["name"]).strip()
-        by[k][0] += e["dur"] / 1e3
-        by[k][1] += 1
     out = []
-    for k, (ms, n) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+    for k, (us, n) in sorted(trace_ops.op_sums(spans).items(), key=lambda kv: -kv[1][0]):
+        ms = us / 1e3
         base = k.removesuffix(" backward")
         if base in lf:
             out.append((k, "product", ms, n * lf[base] * (2 if k != base else 1)))
@@ -96,8 +92,12 @@ def main(argv=None):
     ap.add_argument("trace")
     ap.add_argument("peers", nargs="*")
     ap.add_argument("--peak-tflops", type=float, default=0, help="a square bf16 product's rate in the same call")
+    ap.add_argument("--peak-json", default="", help="instead, bench/gemm_peak.py's --out file: its best round")
     ap.add_argument("--target", type=float, default=1.5)
     args = ap.parse_args(argv)
+    if args.peak_json:
+        with open(args.peak_json) as f:
+            args.peak_tflops = max(r["tflops"] for r in json.load(f)["rows"])
     with open(args.rlpipe) as f:
         r = json.load(f)
     with open(args.trace) as f:

@@ -154,13 +154,13 @@ if files:
 PY
 cat "$OUT/best.md"
 if [[ ${FAIR_BOUND:-} == 1 ]]; then
-	python3 bench/gemm_peak.py --out "$OUT/peak.json" >"$OUT/logs/gemm_peak.log" 2>&1
-	# 0 (no such bound) when the square product did not run.
-	peak=$(python3 -c "import json,sys; print(max(r['tflops'] for r in json.load(open(sys.argv[1]))['rows']))" "$OUT/peak.json" 2>/dev/null || echo 0)
+	# Without the square product's rate, no bound at that rate.
+	peak=(--peak-tflops 0)
+	python3 bench/gemm_peak.py --out "$OUT/peak.json" >"$OUT/logs/gemm_peak.log" 2>&1 && peak=(--peak-json "$OUT/peak.json")
 	for m in $MODELS; do
 		[[ -f $OUT/trace-$m-auto.json && -f $OUT/trace-$m.trace.json ]] || continue
 		python3 bench/bound.py "$OUT/trace-$m-auto.json" "$OUT/trace-$m.trace.json" "$OUT"/peer-$m-*.json \
-			--peak-tflops "$peak" >"$OUT/bound-$m.md" 2>&1
+			"${peak[@]}" >"$OUT/bound-$m.md" 2>&1
 		grep -A8 '^| bound' "$OUT/bound-$m.md"
 	done
 fi

@@ -43,6 +43,17 @@ def groups(events, split_after):
     return out
 
 
+def op_sums(spans):
+    """{op kind: [µs, spans]} of spans, the layer index dropped from each
+    name ("layer7 gate_up" is "gate_up")."""
+    by = collections.defaultdict(lambda: [0.0, 0])
+    for e in spans:
+        k = LAYER.sub("", e["name"]).strip()
+        by[k][0] += e["dur"]
+        by[k][1] += 1
+    return by
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -61,11 +72,7 @@ def main(argv=None):
         busy = sum(e["dur"] for e in spans)
         gaps = sum(max(0.0, b["ts"] - (a["ts"] + a["dur"])) for a, b in zip(spans, spans[1:]))
         print(f"## {key}: span {(end - start) / 1e3:.1f} ms, ops busy {busy / 1e3:.1f} ms, gaps {gaps / 1e3:.1f} ms\n")
-        by = collections.defaultdict(lambda: [0.0, 0])
-        for e in spans:
-            k = LAYER.sub("", e["name"]).strip()
-            by[k][0] += e["dur"]
-            by[k][1] += 1
+        by = op_sums(spans)
         print("| op | spans | ms |")
         print("|---|---:|---:|")
         for k, (d, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[: args.top]:
