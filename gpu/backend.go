@@ -224,7 +224,7 @@ type Backend interface {
 	// Unless stats is empty, it is the workspace where that LogProbs left
 	// the rows' statistics: the backward takes them from there instead of
 	// reading the logits a second time (a backend may recompute them; the
-	// results are the same).
+	// results agree to the statistics' rounding).
 	LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets Tensor, temperature float32, entropyTempered bool, logits, stats Tensor) error
 
 	// AdamW performs one torch.optim.AdamW step (decoupled weight decay,

@@ -1036,7 +1036,22 @@ func TestCopyRows(t *testing.T) {
 	}
 }
 
+// TestLogProbs holds LogProbs and LogProbsBackward to the CPU's, with
+// LogProbs' one-kernel form on Hopper (lpHeadStore) where it takes the
+// operands; TestLogProbsStoreOff runs the same with cuBLASLt's product and
+// k_lp_fwd throughout.
 func TestLogProbs(t *testing.T) {
+	withStore(t, false)
+	testLogProbs(t)
+}
+
+// TestLogProbsStoreOff is TestLogProbs under RLPIPE_CUDA_LP_STORE=0.
+func TestLogProbsStoreOff(t *testing.T) {
+	withStore(t, true)
+	testLogProbs(t)
+}
+
+func testLogProbs(t *testing.T) {
 	e := newEnv(t)
 	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
 		// v = 1000 and 20008 take the 16-byte backward (k_lp_bwd8), the

@@ -42,7 +42,9 @@ func (b *Backend) lpCheck(op string, entropy, h, w, targets gpu.Tensor, temperat
 // (float32 exponentials summed in float64; see kernels/logprobs.cu). A
 // target outside [0,V) yields NaN and an error at the next Sync. Unless
 // stats is empty, each row's statistics (three float64s and a tag of the
-// temperature and what they hold) go there too, for LogitsBackward.
+// temperature and what they hold) go there too, for LogitsBackward. On
+// Hopper, where lpHeadStore takes the operands, the product, the logits'
+// store and the statistics are one kernel instead (kernels/lphead.cu).
 func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	const op = "logprobs"
 	a, err := b.lpCheck(op, entropy, h, w, targets, temperature, logits)
@@ -69,6 +71,9 @@ func (b *Backend) LogProbs(logp, entropy, h, w, targets gpu.Tensor, temperature 
 	}
 	if a.c == 0 {
 		return nil
+	}
+	if done, err := b.lpHeadStore(a, h.DType, w.DType, temperature, entropyTempered, lpa, ea, sa); done || err != nil {
+		return err
 	}
 	if err := b.matmul(mat{a.logits, gpu.F32, a.c, a.v, int64(a.v)}, mat{a.h, h.DType, a.c, a.hd, int64(a.hd)},
 		mat{a.w, w.DType, a.v, a.hd, int64(a.hd)}, false, true, 1, 0); err != nil {
@@ -124,9 +129,11 @@ func (b *Backend) LogProbsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Te
 // LogitsBackward is LogProbsBackward on the logits LogProbs left in the
 // workspace: it skips their recomputation. With the statistics LogProbs
 // left in stats it also skips their second reading: a row takes them
-// where their tag matches this call's temperature and entropy (k_lp_bwd8
-// would have computed the same bits, in the same block), else it computes
-// them as without stats.
+// where their tag matches this call's temperature and entropy, else it
+// computes them as without stats. k_lp_fwd's statistics are the bits
+// k_lp_bwd8 would compute, in the same block; lpHeadStore's are within
+// their rounding (sums within a tile in float32), and the backward then
+// takes the log-sum-exp the forward's log-probs were taken with.
 func (b *Backend) LogitsBackward(dh, dw, dlogp, dentropy, h, w, targets gpu.Tensor, temperature float32, entropyTempered bool, logits, stats gpu.Tensor) error {
 	return b.lpBackward("logits backward", false, dh, dw, dlogp, dentropy, h, w, targets, temperature, entropyTempered, logits, stats)
 }

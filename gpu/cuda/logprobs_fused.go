@@ -84,9 +84,107 @@ func (b *Backend) LogProbsFused(logp, h, w, targets gpu.Tensor, temperature floa
 	nb := b.persistentGrid((a.c + lhBM - 1) / lhBM * nn)
 	return b.issue(
 		launch{name: kernel16("k_lp_head", dt), gx: nb, gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
-			args: new(kargs).u64(part).u64(tz).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
-		launch{name: "k_lp_combine", gx: rowGrid((int64(a.c) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
-			args: new(kargs).u64(part).u64(tz).u64(a.tg).i32(a.c).i32(nn).i32(a.v).u64(lpa).u64(b.d.flag)})
+			args: new(kargs).u64(part).u64(0).u64(tz).u64(0).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
+				i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
+		b.lpCombine(a, nn, part, 0, tz, temperature, lpa, 0, 0))
+}
+
+// lpCombine is k_lp_combine's launch: the log-probs at lpa from the
+// partials at part (and pt, with entropies at ea) and the target logits at
+// tz; where sa is not 0, the rows' statistics there.
+func (b *Backend) lpCombine(a lpArgs, nn int, part, pt, tz uint64, temperature float32, lpa, ea, sa uint64) launch {
+	return launch{name: "k_lp_combine", gx: rowGrid((int64(a.c) + 7) / 8), gy: 1, gz: 1, bx: 256, by: 1, bz: 1,
+		args: new(kargs).u64(part).u64(pt).u64(tz).u64(a.tg).i32(a.c).i32(nn).i32(a.v).f32(temperature).
+			u64(lpa).u64(ea).u64(sa).u64(b.d.flag)}
+}
+
+// lpStoreOff turns lpHeadStore off (RLPIPE_CUDA_LP_STORE=0): LogProbs then
+// always takes cuBLASLt's product and k_lp_fwd.
+var lpStoreOff = os.Getenv("RLPIPE_CUDA_LP_STORE") == "0"
+
+// lpHeadStore is LogProbs on Hopper as one persistent product whose
+// epilogue stores the float32 logits to the workspace and leaves each 128
+// × 256 tile's row maxima, sums of exponentials (and, with entropies, the
+// sums of their products with z − max) in the cuBLASLt workspace, then
+// k_lp_combine: the log-probs, the entropies and the statistics
+// LogitsBackward takes, without reading the logits back. It reports false,
+// issuing nothing, where lpStoreTakes does not take the operands. The
+// logits are those of the product in another accumulation order; the
+// statistics are sums of float32 exponentials within a tile and float64
+// across tiles, within rounding of k_lp_fwd's, and LogitsBackward uses them
+// as it uses k_lp_fwd's.
+func (b *Backend) lpHeadStore(a lpArgs, hdt, wdt gpu.DType, temperature float32, entropyTempered bool, lpa, ea, sa uint64) (bool, error) {
+	if ok, err := b.lpStoreTakes(a, hdt, wdt, temperature, entropyTempered); !ok || err != nil {
+		return false, err
+	}
+	s, err := b.stream()
+	if err != nil {
+		return false, err
+	}
+	ms, err := tensorMaps(b.d, tmapKey{a.h, a.c, 1, a.hd, lhBM}, tmapKey{a.w, a.v, 1, a.hd, lhBN})
+	if err != nil {
+		return false, err
+	}
+	name := kernel16("k_lp_head_st", hdt)
+	if a.hasEntropy {
+		name = kernel16("k_lp_head_ste", hdt)
+	}
+	nn := (a.v + lhBN - 1) / lhBN
+	pt, tz, _ := lpStoreLayout(a.c, a.v, a.hasEntropy)
+	nb := b.persistentGrid((a.c + lhBM - 1) / lhBM * nn)
+	return true, b.d.do(func() error {
+		// The workspace's address is the worker's to read: Release frees it.
+		if b.d.released {
+			return errReleased
+		}
+		ws := uint64(b.d.internal)
+		if a.hasEntropy {
+			pt += ws
+		}
+		return b.d.run(s,
+			launch{name: name, gx: nb, gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
+				args: new(kargs).u64(ws).u64(pt).u64(ws + tz).u64(a.logits).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
+					i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
+			b.lpCombine(a, nn, ws, pt, ws+tz, temperature, lpa, ea, sa))
+	})
+}
+
+// lpStoreTakes reports whether lpHeadStore takes the operands: 16-bit h
+// and w of one dtype (16-byte aligned), H a multiple of 64, V even (the
+// logits go out as float2s), an untempered entropy only at a temperature
+// of 1 (the statistics of the raw logits are not kept), the backend's
+// stream the one with the cuBLASLt workspace, and partials that fit it;
+// never with RLPIPE_CUDA_LP_STORE=0.
+func (b *Backend) lpStoreTakes(a lpArgs, hdt, wdt gpu.DType, temperature float32, entropyTempered bool) (bool, error) {
+	if lpStoreOff || !b.wgmma() || hdt != wdt || (hdt != gpu.BF16 && hdt != gpu.F16) {
+		return false, nil
+	}
+	if a.hd%lhBK != 0 || a.h%16 != 0 || a.w%16 != 0 || a.v%2 != 0 || a.logits%8 != 0 {
+		return false, nil
+	}
+	if a.hasEntropy && !entropyTempered && temperature != 1 {
+		return false, nil
+	}
+	s, err := b.stream()
+	if err != nil {
+		return false, err
+	}
+	if _, _, end := lpStoreLayout(a.c, a.v, a.hasEntropy); !s.workspace || end > workspaceBytes {
+		return false, nil
+	}
+	return true, nil
+}
+
+// lpStoreLayout places lpHeadStore's partials in the cuBLASLt workspace:
+// float2 (max, sum) [c, nn] at 0, then with entropies float [c, nn] at pt,
+// then the target logits float [c] at tz, ending at end (offsets in bytes).
+func lpStoreLayout(c, v int, entropy bool) (pt, tz, end uint64) {
+	cc, nn := uint64(c), uint64((v+lhBN-1)/lhBN)
+	tz = cc * nn * 8
+	if entropy {
+		pt, tz = tz, tz+cc*nn*4
+	}
+	return pt, tz, tz + cc*4
 }
 
 // lhSmem is k_lp_head_*'s dynamic shared memory: lhStages buffers of the

@@ -20,8 +20,12 @@ import (
 // use: those are read again), the 16-byte and the scalar kernels. It then
 // changes row 0's saved log-sum-exp and checks that the backward's result
 // for that row alone changes where it can use them (they are read, not
-// computed again) and does not where it cannot.
+// computed again) and does not where it cannot. LogProbs takes cuBLASLt's
+// product and k_lp_fwd here (RLPIPE_CUDA_LP_STORE=0), whose statistics are
+// those k_lp_bwd8 computes; TestLogProbsHeadStore checks the one-kernel
+// form's.
 func TestLogitsBackwardStats(t *testing.T) {
+	withStore(t, true)
 	e := newEnv(t)
 	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
 		for _, cfg := range []struct {

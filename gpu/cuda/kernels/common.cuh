@@ -141,6 +141,21 @@ __device__ __forceinline__ void rope_pair(int dt, float x1, float x2, float c, f
   *y2 = rnd(dt, rnd(dt, x2 * c) + rnd(dt, x1 * s));
 }
 
+// The three kinds of a log-prob row's statistics (logprobs.cu, lphead.cu):
+// the log-sum-exp of z = l/temp only (LP_LSE); also the mean of z under
+// softmax(z), for an entropy of the tempered logits (LP_ENT_Z); or also the
+// log-sum-exp and mean of the raw logits u = l, for an untempered entropy
+// with temp != 1 (LP_ENT_U).
+#define LP_LSE 0
+#define LP_ENT_Z 1
+#define LP_ENT_U 2
+
+// stats_tag is what a row's saved statistics were computed for: the
+// temperature's bits and the mode, exactly representable as a float64.
+__device__ __forceinline__ double stats_tag(float temp, int mode) {
+  return (double)__float_as_uint(temp) * 4.0 + (double)mode;
+}
+
 // LOG2E is log2(e) in float32.
 #define LOG2E 1.4426950408889634f
 

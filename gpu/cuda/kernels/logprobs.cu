@@ -95,14 +95,6 @@ __device__ __forceinline__ Online warp_merge(Online a) {
   return a;
 }
 
-// The three kinds of row statistics: the log-sum-exp of z = l/temp only
-// (LP_LSE); also the mean of z under softmax(z), for an entropy of the
-// tempered logits (LP_ENT_Z); or also the log-sum-exp and mean of the raw
-// logits u = l, for an untempered entropy with temp != 1 (LP_ENT_U).
-#define LP_LSE 0
-#define LP_ENT_Z 1
-#define LP_ENT_U 2
-
 // block_merge merges the threads' states a (of z) and, for LP_ENT_U, b (of
 // u) over the block and returns the result to every thread, in a fixed order
 // like block_sum_d: lanes within each warp, then the warps' results within
@@ -244,12 +236,6 @@ __device__ RowStats row_stats(const float* l, i64 v, float temp, int tempered, b
   if (!ent) return row_stats_m<LP_LSE>(l, v, temp, sh);
   if (tempered || temp == 1.0f) return row_stats_m<LP_ENT_Z>(l, v, temp, sh);
   return row_stats_m<LP_ENT_U>(l, v, temp, sh);
-}
-
-// stats_tag is what a row's saved statistics were computed for: the
-// temperature's bits and the mode, exactly representable as a float64.
-__device__ __forceinline__ double stats_tag(float temp, int mode) {
-  return (double)__float_as_uint(temp) * 4.0 + (double)mode;
 }
 
 // k_lp_fwd writes logp[r] and, when ent is not null, entropy[r]. A target
