@@ -113,9 +113,12 @@ func TestLogProbsFusedRefuses(t *testing.T) {
 // through memory) and LogProbsFused; then the train step's chunk
 // (model.Config.HeadStep) and its parts: LogProbs with entropies,
 // LogitsBackward (the dlogits pass and the dh and dw products), and the
-// logits, dh and dw products alone, so that the statistics passes are the
-// differences. RLPIPE_BENCH_LP="C,H,V" picks the shapes (default
-// Qwen2.5-3B's with 2048-row chunks: "2048,2048,151936"):
+// logits, dh and dw products alone and k_lp_fwd alone. LogProbs takes
+// lpHeadStore on Hopper (the product, the logits' store and the
+// statistics in one kernel); with RLPIPE_CUDA_LP_STORE=0 it takes
+// cuBLASLt's product and k_lp_fwd, the rows' statistics then being the
+// difference from the product alone. RLPIPE_BENCH_LP="C,H,V" picks the
+// shapes (default Qwen2.5-3B's with 2048-row chunks: "2048,2048,151936"):
 //
 //	go test -run '^$' -bench LogProbsHead -benchtime 20x ./gpu/cuda
 func BenchmarkLogProbsHead(bb *testing.B) {
