@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/gpu"
@@ -253,6 +254,53 @@ func TestLogProbsHeadStoreRefuses(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s: lpHeadStore takes it: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A target outside [0,V) through lpHeadStore: NaN in its row's log-prob,
+// the other rows as with good targets, and the targets error at the next
+// Sync, as k_lp_fwd gives.
+func TestLogProbsHeadStoreBadTarget(t *testing.T) {
+	e := newEnv(t)
+	withStore(t, false)
+	if !e.g.wgmma() {
+		t.Skip("lpHeadStore needs Hopper's wgmma")
+	}
+	rows, h, v := 40, 64, 500
+	gh, _ := e.in(gpu.BF16, 1, rows, h)
+	gw, _ := e.in(gpu.BF16, 0.3, v, h)
+	ids := e.randIDs(rows, v)
+	gtg, _ := e.ids(ids)
+	logits, _ := e.out(gpu.F32, rows, v)
+	ent, _ := e.out(gpu.F32, rows)
+	good, _ := e.out(gpu.F32, rows)
+	if err := e.g.LogProbs(good, ent, gh, gw, gtg, 1, false, logits, gpu.Tensor{}); err != nil {
+		t.Fatal(err)
+	}
+	ids[7] = int32(v)
+	bad, _ := e.ids(ids)
+	lp, _ := e.out(gpu.F32, rows)
+	if err := e.g.LogProbs(lp, ent, gh, gw, bad, 1, false, logits, gpu.Tensor{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.DefaultStream().Sync(); err == nil || !strings.Contains(err.Error(), "target") {
+		t.Errorf("a target outside [0,V): Sync gave %v, want the targets error", err)
+	}
+	got, want := make([]float32, rows), make([]float32, rows)
+	if err := e.g.Download(got, lp); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.g.Download(want, good); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if i == 7 {
+			if !math.IsNaN(float64(got[i])) {
+				t.Errorf("row 7 (bad target): %v, want NaN", got[i])
+			}
+		} else if got[i] != want[i] {
+			t.Errorf("row %d: %v, want %v as with good targets", i, got[i], want[i])
 		}
 	}
 }
