@@ -70,16 +70,31 @@ PY
 # budgeted NAME LIMIT CMD...: runs CMD under LIMIT seconds or what is left
 # of $BUDGET seconds of the script (less 5), its output in
 # $OUT/logs/NAME.log; says its exit code and last line, and skips (return
-# 99) when fewer than 20 seconds are left.
+# 99) when fewer than 20 seconds are left. Where nvidia-smi is, the GPUs'
+# utilization, SM clock, power and throttle reasons are sampled every 200
+# ms meanwhile into $OUT/logs/NAME.smi.csv, and the line ends with
+# bench/smi_summary.py's summary of the busy samples: a step at these
+# sizes runs at the power cap, at a clock that depends on the data.
 budgeted() {
 	local n=$1 limit=$2
 	shift 2
 	local left=$((BUDGET - SECONDS - 5))
 	((left < 20)) && { echo "$n: skipped, ${left}s left"; return 99; }
 	((limit > left)) && limit=$left
+	local smi="" clk=""
+	if command -v nvidia-smi >/dev/null 2>&1; then
+		nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm,power.draw,clocks_throttle_reasons.active \
+			--format=csv,noheader,nounits -lms 200 >"$OUT/logs/$n.smi.csv" 2>/dev/null &
+		smi=$!
+	fi
 	timeout -k 5 "$limit" "$@" >"$OUT/logs/$n.log" 2>&1
 	local rc=$?
-	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)"
+	if [[ -n $smi ]]; then
+		kill "$smi" 2>/dev/null
+		wait "$smi" 2>/dev/null
+		clk=$(python3 bench/smi_summary.py "$OUT/logs/$n.smi.csv" 2>&1 | tail -n 1)
+	fi
+	echo "$n: rc=$rc at +${SECONDS}s: $(grep -v '^\s*$' "$OUT/logs/$n.log" | tail -n 1 | cut -c1-250)${clk:+ [$clk]}"
 	return $rc
 }
 
