@@ -39,7 +39,8 @@
 # bench/gemm_peak.py's square-product rate and bench/bound.py on each
 # trace against the peer's runs of its model, into bound-MODEL.md: what
 # each stage is made of and the fastest it could be).
-# JSON, logs (tarred) and best.md to $OUT. The summary's line per model
+# JSON, logs (tarred, with each run's GPU samples: budgeted in
+# bench/device_lib.sh) and best.md to $OUT. The summary's line per model
 # says "best against best" only where the peer ran both with and without
 # activation checkpointing (one that failed counts as run); otherwise it
 # says "NOT best against best" and which runs the peer had.
