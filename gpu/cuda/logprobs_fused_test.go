@@ -52,21 +52,30 @@ func TestLogProbsFused(t *testing.T) {
 	rows, h, v := 40, 64, 500
 	gh, _ := e.in(gpu.BF16, 1, rows, h)
 	gw, _ := e.in(gpu.BF16, 0.3, v, h)
+	gws, _ := e.out(gpu.F32, rows, v)
+	e.checkBadTarget(rows, v, func(lp, tg gpu.Tensor) error { return e.g.LogProbsFused(lp, gh, gw, tg, 1, gws) })
+}
+
+// checkBadTarget runs op, which writes the log-probs of rows rows over a
+// vocabulary of v into lp for the targets tg, on random targets and again
+// with row 7's target v: row 7 must be NaN, the other rows as with the
+// good targets, and the next Sync must give the targets error.
+func (e *env) checkBadTarget(rows, v int, op func(lp, tg gpu.Tensor) error) {
+	t := e.t
+	t.Helper()
 	ids := e.randIDs(rows, v)
 	gtg, _ := e.ids(ids)
-	gws, _ := e.out(gpu.F32, rows, v)
 	good, _ := e.out(gpu.F32, rows)
-	if err := e.g.LogProbsFused(good, gh, gw, gtg, 1, gws); err != nil {
+	if err := op(good, gtg); err != nil {
 		t.Fatal(err)
 	}
 	ids[7] = int32(v)
 	bad, _ := e.ids(ids)
 	lp, _ := e.out(gpu.F32, rows)
-	if err := e.g.LogProbsFused(lp, gh, gw, bad, 1, gws); err != nil {
+	if err := op(lp, bad); err != nil {
 		t.Fatal(err)
 	}
-	err := e.g.DefaultStream().Sync()
-	if err == nil || !strings.Contains(err.Error(), "target") {
+	if err := e.g.DefaultStream().Sync(); err == nil || !strings.Contains(err.Error(), "target") {
 		t.Errorf("a target outside [0,V): Sync gave %v, want the targets error", err)
 	}
 	got, want := make([]float32, rows), make([]float32, rows)
