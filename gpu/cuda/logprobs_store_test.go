@@ -272,6 +272,13 @@ func TestLogProbsHeadStoreBadTarget(t *testing.T) {
 	logits, _ := e.out(gpu.F32, rows, v)
 	ent, _ := e.out(gpu.F32, rows)
 	e.checkBadTarget(rows, v, func(lp, tg gpu.Tensor) error {
+		a, err := e.g.lpCheck("test", ent, gh, gw, tg, 1, logits)
+		if err != nil {
+			return err
+		}
+		if ok, err := e.g.lpStoreTakes(a, gpu.BF16, gpu.BF16, 1, false); !ok || err != nil {
+			return fmt.Errorf("lpHeadStore does not take the operands (%v)", err)
+		}
 		return e.g.LogProbs(lp, ent, gh, gw, tg, 1, false, logits, gpu.Tensor{})
 	})
 }
