@@ -129,8 +129,7 @@ func (b *Backend) lpHeadStore(a lpArgs, hdt, wdt gpu.DType, temperature float32,
 	if a.hasEntropy {
 		name = kernel16("k_lp_head_ste", hdt)
 	}
-	nn := (a.v + lhBN - 1) / lhBN
-	pt, tz, _ := lpStoreLayout(a.c, a.v, a.hasEntropy)
+	nn, pt, tz, _ := lpStoreLayout(a.c, a.v, a.hasEntropy)
 	nb := b.persistentGrid((a.c + lhBM - 1) / lhBM * nn)
 	return true, b.d.do(func() error {
 		// The workspace's address is the worker's to read: Release frees it.
@@ -169,22 +168,24 @@ func (b *Backend) lpStoreTakes(a lpArgs, hdt, wdt gpu.DType, temperature float32
 	if err != nil {
 		return false, err
 	}
-	if _, _, end := lpStoreLayout(a.c, a.v, a.hasEntropy); !s.workspace || end > workspaceBytes {
+	if _, _, _, end := lpStoreLayout(a.c, a.v, a.hasEntropy); !s.workspace || end > workspaceBytes {
 		return false, nil
 	}
 	return true, nil
 }
 
-// lpStoreLayout places lpHeadStore's partials in the cuBLASLt workspace:
-// float2 (max, sum) [c, nn] at 0, then with entropies float [c, nn] at pt,
-// then the target logits float [c] at tz, ending at end (offsets in bytes).
-func lpStoreLayout(c, v int, entropy bool) (pt, tz, end uint64) {
-	cc, nn := uint64(c), uint64((v+lhBN-1)/lhBN)
-	tz = cc * nn * 8
+// lpStoreLayout places lpHeadStore's partials, for nn tiles of lhBN
+// columns a row, in the cuBLASLt workspace: float2 (max, sum) [c, nn] at
+// 0, then with entropies float [c, nn] at pt, then the target logits
+// float [c] at tz, ending at end (offsets in bytes).
+func lpStoreLayout(c, v int, entropy bool) (nn int, pt, tz, end uint64) {
+	nn = (v + lhBN - 1) / lhBN
+	cc, n := uint64(c), uint64(nn)
+	tz = cc * n * 8
 	if entropy {
-		pt, tz = tz, tz+cc*nn*4
+		pt, tz = tz, tz+cc*n*4
 	}
-	return pt, tz, tz + cc*4
+	return nn, pt, tz, tz + cc*4
 }
 
 // lhSmem is k_lp_head_*'s dynamic shared memory: lhStages buffers of the
