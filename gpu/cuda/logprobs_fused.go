@@ -107,12 +107,15 @@ var lpStoreOff = os.Getenv("RLPIPE_CUDA_LP_STORE") == "0"
 // × 256 tile's row maxima, sums of exponentials (and, with entropies, the
 // sums of their products with z − max) in the cuBLASLt workspace, then
 // k_lp_combine: the log-probs, the entropies and the statistics
-// LogitsBackward takes, without reading the logits back. It reports false,
-// issuing nothing, where lpStoreTakes does not take the operands. The
-// logits are those of the product in another accumulation order; the
-// statistics are sums of float32 exponentials within a tile and float64
-// across tiles, within rounding of k_lp_fwd's, and LogitsBackward uses them
-// as it uses k_lp_fwd's.
+// LogitsBackward takes, without reading the logits back. Rows whose
+// partials do not fit the workspace at once go in blocks of equal size
+// (lpStoreBlock), a product and its k_lp_combine each; a row's values do
+// not depend on the blocks. It reports false, issuing nothing, where
+// lpStoreTakes does not take the operands. The logits are those of the
+// product in another accumulation order; the statistics are sums of
+// float32 exponentials within a tile and float64 across tiles, within
+// rounding of k_lp_fwd's, and LogitsBackward uses them as it uses
+// k_lp_fwd's.
 func (b *Backend) lpHeadStore(a lpArgs, hdt, wdt gpu.DType, temperature float32, entropyTempered bool, lpa, ea, sa uint64) (bool, error) {
 	if ok, err := b.lpStoreTakes(a, hdt, wdt, temperature, entropyTempered); !ok || err != nil {
 		return false, err
@@ -121,31 +124,83 @@ func (b *Backend) lpHeadStore(a lpArgs, hdt, wdt gpu.DType, temperature float32,
 	if err != nil {
 		return false, err
 	}
-	ms, err := tensorMaps(b.d, tmapKey{a.h, a.c, 1, a.hd, lhBM}, tmapKey{a.w, a.v, 1, a.hd, lhBN})
-	if err != nil {
-		return false, err
-	}
 	name := kernel16("k_lp_head_st", hdt)
 	if a.hasEntropy {
 		name = kernel16("k_lp_head_ste", hdt)
 	}
-	nn, pt, tz, _ := lpStoreLayout(a.c, a.v, a.hasEntropy)
-	nb := b.persistentGrid((a.c + lhBM - 1) / lhBM * nn)
+	// A block's rows start at row r0: its h, targets, logits and outputs
+	// are the views there, and its product reads h through its own map.
+	esz := uint64(hdt.Size())
+	rb := lpStoreBlock(a.c, a.v, a.hasEntropy)
+	var blks []lpArgs
+	keys := []tmapKey{{a.w, a.v, 1, a.hd, lhBN}}
+	for r0 := 0; r0 < a.c; r0 += rb {
+		blk, r := a, uint64(r0)
+		blk.c = min(rb, a.c-r0)
+		blk.h += r * uint64(a.hd) * esz
+		blk.tg += r * 4
+		blk.logits += r * uint64(a.v) * 4
+		blks = append(blks, blk)
+		keys = append(keys, tmapKey{blk.h, blk.c, 1, a.hd, lhBM})
+	}
+	ms, err := tensorMaps(b.d, keys...)
+	if err != nil {
+		return false, err
+	}
 	return true, b.d.do(func() error {
 		// The workspace's address is the worker's to read: Release frees it.
 		if b.d.released {
 			return errReleased
 		}
 		ws := uint64(b.d.internal)
-		if a.hasEntropy {
-			pt += ws
+		var ls []launch
+		for i, blk := range blks {
+			r := uint64(i * rb)
+			nn, pt, tz, _ := lpStoreLayout(blk.c, a.v, a.hasEntropy)
+			if a.hasEntropy {
+				pt += ws
+			}
+			nb := b.persistentGrid((blk.c + lhBM - 1) / lhBM * nn)
+			ls = append(ls,
+				launch{name: name, gx: nb, gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
+					args: new(kargs).u64(ws).u64(pt).u64(ws + tz).u64(blk.logits).u64(blk.tg).u64(s.tileCounter()).put(ms[i+1][:]).put(ms[0][:]).
+						i32(blk.c).i32(a.v).i32(a.hd).f32(temperature)},
+				b.lpCombine(blk, nn, ws, pt, ws+tz, temperature, offsetIf(lpa, r*4), offsetIf(ea, r*4), offsetIf(sa, r*lpStatsRow)))
 		}
-		return b.d.run(s,
-			launch{name: name, gx: nb, gy: 1, gz: 1, bx: lhThreads, by: 1, bz: 1, smem: lhSmem(),
-				args: new(kargs).u64(ws).u64(pt).u64(ws + tz).u64(a.logits).u64(a.tg).u64(s.tileCounter()).put(ms[0][:]).put(ms[1][:]).
-					i32(a.c).i32(a.v).i32(a.hd).f32(temperature)},
-			b.lpCombine(a, nn, ws, pt, ws+tz, temperature, lpa, ea, sa))
+		return b.d.run(s, ls...)
 	})
+}
+
+// lpStatsRow is the bytes of a row of the statistics workspace.
+const lpStatsRow = 4 * gpu.LogProbsStatsCols
+
+// offsetIf returns a + off, or 0 where a is 0 (an output not asked for).
+func offsetIf(a, off uint64) uint64 {
+	if a == 0 {
+		return 0
+	}
+	return a + off
+}
+
+// lpStoreRows, when positive, caps lpStoreBlock's blocks (tests: several
+// blocks on small operands).
+var lpStoreRows int
+
+// lpStoreBlock returns the rows of lpHeadStore's blocks of c rows: the
+// fewest blocks whose partials each fit the cuBLASLt workspace, of equal
+// rows rounded up to the product's lhBM-row tiles (the last block takes
+// what is left). It is 0 where not even lhBM rows fit.
+func lpStoreBlock(c, v int, entropy bool) int {
+	_, _, _, perRow := lpStoreLayout(1, v, entropy)
+	most := int(workspaceBytes/perRow) / lhBM * lhBM
+	if lpStoreRows > 0 {
+		most = min(most, max(lpStoreRows/lhBM*lhBM, lhBM))
+	}
+	if most == 0 || c <= most {
+		return min(c, most)
+	}
+	n := (c + most - 1) / most
+	return ((c+n-1)/n + lhBM - 1) / lhBM * lhBM
 }
 
 // lpStoreTakes reports whether lpHeadStore takes the operands: 16-bit h
@@ -168,7 +223,7 @@ func (b *Backend) lpStoreTakes(a lpArgs, hdt, wdt gpu.DType, temperature float32
 	if err != nil {
 		return false, err
 	}
-	if _, _, _, end := lpStoreLayout(a.c, a.v, a.hasEntropy); !s.workspace || end > workspaceBytes {
+	if !s.workspace || lpStoreBlock(a.c, a.v, a.hasEntropy) == 0 {
 		return false, nil
 	}
 	return true, nil

@@ -201,9 +201,10 @@ func (e *env) statsRead(name string, dt gpu.DType, st, logits, dlp, de, h, w, tg
 
 // lpStoreTakes refuses f32 or mixed operands, unaligned ones, hidden sizes
 // off 64, an odd vocabulary, an untempered entropy at a temperature other
-// than 1, a stream without the cuBLASLt workspace and partials larger than
-// it (8192 rows of Qwen's vocabulary with entropies: 4096 fit); and
-// everything under RLPIPE_CUDA_LP_STORE=0. The operands are shapes and
+// than 1, a stream without the cuBLASLt workspace and a vocabulary so large
+// that not even one block of 128 rows has its partials fit it (16384 rows
+// of Qwen's vocabulary go in blocks); and everything under
+// RLPIPE_CUDA_LP_STORE=0. The operands are shapes and
 // addresses only: it reads no memory.
 func TestLogProbsHeadStoreRefuses(t *testing.T) {
 	e := newEnv(t)
@@ -238,7 +239,8 @@ func TestLogProbsHeadStoreRefuses(t *testing.T) {
 		{"tempered entropy at 0.7 (taken)", with(func(a *lpArgs) { a.hasEntropy = true }), gpu.BF16, gpu.BF16, 0.7, true, false, false, true},
 		{"untempered entropy at 1 (taken)", with(func(a *lpArgs) { a.hasEntropy = true }), gpu.BF16, gpu.BF16, 1, false, false, false, true},
 		{"4096 rows of 151936 with entropies (taken)", with(func(a *lpArgs) { a.c, a.v, a.hasEntropy = 4096, 151936, true }), gpu.BF16, gpu.BF16, 1, false, false, false, true},
-		{"8192 rows of 151936 with entropies", with(func(a *lpArgs) { a.c, a.v, a.hasEntropy = 8192, 151936, true }), gpu.BF16, gpu.BF16, 1, false, false, false, false},
+		{"16384 rows of 151936 with entropies (taken, in blocks)", with(func(a *lpArgs) { a.c, a.v, a.hasEntropy = 16384, 151936, true }), gpu.BF16, gpu.BF16, 1, false, false, false, true},
+		{"a vocabulary of 10^7 with entropies", with(func(a *lpArgs) { a.c, a.v, a.hasEntropy = 128, 10_000_000, true }), gpu.BF16, gpu.BF16, 1, false, false, false, false},
 		{"a side stream", ok, gpu.BF16, gpu.BF16, 1, false, true, false, false},
 		{"RLPIPE_CUDA_LP_STORE=0", ok, gpu.BF16, gpu.BF16, 1, false, false, true, false},
 	} {
@@ -253,6 +255,93 @@ func TestLogProbsHeadStoreRefuses(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s: lpHeadStore takes it: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestLogProbsHeadStoreBlock pins lpStoreBlock's blocks: one where the
+// partials of all rows fit the workspace, else the fewest that fit, of equal
+// rows in whole 128-row tiles, and none where not even 128 rows fit.
+func TestLogProbsHeadStoreBlock(t *testing.T) {
+	for _, c := range []struct {
+		c, v    int
+		entropy bool
+		cap     int // lpStoreRows
+		want    int
+	}{
+		{2048, 151936, true, 0, 2048},
+		{4096, 151936, true, 0, 4096},
+		{4608, 151936, true, 0, 4608}, // 7132 bytes a row: 4608 rows (36 tiles) fit
+		{4609, 151936, true, 0, 2432},
+		{16384, 151936, true, 0, 4096},
+		{16384, 151936, false, 0, 5504}, // 4756 bytes a row: 7040 fit, 3 blocks
+		{128, 10_000_000, true, 0, 0},
+		{1, 300, false, 0, 1},
+		{300, 4098, true, 128, 128},
+		{1100, 9000, true, 300, 256},
+		{100, 1000, true, 1, 100},
+	} {
+		was := lpStoreRows
+		lpStoreRows = c.cap
+		got := lpStoreBlock(c.c, c.v, c.entropy)
+		lpStoreRows = was
+		if got != c.want {
+			t.Errorf("lpStoreBlock(%d, %d, %v) with lpStoreRows %d = %d, want %d", c.c, c.v, c.entropy, c.cap, got, c.want)
+		}
+	}
+}
+
+// TestLogProbsHeadStoreBlocks runs LogProbs through lpHeadStore in blocks
+// of 128 rows (lpStoreRows) and in one: the logits, log-probs, entropies
+// and statistics have the same bits, the rows' tiles being the same either
+// way; rows on and off the tiles, with and without entropies.
+func TestLogProbsHeadStoreBlocks(t *testing.T) {
+	e := newEnv(t)
+	withStore(t, false)
+	if !e.g.wgmma() {
+		t.Skip("lpHeadStore needs Hopper's wgmma")
+	}
+	was := lpStoreRows
+	t.Cleanup(func() { lpStoreRows = was })
+	for _, c := range []struct {
+		rows, h, v int
+		temp       float32
+		tempered   bool
+		entropy    bool
+	}{{300, 128, 4098, 0.7, true, true}, {257, 896, 2500, 1.3, false, false}, {1100, 512, 9000, 1, false, true}} {
+		e.off = 0
+		name := fmt.Sprintf("rows %d h %d v %d T %v entropy %v", c.rows, c.h, c.v, c.temp, c.entropy)
+		gh, _ := e.in(gpu.BF16, 1, c.rows, c.h)
+		gw, _ := e.in(gpu.BF16, 0.3/math.Sqrt(float64(c.h)/64), c.v, c.h)
+		gtg, _ := e.ids(e.randIDs(c.rows, c.v))
+		var outs [2][4]gpu.Tensor // logits, logp, entropy, stats
+		for i, cap := range []int{128, 0} {
+			lpStoreRows = cap
+			if rb := lpStoreBlock(c.rows, c.v, c.entropy); (cap > 0) != (rb < c.rows) {
+				t.Fatalf("%s: lpStoreRows %d gives blocks of %d rows", name, cap, rb)
+			}
+			o := &outs[i]
+			o[0], _ = e.out(gpu.F32, c.rows, c.v)
+			o[1], _ = e.out(gpu.F32, c.rows)
+			if c.entropy {
+				o[2], _ = e.out(gpu.F32, c.rows)
+			}
+			o[3], _ = e.out(gpu.F32, c.rows, gpu.LogProbsStatsCols)
+			a, err := e.g.lpCheck("test", o[2], gh, gw, gtg, c.temp, o[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := e.g.lpStoreTakes(a, gpu.BF16, gpu.BF16, c.temp, c.tempered); !ok || err != nil {
+				t.Fatalf("%s: lpHeadStore does not take the operands (%v)", name, err)
+			}
+			if err := e.g.LogProbs(o[1], o[2], gh, gw, gtg, c.temp, c.tempered, o[0], o[3]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, what := range []string{"logits", "logp", "entropy", "statistics"} {
+			if outs[0][k].Mem != nil {
+				e.sameBits(name+": "+what+" in blocks of 128 rows and in one", outs[0][k], outs[1][k])
+			}
 		}
 	}
 }
