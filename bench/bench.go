@@ -88,6 +88,10 @@ type Options struct {
 	// step and once at the end (to write it out as the run goes).
 	Progress func(*Result)
 	Log      io.Writer // progress lines; nil: none
+
+	// meter, when set (tests), is the energy meter the marks read, on
+	// any backend, instead of NVML's on a GPU backend.
+	meter energyMeter
 }
 
 // DefaultOptions is the peer's workload: 8 × 2048 tokens (64 prompt + 1984
@@ -108,23 +112,40 @@ type Timing struct {
 	TokensPerS float64   `json:"tokens_per_s"` // Tokens / MedianS
 }
 
-func (t *Timing) add(d time.Duration, tokens int64) {
-	t.TimesS = append(t.TimesS, d.Seconds())
-	t.Tokens = tokens
-	s := slices.Clone(t.TimesS)
+// Energy is rank 0's GPU's energy over the timed steps: NVML's counter
+// read at the last warm-up step's end and at the last timed step's end,
+// outside every timed stage (a read takes milliseconds). The counter moves
+// every 100 ms on an H200 (bench/energy_probe.py), so the figure is good to
+// about 0.1 s of power over Seconds: run many steps.
+type Energy struct {
+	Joules        float64 `json:"joules"`
+	Seconds       float64 `json:"seconds"` // the wall clock between the two reads
+	Steps         int     `json:"steps"`
+	JoulesPerStep float64 `json:"joules_per_step"`
+	Watts         float64 `json:"watts"` // Joules / Seconds
+}
+
+// median returns the median of x (not empty).
+func median(x []float64) float64 {
+	s := slices.Clone(x)
 	slices.Sort(s)
 	n := len(s)
 	if n%2 == 1 {
-		t.MedianS = s[n/2]
-	} else {
-		t.MedianS = (s[n/2-1] + s[n/2]) / 2
+		return s[n/2]
 	}
-	t.MinS = s[0]
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func (t *Timing) add(d time.Duration, tokens int64) {
+	t.TimesS = append(t.TimesS, d.Seconds())
+	t.Tokens = tokens
+	t.MedianS = median(t.TimesS)
+	t.MinS = slices.Min(t.TimesS)
 	var sum float64
-	for _, x := range s {
+	for _, x := range t.TimesS {
 		sum += x
 	}
-	t.MeanS = sum / float64(n)
+	t.MeanS = sum / float64(len(t.TimesS))
 	if t.MedianS > 0 {
 		t.TokensPerS = float64(tokens) / t.MedianS
 	}
@@ -223,9 +244,15 @@ type Result struct {
 
 	Memory Memory `json:"memory"`
 
-	SetupS         float64            `json:"setup_s"`             // load + shard, from the job's start to the first step
-	SetupStages    []stages.StageTime `json:"setup_stages"`        // rank 0's setup stages, each synced at its end (the rest of setup_s is the backend, the arena and the first step's start)
-	CheckpointS    float64            `json:"checkpoint_s"`        // generating the random checkpoint (0 when cached)
+	SetupS      float64            `json:"setup_s"`      // load + shard, from the job's start to the first step
+	SetupStages []stages.StageTime `json:"setup_stages"` // rank 0's setup stages, each synced at its end (the rest of setup_s is the backend, the arena and the first step's start)
+	CheckpointS float64            `json:"checkpoint_s"` // generating the random checkpoint (0 when cached)
+	// Energy is the timed steps' energy (nil without a meter); EnergyReadS
+	// is the median time of one read of the counter, and EnergyNote says
+	// why there is no meter on a GPU backend.
+	Energy         *Energy            `json:"energy,omitempty"`
+	EnergyReadS    float64            `json:"energy_read_s,omitempty"`
+	EnergyNote     string             `json:"energy_note,omitempty"`
 	StageS         map[string]float64 `json:"stage_s"`             // runtime.Report durations of the last step (no device sync: launch time on an async backend)
 	ProfileS       map[string]float64 `json:"profile_s,omitempty"` // with Profile: the last step's seconds per kind of op
 	Timeline       *TimelineSummary   `json:"timeline,omitempty"`  // with TimelineFile: rank 0's last step
@@ -438,6 +465,13 @@ func run(ctx context.Context, o Options, res *Result) error {
 		if devs, err := nvml.VisibleDevices(); err == nil && o.Device < len(devs) {
 			m.NVMLUsedBeforeBytes = devs[o.Device].UsedBytes
 		}
+		if em, err := openEnergy(o.Device, res); err == nil {
+			rec.meter = em
+			defer em.Close()
+		}
+	}
+	if o.meter != nil {
+		rec.meter = o.meter
 	}
 	var backendName string
 	opts := stages.RunOptions{Steps: total, Profile: o.Profile, TimelineEvery: timelineEvery(o.TimelineFile), SyncHostOptimizer: o.SyncHostOptimizer}
@@ -481,6 +515,17 @@ func run(ctx context.Context, o Options, res *Result) error {
 			res.RefLogprob.add(ref, tokens)
 			res.Train.add(train, tokens)
 			res.Step.add(sr.Wall, tokens)
+			if o.Warmup > 0 { // the first read ends the last warm-up step
+				e, ok, err := rec.energy(o.Warmup, sr.Step)
+				if err != nil {
+					return err
+				}
+				if ok {
+					res.Energy = &e
+				}
+			} else if rec.meter != nil {
+				res.EnergyNote = "no energy without a warm-up step, whose end is its first read"
+			}
 		}
 		res.StepsDone = sr.Step
 		clear(res.StageS)
@@ -714,6 +759,29 @@ func resolveGPU(flagValue string, device int, backend string) (stages.GPU, error
 		return stages.GPU{}, fmt.Errorf("host memory: %w (pass --gpu)", err)
 	}
 	return stages.GPU{Name: "cpu", Bytes: mem, Source: "host RAM (CPU backend)"}, nil
+}
+
+// openEnergy opens the energy meter of CUDA device ordinal for the marks
+// and times a read of it (res.EnergyReadS); where there is none, it says
+// why in res.EnergyNote.
+func openEnergy(device int, res *Result) (*nvml.EnergyMeter, error) {
+	em, err := nvml.OpenEnergy(device)
+	if err != nil {
+		res.EnergyNote = err.Error()
+		return nil, err
+	}
+	reads := make([]float64, 9)
+	for i := range reads {
+		t := time.Now()
+		if _, err := em.Joules(); err != nil {
+			em.Close()
+			res.EnergyNote = err.Error()
+			return nil, err
+		}
+		reads[i] = time.Since(t).Seconds()
+	}
+	res.EnergyReadS = median(reads)
+	return em, nil
 }
 
 func measureNVML(m *Memory, device int) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rlpipe/rlpipe/spec"
@@ -170,5 +171,56 @@ func TestTimelineCPU(t *testing.T) {
 	}
 	if streams["compute"] == 0 || gathers == 0 {
 		t.Errorf("events per stream %v, %d gathers on the side stream", streams, gathers)
+	}
+}
+
+// countingMeter is an energy counter that goes up by one joule a read.
+type countingMeter struct {
+	mu sync.Mutex
+	j  float64
+}
+
+func (m *countingMeter) Joules() (float64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.j++
+	return m.j, nil
+}
+
+// TestEnergyCPU runs the tiny benchmark with an energy counter that counts
+// its reads: rank 0 reads it at the end of each step (of the warm-up's last
+// and each timed one), so two timed steps take two joules, one a step;
+// without a meter (the CPU), or without a warm-up step, there is no energy.
+func TestEnergyCPU(t *testing.T) {
+	for _, c := range []struct {
+		metered bool
+		warmup  int
+	}{{false, 1}, {true, 1}, {true, 0}} {
+		o := DefaultOptions()
+		o.Config = "../examples/models/tiny-qwen2/config.json"
+		o.TokensPerSeq, o.PromptTokens, o.Chunk = 48, 8, 32
+		o.Warmup, o.Steps = c.warmup, 2
+		o.WorkDir = t.TempDir()
+		if c.metered {
+			o.meter = &countingMeter{}
+		}
+		r, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := r.Energy
+		switch {
+		case !c.metered || c.warmup == 0:
+			if e != nil {
+				t.Errorf("metered %v, warm-up %d: energy %+v", c.metered, c.warmup, *e)
+			}
+			if c.metered && r.EnergyNote == "" {
+				t.Error("no energy without a warm-up step, and no note saying why")
+			}
+		case e == nil:
+			t.Error("no energy with a meter")
+		case e.Joules != 2 || e.Steps != 2 || e.JoulesPerStep != 1 || e.Seconds <= 0 || e.Watts != 2/e.Seconds:
+			t.Errorf("energy %+v, want 2 J over 2 steps", *e)
+		}
 	}
 }

@@ -6,6 +6,7 @@
 Results are matched by model (the config's directory name) and offload
 setting. Prints markdown tables for docs/performance.md: throughput
 (tokens/s per stage, rlpipe/fsdp2 ratio, model FLOP utilisation), memory,
+the energy of a step where both sides read the GPU's energy counter,
 and the last train step's grad_norm of both sides. fair_device.sh has the
 peer start from rlpipe's random checkpoint and rollouts (peer_fsdp2.py
 --weights, --rollouts): the norms are then of the same weights and data.
@@ -127,6 +128,37 @@ def status(r):
     return f"{r.get('status')}: {err[-1][:80] if err else ''}"
 
 
+def energy_table(keys, by):
+    """Prints the energy of a step (ref_logprob and train) on rank 0's GPU
+    where both sides measured it: NVML's counter read at the end of the
+    last warm-up step and of the last timed one, outside the timed windows
+    (rlbench: once over its interleaved steps, which also hold the packing
+    and the marks; the peer: once per phase, the two phases added), and
+    the mean power over the reads."""
+    rows = []
+    for k in keys:
+        peer, rl = by.get((k, "fsdp2")), by.get((k, "rlpipe"))
+        pr, pt, e = get(peer, "ref_logprob", "energy"), get(peer, "train", "energy"), get(rl, "energy")
+        if not (pr and pt and e):
+            continue
+        pj = pr["joules_per_step"] + pt["joules_per_step"]
+        rows.append(f"| {k[0]} | {'yes' if k[1] else 'no'} | {pj:.1f} | {e['joules_per_step']:.1f} | "
+                    f"{pj / e['joules_per_step']:.2f}× | {pr['watts']:.0f}; {pt['watts']:.0f} | {e['watts']:.0f} | "
+                    f"{pt['steps']}; {e['steps']} |")
+    if not rows:
+        return
+    print("Energy a step (ref_logprob + train), J, on rank 0's GPU: NVML's counter read at the end of the last warm-up "
+          "step and of the last timed one, outside the timed windows (the peer: per phase, added; rlpipe: its "
+          "interleaved steps, with the packing and the marks), and the mean power, W, over those reads. The counter "
+          "moves every 100 ms on an H200 (bench/energy_probe.py), so a figure is good to about 0.1 s of power over "
+          "the steps' time. FSDP2 / rlpipe is how many times the peer's energy rlpipe's is under.\n")
+    print("| model | offload | FSDP2 J | rlpipe J | FSDP2 / rlpipe | FSDP2 W (ref; train) | rlpipe W | timed steps (FSDP2; rlpipe) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for row in rows:
+        print(row)
+    print()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+")
@@ -155,6 +187,7 @@ def main(argv=None):
             print(f"| {k[0]} | {'yes' if k[1] else 'no'} | {stage} | {fmt_tps(a)} | {fmt_tps(b)} | {ratio} | "
                   f"{fmt_mfu(peer, stage, peak)} | {fmt_mfu(rl, stage, peak)} |")
     print()
+    energy_table(keys, by)
     print("Memory, GiB. FSDP2: torch.cuda max allocated / max reserved over both phases, and the device's used memory "
           "(CUDA context and NCCL included). rlpipe: the plan's peak and arena, the arena high-water measured in the run, "
           "the device total the plan predicts (arena + reserves) and NVML's used memory.\n")

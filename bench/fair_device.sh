@@ -22,6 +22,8 @@
 # RLPIPE_CUDA_GEMM_SWIGLU_KEEP=0, the train stage's forwards without the
 # fused gate/up kernel, as before it was on by default; auto is compared
 # with it, and it is not counted as rlpipe's best),
+# FAIR_STEPS (3): each run's timed steps (both sides read the GPU's energy
+# counter over them, which moves every 100 ms: more steps, a closer figure),
 # FAIR_SEQS (8) and FAIR_TOKENS (2048): each GPU's sequences and the
 # tokens of each (64 of them prompt), so FAIR_SEQS=2 FAIR_TOKENS=8192 is
 # the same 16384 tokens a step in longer sequences,
@@ -56,7 +58,7 @@ C=${RLBENCH_CACHE:-/tmp/rbc}
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 DP=${FAIR_DP:-1}
 SEQS=${FAIR_SEQS:-8} TOKENS=${FAIR_TOKENS:-2048}
-W=(--seqs $((SEQS * DP)) --tokens-per-seq "$TOKENS" --prompt-tokens 64 --chunk 2048 --warmup 1 --steps 3)
+W=(--seqs $((SEQS * DP)) --tokens-per-seq "$TOKENS" --prompt-tokens 64 --chunk 2048 --warmup 1 --steps "${FAIR_STEPS:-3}")
 # rlbench's ranks and the peer's launcher at FAIR_DP.
 RD=() PEER=(python3)
 if ((DP > 1)); then

@@ -17,7 +17,10 @@ import (
 // clock. The ref_logprob time of a step is mark ref − mark start; the train
 // time is mark train − mark ref. A mark declares no op and no buffer: the
 // planner gives it a "noop" op, and the plan's peak and arena are those of
-// the job without marks.
+// the job without marks. Where the recorder has an energy meter (rank 0's
+// GPU), rank 0's "train" marks also read the GPU's energy counter, after
+// the time: the steps' energy is the counter's difference between two of
+// them, and no timed stage holds a read.
 const markKind = "bench_mark"
 
 func init() {
@@ -56,7 +59,19 @@ func (s *markStage) Run(_ context.Context, rc *stages.RunContext) error {
 		return fmt.Errorf("bench mark %s: no recorder %q", s.Mark, s.Recorder)
 	}
 	rec.set(rc.Rank.ID, rc.Rank.Step, s.Mark, t)
+	if rc.Rank.ID == 0 && rec.meter != nil && s.Mark == "train" {
+		j, err := rec.meter.Joules()
+		if err != nil {
+			return fmt.Errorf("bench mark %s: %w", s.Mark, err)
+		}
+		rec.setJoules(rc.Rank.Step, s.Mark, j)
+	}
 	return nil
+}
+
+// energyMeter reads a GPU's energy counter (nvml.EnergyMeter).
+type energyMeter interface {
+	Joules() (float64, error)
 }
 
 type markKey struct {
@@ -64,10 +79,45 @@ type markKey struct {
 	mark       string
 }
 
-// recorder holds the marks of one benchmark run.
+// recorder holds the marks of one benchmark run and, where it has a
+// meter, rank 0's energy counter at each.
 type recorder struct {
-	mu sync.Mutex
-	at map[markKey]time.Time
+	mu     sync.Mutex
+	at     map[markKey]time.Time
+	meter  energyMeter
+	joules map[markKey]float64
+}
+
+func (r *recorder) setJoules(step int, mark string, j float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joules[markKey{0, step, mark}] = j
+}
+
+// energy is rank 0's energy from the "train" mark of step from (0: the
+// first read, at the run's start) to that of step to; ok is false where
+// the recorder has no meter.
+func (r *recorder) energy(from, to int) (e Energy, ok bool, err error) {
+	if r.meter == nil {
+		return e, false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ja, ok1 := r.joules[markKey{0, from, "train"}]
+	jb, ok2 := r.joules[markKey{0, to, "train"}]
+	ta, ok3 := r.at[markKey{0, from, "train"}]
+	tb, ok4 := r.at[markKey{0, to, "train"}]
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return e, false, fmt.Errorf("the energy at the ends of steps %d and %d is missing", from, to)
+	}
+	e = Energy{Joules: jb - ja, Seconds: tb.Sub(ta).Seconds(), Steps: to - from}
+	if e.Steps > 0 {
+		e.JoulesPerStep = e.Joules / float64(e.Steps)
+	}
+	if e.Seconds > 0 {
+		e.Watts = e.Joules / e.Seconds
+	}
+	return e, true, nil
 }
 
 func (r *recorder) set(rank, step int, mark string, t time.Time) {
@@ -101,7 +151,7 @@ var (
 func newRecorder(id string) *recorder {
 	recordersMu.Lock()
 	defer recordersMu.Unlock()
-	r := &recorder{at: map[markKey]time.Time{}}
+	r := &recorder{at: map[markKey]time.Time{}, joules: map[markKey]float64{}}
 	recorders[id] = r
 	return r
 }

@@ -317,6 +317,62 @@ def timing(times, tokens):
             "tokens_per_s": tokens / med if med > 0 else 0.0}
 
 
+class EnergyMeter:
+    """A GPU's energy counter through NVML (libnvidia-ml's total energy
+    consumption since the driver loaded), in joules, as rlbench reads it.
+    The GPU is found by the UUID PyTorch gives, else by its CUDA index.
+    meter() returns None, with a note, where there is none. A phase's
+    energy is the counter's difference between the end of its last warm-up
+    step and the end of its last timed step, outside every timed window (a
+    read takes milliseconds); the counter moves every 100 ms on an H200."""
+
+    def __init__(self, dev):
+        import ctypes
+
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if lib.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit failed")
+        h = ctypes.c_void_p()
+        uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "")
+        if uuid:
+            uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+            rc = lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(h))
+        else:
+            rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(dev.index or 0), ctypes.byref(h))
+        if rc != 0:
+            raise RuntimeError(f"no NVML handle for {dev} ({uuid or 'by index'}): error {rc}")
+        self.lib, self.h, self.mj = lib, h, ctypes.c_ulonglong()
+        self.joules()  # a GPU without the counter fails here
+
+    def joules(self):
+        import ctypes
+
+        rc = self.lib.nvmlDeviceGetTotalEnergyConsumption(self.h, ctypes.byref(self.mj))
+        if rc != 0:
+            raise RuntimeError(f"nvmlDeviceGetTotalEnergyConsumption: error {rc}")
+        return self.mj.value / 1e3
+
+
+def meter(dev, res):
+    try:
+        return EnergyMeter(dev)
+    except (OSError, RuntimeError, AttributeError) as e:
+        res["energy_note"] = str(e)
+        return None
+
+
+def energy_mark(energy):
+    """The counter and the clock now (the device idle: after a Timer), or None."""
+    return (energy.joules(), time.perf_counter()) if energy else None
+
+
+def energy_since(energy, mark, steps):
+    """The energy from mark to now over steps timed steps, as rlbench's Energy."""
+    j, t = energy.joules() - mark[0], time.perf_counter() - mark[1]
+    return {"joules": j, "seconds": t, "steps": steps, "joules_per_step": j / steps if steps else 0.0,
+            "watts": j / t if t > 0 else 0.0}
+
+
 class Timer:
     def __init__(self, cuda):
         self.cuda = cuda
@@ -498,14 +554,22 @@ def run(args, res):
     # ref_logprob: forward only, no grad.
     ref_times = []
     ref_logp = None
+    energy = meter(dev, res) if cuda else None
+    if energy and not args.warmup:
+        res["energy_note"] = "no energy without a warm-up step, whose end is its first read"
+        energy = None
     for i in range(args.warmup + args.steps):
         with torch.no_grad(), Timer(cuda) as t:
             ref_logp = [ref(*mb["args"])[0] for mb in mbs]
+        if i == args.warmup - 1:
+            mark = energy_mark(energy)
         if i >= args.warmup:
             ref_times.append(t.s)
             res["ref_logprob"] = timing(ref_times, tokens)  # kept if a later step is interrupted
         log(args, f"ref step {i + 1}/{args.warmup + args.steps}: {t.s:.4f}s")
     res["ref_logprob"] = timing(ref_times, tokens)
+    if energy:
+        res["ref_logprob"]["energy"] = energy_since(energy, mark, args.steps)
     res["memory"]["ref"] = mem_snapshot(cuda)
     ref_logp = [x.detach() for x in ref_logp]
 
@@ -530,6 +594,8 @@ def run(args, res):
                 loss, logps = loss + part.detach(), logps + [logp.detach()]
             gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt_step()
+        if i == args.warmup - 1:
+            mark = energy_mark(energy)
         if i >= args.warmup:
             train_times.append(t.s)
             walls.append(t.wall)
@@ -539,6 +605,8 @@ def run(args, res):
         last = {"loss": float(loss), "grad_norm": float(gn), "mean_logp": float(torch.cat(logps).mean())}
         log(args, f"train step {i + 1}/{args.warmup + args.steps}: {t.s:.4f}s loss {last['loss']:.4g} grad_norm {last['grad_norm']:.4g}")
     res["train"] = timing(train_times, tokens)
+    if energy:
+        res["train"]["energy"] = energy_since(energy, mark, args.steps)
     res["train_wall"] = timing(walls, tokens)
     res["memory"]["train"] = mem_snapshot(cuda)
     res["last_metrics"] = last
@@ -572,6 +640,10 @@ def summary(res):
     gn = (res.get("last_metrics") or {}).get("grad_norm")
     if gn is not None:
         s += f"; last grad_norm {gn:.6g}"
+    e_ref, e_train = res.get("ref_logprob", {}).get("energy"), res.get("train", {}).get("energy")
+    if e_ref and e_train:
+        s += (f"; energy a step: ref_logprob {e_ref['joules_per_step']:.1f} J ({e_ref['watts']:.0f} W), "
+              f"train {e_train['joules_per_step']:.1f} J ({e_train['watts']:.0f} W)")
     if res.get("error"):
         s += " — " + res["error"].splitlines()[-1]
     return s

@@ -142,6 +142,9 @@ func summary(r *bench.Result) string {
 	if g, ok := r.LastMetrics["grad_norm"]; ok {
 		s += fmt.Sprintf("; last grad_norm %.6g", g)
 	}
+	if e := r.Energy; e != nil {
+		s += fmt.Sprintf("; energy %.1f J a step (ref_logprob + train), %.0f W over %d steps", e.JoulesPerStep, e.Watts, e.Steps)
+	}
 	if r.Error != "" {
 		s += " — " + r.Error
 	}
