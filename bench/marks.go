@@ -94,9 +94,9 @@ func (r *recorder) setJoules(step int, mark string, j float64) {
 	r.joules[markKey{0, step, mark}] = j
 }
 
-// energy is rank 0's energy from the "train" mark of step from (0: the
-// first read, at the run's start) to that of step to; ok is false where
-// the recorder has no meter.
+// energy is rank 0's energy from the "train" mark of step from to that of
+// step to (steps count from 1: the first read ends step 1); ok is false
+// where the recorder has no meter.
 func (r *recorder) energy(from, to int) (e Energy, ok bool, err error) {
 	if r.meter == nil {
 		return e, false, nil

@@ -207,8 +207,9 @@ func lpStoreBlock(c, v int, entropy bool) int {
 // and w of one dtype (16-byte aligned), H a multiple of 64, V even (the
 // logits go out as float2s), an untempered entropy only at a temperature
 // of 1 (the statistics of the raw logits are not kept), the backend's
-// stream the one with the cuBLASLt workspace, and partials that fit it;
-// never with RLPIPE_CUDA_LP_STORE=0.
+// stream the one with the cuBLASLt workspace, and a vocabulary whose
+// partials fit it for a block of 128 rows (lpStoreBlock); never with
+// RLPIPE_CUDA_LP_STORE=0.
 func (b *Backend) lpStoreTakes(a lpArgs, hdt, wdt gpu.DType, temperature float32, entropyTempered bool) (bool, error) {
 	if lpStoreOff || !b.wgmma() || hdt != wdt || (hdt != gpu.BF16 && hdt != gpu.F16) {
 		return false, nil
