@@ -20,17 +20,27 @@ import (
 //	go test -run '^$' -bench GemmAlgos -benchtime 10x ./gpu/cuda
 //
 // RLPIPE_BENCH_GEMM_DIMS="H,I,KV" times another model's products (hidden
-// size, MLP size, k/v width): "2048,11008,256" for Qwen2.5-3B. A pick the
-// heuristic does not offer skips. Without a driver it skips.
+// size, MLP size, k/v width): "2048,11008,256" for Qwen2.5-3B;
+// RLPIPE_BENCH_GEMM_CHUNK=C the head's on chunks of C rows (2048). The
+// operands hold one value (0.01), unless RLPIPE_BENCH_GEMM_SCRAMBLED=1
+// fills the two factors with varied ones: a product of such values draws more power,
+// and on a GPU held by its power limit runs slower. A pick the heuristic
+// does not offer skips. Without a driver it skips.
 func BenchmarkGemmAlgos(bb *testing.B) {
 	b := backend(bb)
-	const T, V, C = 16384, 151936, 2048
-	H, I, KV := 1536, 8960, 256
+	const T, V = 16384, 151936
+	H, I, KV, C := 1536, 8960, 256, 2048
 	if d := os.Getenv("RLPIPE_BENCH_GEMM_DIMS"); d != "" {
 		if _, err := fmt.Sscanf(d, "%d,%d,%d", &H, &I, &KV); err != nil {
 			bb.Fatalf("RLPIPE_BENCH_GEMM_DIMS=%q: want H,I,KV: %v", d, err)
 		}
 	}
+	if d := os.Getenv("RLPIPE_BENCH_GEMM_CHUNK"); d != "" {
+		if _, err := fmt.Sscanf(d, "%d", &C); err != nil || C <= 0 {
+			bb.Fatalf("RLPIPE_BENCH_GEMM_CHUNK=%q: want a positive row count (%v)", d, err)
+		}
+	}
+	varied := os.Getenv("RLPIPE_BENCH_GEMM_SCRAMBLED") == "1"
 	QKV := H + 2*KV
 	type shape struct {
 		name               string
@@ -59,26 +69,36 @@ func BenchmarkGemmAlgos(bb *testing.B) {
 		{"head dW", bf, V, H, C, V, C, H, true, false, 1},
 		{"head dX", bf, C, H, C, V, V, H, false, false, 0},
 	}
-	mem, err := b.Alloc(3 << 30)
+	var most int64 = 3 << 30
+	for _, s := range shapes {
+		sz := int64(s.cr)*int64(s.cc)*int64(s.cdt.Size()) + 2*(int64(s.ar)*int64(s.ac)+int64(s.br)*int64(s.bc)) + 3*256
+		most = max(most, sz)
+	}
+	mem, err := b.Alloc(most)
 	if err != nil {
 		bb.Fatal(err)
 	}
 	defer b.Free(mem)
-	ten := func(off int64, dt gpu.DType, r, c int) (gpu.Tensor, int64) {
+	ten := func(off int64, dt gpu.DType, r, c int, operand bool) (gpu.Tensor, int64) {
 		x, err := gpu.NewTensor(mem, off, dt, r, c)
 		if err != nil {
 			bb.Fatal(err)
 		}
-		if err := b.Fill(x, 0.01); err != nil {
+		if varied && operand {
+			err = b.Upload(x, scrambled(x.Numel(), 0.05))
+		} else {
+			err = b.Fill(x, 0.01)
+		}
+		if err != nil {
 			bb.Fatal(err)
 		}
 		return x, off + (x.Bytes()+255)/256*256
 	}
 	defer func() { ltPick = -1 }()
 	for _, s := range shapes {
-		cm, off := ten(0, s.cdt, s.cr, s.cc)
-		am, off := ten(off, bf, s.ar, s.ac)
-		bm, _ := ten(off, bf, s.br, s.bc)
+		cm, off := ten(0, s.cdt, s.cr, s.cc, false)
+		am, off := ten(off, bf, s.ar, s.ac, true)
+		bm, _ := ten(off, bf, s.br, s.bc, true)
 		k := s.ac
 		if s.transA {
 			k = s.ar
