@@ -465,13 +465,15 @@ func run(ctx context.Context, o Options, res *Result) error {
 		if devs, err := nvml.VisibleDevices(); err == nil && o.Device < len(devs) {
 			m.NVMLUsedBeforeBytes = devs[o.Device].UsedBytes
 		}
+	}
+	switch {
+	case o.meter != nil:
+		rec.meter = o.meter
+	case gpuBackend:
 		if em, err := openEnergy(o.Device, res); err == nil {
 			rec.meter = em
 			defer em.Close()
 		}
-	}
-	if o.meter != nil {
-		rec.meter = o.meter
 	}
 	var backendName string
 	opts := stages.RunOptions{Steps: total, Profile: o.Profile, TimelineEvery: timelineEvery(o.TimelineFile), SyncHostOptimizer: o.SyncHostOptimizer}

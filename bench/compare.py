@@ -139,7 +139,7 @@ def energy_table(keys, by):
     for k in keys:
         peer, rl = by.get((k, "fsdp2")), by.get((k, "rlpipe"))
         pr, pt, e = get(peer, "ref_logprob", "energy"), get(peer, "train", "energy"), get(rl, "energy")
-        if not (pr and pt and e):
+        if not (pr and pt and e) or not e.get("joules_per_step"):
             continue
         pj = pr["joules_per_step"] + pt["joules_per_step"]
         rows.append(f"| {k[0]} | {'yes' if k[1] else 'no'} | {pj:.1f} | {e['joules_per_step']:.1f} | "
